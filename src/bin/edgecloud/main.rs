@@ -1,0 +1,56 @@
+//! The `edgecloud` command: a thin CLI over the library's public API.
+//! Each subcommand lives in its own module; `main` only parses and dispatches.
+
+mod cloud;
+mod local;
+mod model;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Answer LLM requests with a local llama.cpp lane and an OpenAI-compatible
+/// cloud lane under one deadline.
+#[derive(Debug, Parser)]
+#[command(name = "edgecloud", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one request on the local lane alone (synchronous diagnostic).
+    Local(local::LocalArgs),
+    /// Run one request on the cloud lane alone (synchronous diagnostic).
+    Cloud(cloud::CloudArgs),
+    /// Inspect, validate or generate GGUF model files.
+    #[command(subcommand)]
+    Model(model::ModelCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let result = match cli.command {
+        Command::Local(args) => local::run(args),
+        Command::Cloud(args) => cloud::run(args),
+        Command::Model(cmd) => model::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `EDGECLOUD_LOG` (default: warnings).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("EDGECLOUD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

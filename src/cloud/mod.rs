@@ -1,0 +1,1 @@
+//! The cloud lane: an OpenAI-compatible chat-completions client.

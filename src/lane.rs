@@ -1,0 +1,147 @@
+//! What every lane shares: the lane names, one job's inputs, how a
+//! generation finished, and the token sink. Lanes build on this; the harness
+//! speaks only this vocabulary to them.
+
+use crate::request::{ChatMessage, Sampling};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Instant;
+pub use tokio_util::sync::CancellationToken;
+
+/// One of the two engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    /// The in-process llama.cpp model.
+    Local,
+    /// The OpenAI-compatible HTTP endpoint.
+    Cloud,
+}
+
+impl Lane {
+    /// Lower-case name, as in reports and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Local => "local",
+            Lane::Cloud => "cloud",
+        }
+    }
+}
+
+impl fmt::Display for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model ended its answer or a stop string matched.
+    Stop,
+    /// `max_tokens` was reached.
+    Length,
+    /// The job's cancellation token fired; the text is partial.
+    Cancelled,
+    /// The job's deadline passed; the text is partial.
+    Deadline,
+}
+
+impl FinishReason {
+    /// Snake-case name, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Deadline => "deadline",
+        }
+    }
+
+    /// True when the answer is whole (not cut by cancellation or deadline).
+    pub fn is_complete(self) -> bool {
+        matches!(self, FinishReason::Stop | FinishReason::Length)
+    }
+}
+
+/// Receives text as a lane produces it. Every call carries valid UTF-8 that
+/// continues the previous one; the concatenation is the completion's text.
+pub type TokenSink = Box<dyn FnMut(&str) + Send + 'static>;
+
+/// One request for one lane: what to generate, and until when.
+pub struct LaneJob {
+    /// The conversation, oldest first.
+    pub messages: Vec<ChatMessage>,
+    /// How to sample.
+    pub sampling: Sampling,
+    /// Absolute instant after which the lane stops and returns what it has.
+    pub deadline: Instant,
+    /// Fired by whoever owns the run; the lane stops as soon as it can.
+    pub cancel: CancellationToken,
+    /// Optional streaming sink.
+    pub on_token: Option<TokenSink>,
+    /// The lane's admission slot, if the caller holds one. The lane drops it
+    /// when the work really ends (on every path) and *before* it hands back
+    /// the result, so a caller that has the result can admit the next job.
+    pub permit: Option<LanePermit>,
+}
+
+/// Anything whose drop releases a lane slot (a semaphore permit, a guard).
+pub type LanePermit = Box<dyn std::any::Any + Send + 'static>;
+
+impl LaneJob {
+    /// A job with no streaming sink and a fresh cancellation token.
+    pub fn new(messages: Vec<ChatMessage>, sampling: Sampling, deadline: Instant) -> Self {
+        Self {
+            messages,
+            sampling,
+            deadline,
+            cancel: CancellationToken::new(),
+            on_token: None,
+            permit: None,
+        }
+    }
+
+    /// Hands the lane's admission slot to the job; see [`LaneJob::permit`].
+    pub fn with_permit(mut self, permit: impl std::any::Any + Send + 'static) -> Self {
+        self.permit = Some(Box::new(permit));
+        self
+    }
+
+    /// Sets the streaming sink.
+    pub fn with_sink(mut self, sink: impl FnMut(&str) + Send + 'static) -> Self {
+        self.on_token = Some(Box::new(sink));
+        self
+    }
+
+    /// Uses the given cancellation token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Whether the job should stop now, and why.
+    pub fn stop_reason(&self) -> Option<FinishReason> {
+        if self.cancel.is_cancelled() {
+            Some(FinishReason::Cancelled)
+        } else if Instant::now() >= self.deadline {
+            Some(FinishReason::Deadline)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Debug for LaneJob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LaneJob")
+            .field("messages", &self.messages.len())
+            .field("sampling", &self.sampling)
+            .field("deadline", &self.deadline)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("streaming", &self.on_token.is_some())
+            .field("holds_permit", &self.permit.is_some())
+            .finish()
+    }
+}

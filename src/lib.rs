@@ -1,0 +1,18 @@
+//! edgecloud answers one LLM request with two engines under one deadline: a
+//! **local lane** running a GGUF model in-process through llama.cpp, and a
+//! **cloud lane** calling any OpenAI-compatible HTTP endpoint.
+//!
+//! Modules:
+//! - [`gguf`]: validate, inspect and generate GGUF model files.
+//! - [`local`]: the local lane (a dedicated llama.cpp worker thread).
+//! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
+//! - [`request`] and [`lane`]: the vocabulary every lane shares.
+
+pub mod cloud;
+pub mod gguf;
+pub mod lane;
+pub mod local;
+pub mod request;
+
+pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, TokenSink};
+pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};

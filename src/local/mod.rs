@@ -1,0 +1,1 @@
+//! The local lane: a llama.cpp model on a dedicated worker thread.

@@ -1,0 +1,184 @@
+//! The request vocabulary shared by every lane: chat messages and sampling
+//! settings. Plain data; no lane or harness logic lives here.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Who wrote a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions that frame the conversation.
+    System,
+    /// The person asking.
+    User,
+    /// The model's earlier answers.
+    Assistant,
+}
+
+impl Role {
+    /// The role's name as chat templates and OpenAI-compatible APIs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// What it says.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with the given role and content.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+}
+
+/// Sampling settings. Every lane honours all of them or says in its docs
+/// which it cannot (a cloud provider may ignore `top_k` or `seed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Sampling {
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+    /// Softmax temperature; 0 means greedy.
+    pub temperature: f32,
+    /// Nucleus sampling threshold in (0, 1]; 1 disables it.
+    pub top_p: f32,
+    /// Keep only the k most likely tokens; 0 disables it.
+    pub top_k: u32,
+    /// Seed for reproducible sampling; `None` picks one per job.
+    pub seed: Option<u64>,
+    /// Generation stops before the first occurrence of any of these.
+    pub stop: Vec<String>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            max_tokens: 128,
+            temperature: 0.8,
+            top_p: 0.95,
+            top_k: 40,
+            seed: None,
+            stop: Vec::new(),
+        }
+    }
+}
+
+impl Sampling {
+    /// Checks the settings, naming the first field that is out of range.
+    pub fn validate(&self) -> Result<(), InvalidRequest> {
+        if self.max_tokens == 0 {
+            return Err(InvalidRequest::new("max_tokens must be at least 1"));
+        }
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(InvalidRequest::new(
+                "temperature must be a finite number >= 0",
+            ));
+        }
+        if !(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(InvalidRequest::new("top_p must be in (0, 1]"));
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(InvalidRequest::new("stop strings must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+/// A request: messages, sampling, and an optional deadline and id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Caller-chosen id, echoed in outcomes and events.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The conversation, oldest first.
+    pub messages: Vec<ChatMessage>,
+    /// How to sample.
+    #[serde(default)]
+    pub sampling: Sampling,
+    /// Time allowed for the whole run, counted from its start.
+    #[serde(default, with = "opt_millis")]
+    pub deadline: Option<Duration>,
+}
+
+impl Request {
+    /// A request with one user message and default sampling.
+    pub fn user(prompt: impl Into<String>) -> Self {
+        Self {
+            id: None,
+            messages: vec![ChatMessage::user(prompt)],
+            sampling: Sampling::default(),
+            deadline: None,
+        }
+    }
+
+    /// Checks the request, naming what is wrong.
+    pub fn validate(&self) -> Result<(), InvalidRequest> {
+        if self.messages.is_empty() {
+            return Err(InvalidRequest::new("a request needs at least one message"));
+        }
+        self.sampling.validate()
+    }
+}
+
+/// A request or setting that cannot be served as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid request: {reason}")]
+pub struct InvalidRequest {
+    /// What is wrong, in words.
+    pub reason: String,
+}
+
+impl InvalidRequest {
+    /// An error with the given reason.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+        }
+    }
+}
+
+mod opt_millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}

@@ -1,0 +1,7 @@
+//! edgecloud's integration tests: one binary, one shared `support` module.
+
+mod cli;
+mod cloud;
+mod gguf;
+mod local;
+mod support;

@@ -1,0 +1,2 @@
+//! Shared test support: generated models, loopback servers, scripted backends.
+#![allow(dead_code, unreachable_pub)]
