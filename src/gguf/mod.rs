@@ -1,21 +1,19 @@
-//! GGUF files: validation before llama.cpp sees them, inspection, and generation of test models.
-//! (Placeholder until the reader lands.)
+//! GGUF model files: validation before llama.cpp sees them, inspection, and
+//! generation of random-weight test models.
+//!
+//! - [`generate`]: deterministic llama-architecture models with a working
+//!   tokenizer and chat template ([`write_model`], [`Preset`]).
+//!
+//! This module only reads and writes bytes; it never calls llama.cpp.
 
-use std::path::Path;
+mod error;
+#[allow(dead_code)] // the reader (next commit) uses the rest of the tables
+mod format;
+pub mod generate;
+mod vocab;
+mod writer;
 
-/// Why a GGUF file cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GgufError {
-    /// The path does not exist.
-    #[error("{0}: no such file")]
-    Missing(String),
-}
-
-/// Checks a model file before llama.cpp sees it.
-pub fn validate(path: &Path) -> Result<(), GgufError> {
-    if !path.is_file() {
-        return Err(GgufError::Missing(path.display().to_string()));
-    }
-    Ok(())
-}
+pub use error::GgufError;
+pub use generate::{write_model, Preset, UnknownPreset};
+mod validate_stub;
+pub use validate_stub::validate;

@@ -1,2 +1,4 @@
 //! Shared test support: generated models, loopback servers, scripted backends.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod models;
