@@ -58,21 +58,18 @@ pub enum GgufError {
         /// The file's size.
         file_size: u64,
     },
-    /// A count or length claims more entries or bytes than the rest of the
-    /// file could possibly hold (a hostile or corrupt header). Nothing was
-    /// allocated for it.
-    #[error("{what} at offset {offset} claims {count} {unit}, which cannot fit in the {remaining} bytes left in the file")]
+    /// A count or length is beyond any sane bound (and llama.cpp's limits):
+    /// a corrupt or hostile header. Nothing was allocated for it.
+    #[error("{what} at offset {offset} is {count}, more than the {max} this file could hold (corrupt header)")]
     CountTooLarge {
-        /// What the count is ("tensor count", "length of string key #3", ...).
+        /// What the count is ("tensor count", "length of array 'x'", ...).
         what: String,
         /// Where the count is stored.
         offset: u64,
         /// The claimed count.
         count: u64,
-        /// "entries" or "bytes".
-        unit: &'static str,
-        /// Bytes left in the file after the count.
-        remaining: u64,
+        /// The most this file could hold.
+        max: u64,
     },
     /// A metadata value has a type tag GGUF does not define (or an array of arrays).
     #[error("key '{key}' at offset {offset} has unknown value type {type_id}")]
@@ -222,6 +219,37 @@ pub enum GgufError {
 }
 
 impl GgufError {
+    /// A stable snake_case name for the variant, for machine-readable output
+    /// (`edgecloud model inspect --json` prints it as `error_kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "not_found",
+            Self::IsDirectory { .. } => "is_directory",
+            Self::Io { .. } => "io",
+            Self::Empty => "empty",
+            Self::BadMagic { .. } => "bad_magic",
+            Self::UnsupportedVersion { .. } => "unsupported_version",
+            Self::Truncated { .. } => "truncated",
+            Self::CountTooLarge { .. } => "count_too_large",
+            Self::UnknownValueType { .. } => "unknown_value_type",
+            Self::InvalidUtf8 { .. } => "invalid_utf8",
+            Self::InvalidName { .. } => "invalid_name",
+            Self::WrongValueType { .. } => "wrong_value_type",
+            Self::BadAlignment { .. } => "bad_alignment",
+            Self::UnknownTensorType { .. } => "unknown_tensor_type",
+            Self::BadTensorShape { .. } => "bad_tensor_shape",
+            Self::TensorOutOfBounds { .. } => "tensor_out_of_bounds",
+            Self::TensorMisaligned { .. } => "tensor_misaligned",
+            Self::TensorOverlap { .. } => "tensor_overlap",
+            Self::TensorLayout { .. } => "tensor_layout",
+            Self::MissingKey { .. } => "missing_key",
+            Self::TokenizerLengthMismatch { .. } => "tokenizer_length_mismatch",
+            Self::DuplicateToken { .. } => "duplicate_token",
+            Self::TokenIdOutOfRange { .. } => "token_id_out_of_range",
+            Self::BadTokenizer { .. } => "bad_tokenizer",
+        }
+    }
+
     /// Builds [`GgufError::NotFound`], [`GgufError::IsDirectory`] or
     /// [`GgufError::Io`] from an I/O error on `path`.
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
