@@ -351,3 +351,48 @@ fn tokenizer_counts_match_the_prompt() {
     assert!(lane.count_tokens("hello world") >= 2);
     assert_eq!(lane.count_tokens(""), 0);
 }
+
+#[test]
+fn a_file_llama_cpp_refuses_after_validation_gets_llama_cpps_reason() {
+    // A valid GGUF whose architecture llama.cpp does not know: our validator
+    // accepts it, llama.cpp's loader refuses it with an opaque null.
+    let mut bytes = std::fs::read(tiny_model()).unwrap();
+    let key = b"general.architecture";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    // value type (u32 = 8, string), length (u64 = 5), then "llama"
+    let value = at + 4 + 8;
+    assert_eq!(&bytes[value..value + 5], b"llama");
+    bytes[value..value + 5].copy_from_slice(b"zzzzz");
+    let path = crate::support::models::write_temp("unknown-arch.gguf", &bytes);
+    edgecloud::gguf::validate(&path).expect("structurally valid");
+    let err = LocalLane::start(LocalConfig::new(&path)).unwrap_err();
+    assert!(matches!(err, LocalError::ModelLoad { .. }), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("zzzzz"),
+        "llama.cpp's reason should be in: {message}"
+    );
+}
+
+#[test]
+fn malformed_files_are_refused_before_llama_cpp_and_the_process_survives() {
+    let good = std::fs::read(tiny_model()).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        (
+            "bad-magic",
+            b"GGUX".iter().chain(&good[4..]).copied().collect(),
+        ),
+        ("truncated", good[..good.len() / 3].to_vec()),
+        ("header-only", good[..64].to_vec()),
+    ];
+    for (name, bytes) in cases {
+        let path = crate::support::models::write_temp(name, &bytes);
+        let err = LocalLane::start(LocalConfig::new(&path)).unwrap_err();
+        assert!(matches!(err, LocalError::InvalidModel(_)), "{name}: {err}");
+    }
+    // And the lane machinery still works.
+    assert!(shared_lane()
+        .generate(LaneJob::new(chat("ok?"), seeded(2, 1), far()))
+        .is_ok());
+}
