@@ -172,6 +172,25 @@ pub enum GgufError {
         /// The offset llama.cpp computes.
         expected: u64,
     },
+    /// A tensor the architecture needs is missing, has the wrong shape, or
+    /// should not be there (checked for the llama architecture only).
+    #[error("tensor '{tensor}' does not fit the {architecture} architecture: {reason}")]
+    TensorMismatch {
+        /// The tensor.
+        tensor: String,
+        /// The architecture it was checked against.
+        architecture: String,
+        /// What is wrong ("missing", "shape [64, 32], expected [64, 64]"...).
+        reason: String,
+    },
+    /// A hyperparameter has a value llama.cpp refuses.
+    #[error("'{key}' {reason}")]
+    BadHyperparameter {
+        /// The key.
+        key: String,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// A key llama.cpp needs is missing.
     #[error("required key '{key}' is missing")]
     MissingKey {
@@ -242,6 +261,8 @@ impl GgufError {
             Self::TensorMisaligned { .. } => "tensor_misaligned",
             Self::TensorOverlap { .. } => "tensor_overlap",
             Self::TensorLayout { .. } => "tensor_layout",
+            Self::TensorMismatch { .. } => "tensor_mismatch",
+            Self::BadHyperparameter { .. } => "bad_hyperparameter",
             Self::MissingKey { .. } => "missing_key",
             Self::TokenizerLengthMismatch { .. } => "tokenizer_length_mismatch",
             Self::DuplicateToken { .. } => "duplicate_token",

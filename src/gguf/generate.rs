@@ -114,10 +114,10 @@ pub fn write_model(path: &Path, preset: Preset, seed: u64) -> Result<(), GgufErr
     let file = File::create(path).map_err(|e| GgufError::io(path, e))?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     write_model_to(&mut out, preset, seed).map_err(|e| GgufError::io(path, e))?;
+    // No fsync: callers read the file back through the page cache, and
+    // tests write many of these.
     out.into_inner()
-        .map_err(|e| GgufError::io(path, e.into_error()))?
-        .sync_all()
-        .map_err(|e| GgufError::io(path, e))?;
+        .map_err(|e| GgufError::io(path, e.into_error()))?;
     tracing::debug!(path = %path.display(), %preset, seed, "wrote generated model");
     Ok(())
 }
@@ -162,6 +162,9 @@ pub(crate) fn write_model_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -
         ("tokenizer.ggml.merges", Value::StrArray(vocab.merges)),
         ("tokenizer.ggml.bos_token_id", Value::U32(IM_START_ID)),
         ("tokenizer.ggml.eos_token_id", Value::U32(IM_END_ID)),
+        // Explicit, or llama.cpp guesses end-of-turn from the token texts in
+        // hash-map order, which differs between vocabulary sizes.
+        ("tokenizer.ggml.eot_token_id", Value::U32(IM_END_ID)),
         ("tokenizer.ggml.unknown_token_id", Value::U32(ENDOFTEXT_ID)),
         ("tokenizer.ggml.padding_token_id", Value::U32(ENDOFTEXT_ID)),
         ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
@@ -391,6 +394,40 @@ mod tests {
         assert_ne!(a, tiny_bytes(2));
         assert!(a.len() < 1_000_000, "tiny model is {} bytes", a.len());
         assert_eq!(&a[..4], b"GGUF");
+    }
+
+    #[test]
+    fn tokenizer_metadata_is_what_llama_cpp_needs() {
+        let bytes = tiny_bytes(1);
+        let h = crate::gguf::reader::read_header_from_bytes(&bytes).unwrap();
+        let int = |k: &str| h.get(k).unwrap().value.as_i64().unwrap();
+        let text = |k: &str| h.get(k).unwrap().value.as_str().unwrap().to_string();
+        assert_eq!(text("tokenizer.ggml.model"), "gpt2");
+        // "gpt2" here is refused by llama.cpp ("unknown pre-tokenizer type").
+        assert_eq!(text("tokenizer.ggml.pre"), "default");
+        assert_eq!(int("tokenizer.ggml.bos_token_id"), 1);
+        assert_eq!(int("tokenizer.ggml.eos_token_id"), 2);
+        assert_eq!(int("tokenizer.ggml.eot_token_id"), 2);
+        assert!(text("tokenizer.chat_template").contains("<|im_start|>"));
+        let tokens = h
+            .get("tokenizer.ggml.tokens")
+            .unwrap()
+            .value
+            .as_array()
+            .unwrap();
+        assert_eq!(tokens.str_at(1), Some("<|im_start|>"));
+        assert_eq!(tokens.str_at(2), Some("<|im_end|>"));
+        let types = h
+            .get("tokenizer.ggml.token_type")
+            .unwrap()
+            .value
+            .as_array()
+            .unwrap();
+        let types: Vec<i64> = types.ints().collect();
+        assert_eq!(&types[..4], &[3, 3, 3, 1], "specials are control tokens");
+        // No separate output head: llama.cpp ties it to the embedding.
+        assert!(h.tensors.iter().all(|t| t.name != "output.weight"));
+        assert!(h.tensors.iter().all(|t| t.ty == format::F32));
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! Semantic checks on a parsed GGUF header and the summary ([`ModelInfo`])
-//! shown to users: tensor data bounds and layout, required keys, tokenizer
-//! consistency (the problems that make llama.cpp fail or abort).
+//! shown to users: the problems that make llama.cpp fail or abort.
 //!
 //! Two entry points:
 //! - [`inspect`] returns `Err` only when the file cannot be parsed at all
@@ -9,7 +8,23 @@
 //! - [`validate`] is `inspect` that turns the first problem into an `Err`:
 //!   `Ok` means llama.cpp should be able to load the file.
 //!
-//! Neither reads tensor data; checking a 145 MB model costs milliseconds.
+//! What is checked, in order: tensor data inside the file and packed the way
+//! llama.cpp requires; `general.architecture` and the hyperparameters every
+//! architecture needs; for `llama` also its own keys and every tensor it
+//! asks for, with the shapes the hyperparameters imply; the tokenizer (model
+//! name, merges for BPE, tokens vs scores vs token types, no duplicate
+//! tokens, special-token ids in range).
+//!
+//! Deliberately not checked (llama.cpp fails cleanly on them, and the lists
+//! change with every llama.cpp release, so checking would risk refusing
+//! good files): pre-tokenizer names, and tensors of architectures other
+//! than llama. Stricter than llama.cpp on purpose: strings must be UTF-8 (as
+//! the GGUF spec says; llama.cpp does not check), tokenizer arrays must have
+//! exactly one entry per token, and special-token ids must be in range
+//! (llama.cpp only warns).
+//!
+//! Neither entry point reads tensor data; checking a 145 MB model costs
+//! milliseconds.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -180,13 +195,175 @@ fn check_tensor_data(h: &Header) -> Option<GgufError> {
     None
 }
 
+/// The architecture key, the hyperparameters every architecture needs,
+/// and, for llama, its own key and tensors.
 fn check_architecture(h: &Header, problems: &mut Vec<GgufError>) {
-    match h.get("general.architecture") {
-        None => problems.push(GgufError::MissingKey {
-            key: "general.architecture".into(),
-        }),
-        Some(kv) if kv.value.as_str().is_none() => problems.push(wrong_type(kv, "string")),
-        Some(_) => {}
+    let arch = match h.get("general.architecture") {
+        None => {
+            problems.push(GgufError::MissingKey {
+                key: "general.architecture".into(),
+            });
+            return;
+        }
+        Some(kv) => match kv.value.as_str() {
+            Some(arch) => arch,
+            None => {
+                problems.push(wrong_type(kv, "string"));
+                return;
+            }
+        },
+    };
+    // llama.cpp's `load_hparams` requires these for every architecture.
+    let mut required = |suffix: &str, float: bool| {
+        let key = format!("{arch}.{suffix}");
+        match h.get(&key) {
+            None => problems.push(GgufError::MissingKey { key }),
+            Some(kv) if float && !matches!(kv.value, Value::Float(_)) => {
+                problems.push(wrong_type(kv, "f32"))
+            }
+            Some(kv) if !float && kv.value.as_i64().is_none() => {
+                problems.push(wrong_type(kv, "u32"))
+            }
+            Some(_) => {}
+        }
+    };
+    required("context_length", false);
+    required("embedding_length", false);
+    required("block_count", false);
+    if arch == "llama" {
+        required("attention.layer_norm_rms_epsilon", true);
+        // Optional in the format, but without them llama.cpp computes
+        // zero-sized attention and feed-forward shapes and refuses the file.
+        required("attention.head_count", false);
+        required("feed_forward_length", false);
+        check_llama_tensors(h, problems);
+    }
+}
+
+/// The tensors llama.cpp's llama loader asks for (`models/llama.cpp`), with
+/// the shapes it expects. Conservative: shapes are only compared where the
+/// hyperparameters determine them, and optional tensors are not required.
+fn check_llama_tensors(h: &Header, problems: &mut Vec<GgufError>) {
+    let int = |key: &str| {
+        h.get(key)
+            .and_then(|kv| kv.value.as_i64())
+            .filter(|v| *v >= 0)
+            .map(|v| v as u64)
+    };
+    let (Some(n_embd), Some(n_layer)) = (int("llama.embedding_length"), int("llama.block_count"))
+    else {
+        return; // already reported as missing keys
+    };
+    // llama.cpp sizes the embedding by the token list; llama.vocab_size
+    // only counts for vocabulary-less models.
+    let n_vocab = h
+        .get("tokenizer.ggml.tokens")
+        .and_then(|kv| kv.value.as_array())
+        .map(|a| a.len)
+        .or_else(|| int("llama.vocab_size"));
+    let n_head = int("llama.attention.head_count").filter(|n| *n > 0);
+    let n_head_kv = int("llama.attention.head_count_kv").or(n_head);
+    let n_ff = int("llama.feed_forward_length");
+    let head_k = int("llama.attention.key_length").or(n_head.map(|n| n_embd / n));
+    let head_v = int("llama.attention.value_length").or(n_head.map(|n| n_embd / n));
+    let experts = int("llama.expert_count").unwrap_or(0);
+    let mul = |a: Option<u64>, b: Option<u64>| a?.checked_mul(b?);
+    let n_q = mul(head_k, n_head);
+
+    // llama.cpp: for llama, the rotary dimension must be the key head size.
+    if let (Some(kv), Some(head_k)) = (h.get("llama.rope.dimension_count"), head_k) {
+        if kv.value.as_i64() != Some(head_k as i64) {
+            problems.push(GgufError::BadHyperparameter {
+                key: kv.key.clone(),
+                reason: format!(
+                    "is {}, llama.cpp requires the attention head size {head_k}",
+                    kv.value
+                        .as_i64()
+                        .map_or_else(|| "not an integer".to_string(), |v| v.to_string())
+                ),
+            });
+        }
+    }
+
+    let tensors: HashMap<&str, &[u64]> = h
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.dims.as_slice()))
+        .collect();
+    let mut found = Vec::new();
+    let expect = |found: &mut Vec<GgufError>, name: &str, expected: &[Option<u64>]| {
+        let Some(dims) = tensors.get(name) else {
+            found.push(llama_mismatch(name, "missing".into()));
+            return;
+        };
+        // Unchecked (`None`) dims match anything; trailing 1s are ignored,
+        // as llama.cpp does.
+        let dim = |i: usize| dims.get(i).copied().unwrap_or(1);
+        let rank_ok = dims.iter().skip(expected.len()).all(|d| *d == 1);
+        let dims_ok = expected
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.is_none_or(|e| e == dim(i)));
+        if !(rank_ok && dims_ok) {
+            let want: Vec<String> = expected
+                .iter()
+                .map(|e| e.map_or_else(|| "*".to_string(), |e| e.to_string()))
+                .collect();
+            found.push(llama_mismatch(
+                name,
+                format!("shape {dims:?}, expected [{}]", want.join(", ")),
+            ));
+        }
+    };
+
+    let e = Some(n_embd);
+    let f = &mut found;
+    expect(f, "token_embd.weight", &[e, n_vocab]);
+    expect(f, "output_norm.weight", &[e]);
+    for i in 0..n_layer {
+        let name = |t: &str| format!("blk.{i}.{t}.weight");
+        expect(f, &name("attn_norm"), &[e]);
+        if tensors.contains_key(name("attn_qkv").as_str()) {
+            expect(f, &name("attn_qkv"), &[e, None]);
+        } else {
+            expect(f, &name("attn_q"), &[e, n_q]);
+            expect(f, &name("attn_k"), &[e, mul(head_k, n_head_kv)]);
+            expect(f, &name("attn_v"), &[e, mul(head_v, n_head_kv)]);
+        }
+        expect(f, &name("attn_output"), &[n_q, e]);
+        expect(f, &name("ffn_norm"), &[e]);
+        if experts == 0 {
+            expect(f, &name("ffn_gate"), &[e, n_ff]);
+            expect(f, &name("ffn_up"), &[e, n_ff]);
+            expect(f, &name("ffn_down"), &[n_ff, e]);
+        }
+        if f.len() > 16 {
+            break; // a broken file need not list every layer
+        }
+    }
+    // llama.cpp refuses files with tensors it did not ask for; the clearest
+    // case is a layer past block_count.
+    for t in &h.tensors {
+        let layer = t
+            .name
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(layer) = layer.filter(|l| *l >= n_layer) {
+            found.push(llama_mismatch(
+                &t.name,
+                format!("layer {layer}, but llama.block_count is {n_layer}"),
+            ));
+        }
+    }
+    problems.append(&mut found);
+}
+
+fn llama_mismatch(tensor: &str, reason: String) -> GgufError {
+    GgufError::TensorMismatch {
+        tensor: tensor.to_string(),
+        architecture: "llama".into(),
+        reason,
     }
 }
 

@@ -521,6 +521,79 @@ fn missing_architecture() {
 }
 
 #[test]
+fn missing_and_bad_hyperparameters() {
+    let mut raw = RawGguf::tiny();
+    raw.remove("llama.context_length");
+    let err = check("no-ctx.gguf", &raw.to_bytes()).unwrap_err();
+    assert!(
+        matches!(&err, GgufError::MissingKey { key } if key == "llama.context_length"),
+        "{err:?}"
+    );
+
+    // llama.cpp refuses a llama model whose rotary size is not the head size.
+    let mut raw = RawGguf::tiny();
+    raw.set(RawKv::u32("llama.rope.dimension_count", 8));
+    let err = check("n-rot.gguf", &raw.to_bytes()).unwrap_err();
+    assert!(
+        matches!(&err, GgufError::BadHyperparameter { key, reason }
+            if key == "llama.rope.dimension_count" && reason.contains("16")),
+        "{err:?}"
+    );
+
+    // llama.vocab_size is informative only: llama.cpp sizes the vocabulary
+    // by the token list, so a wrong value must not be a false rejection.
+    let mut raw = RawGguf::tiny();
+    raw.set(RawKv::u32("llama.vocab_size", 99_999));
+    check("vocab-size.gguf", &raw.to_bytes()).unwrap();
+}
+
+#[test]
+fn llama_tensors_missing_misshapen_or_extra() {
+    let mut raw = RawGguf::tiny();
+    let t = raw
+        .tensors
+        .iter_mut()
+        .find(|t| t.name == "blk.1.ffn_up.weight")
+        .unwrap();
+    t.name = "blk.7.ffn_up.weight".into();
+    let inspection = inspect(&raw.write("renamed.gguf")).unwrap();
+    let found: Vec<(String, String)> = inspection
+        .problems
+        .iter()
+        .map(|p| match p {
+            GgufError::TensorMismatch { tensor, reason, .. } => (tensor.clone(), reason.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("blk.1.ffn_up.weight".to_string(), "missing".to_string()),
+            (
+                "blk.7.ffn_up.weight".to_string(),
+                "layer 7, but llama.block_count is 2".to_string()
+            ),
+        ]
+    );
+
+    // Same bytes, transposed shape.
+    let mut raw = RawGguf::tiny();
+    let t = raw
+        .tensors
+        .iter_mut()
+        .find(|t| t.name == "blk.0.attn_k.weight")
+        .unwrap();
+    assert_eq!(t.dims, [64, 32]);
+    t.dims = vec![32, 64];
+    let err = check("transposed.gguf", &raw.to_bytes()).unwrap_err();
+    assert!(
+        matches!(&err, GgufError::TensorMismatch { tensor, reason, .. }
+            if tensor == "blk.0.attn_k.weight" && reason == "shape [32, 64], expected [64, 32]"),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn tokenizer_model_problems() {
     let mut raw = RawGguf::tiny();
     raw.set(RawKv::str_bytes(
