@@ -6,6 +6,7 @@
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
 //! - [`local`]: the local lane (a dedicated llama.cpp worker thread).
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
+//! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 
 pub mod cloud;
@@ -13,6 +14,7 @@ pub mod gguf;
 pub mod lane;
 pub mod local;
 pub mod request;
+pub mod serve;
 
 pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, TokenSink};
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};
