@@ -155,6 +155,11 @@ impl CloudConfig {
         if self.model.trim().is_empty() {
             return bad("model must not be empty");
         }
+        if self.api_key.is_none() && !is_env_var_name(&self.api_key_env) {
+            // Never echo it: a key pasted where the name belongs is common.
+            return bad("the API key variable must be an environment variable name \
+                 (letters, digits and underscores), not a key");
+        }
         if self.connect_timeout.is_zero() {
             return bad("connect timeout must be above zero");
         }
@@ -173,12 +178,28 @@ impl CloudConfig {
     }
 }
 
+fn is_env_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 impl fmt::Debug for CloudConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CloudConfig")
             .field("base_url", &super::endpoint::display_url(&self.base_url))
             .field("model", &self.model)
-            .field("api_key_env", &self.api_key_env)
+            .field(
+                "api_key_env",
+                // A key pasted in place of the name must not print either.
+                &if is_env_var_name(&self.api_key_env) {
+                    self.api_key_env.as_str()
+                } else {
+                    "<not a variable name>"
+                },
+            )
             .field("api_key", &self.api_key)
             .field("stream", &self.stream)
             .field("stream_usage", &self.stream_usage)
@@ -240,6 +261,16 @@ mod tests {
         cfg.limits.max_line_bytes = 0;
         assert!(reason(cfg).contains("limits"));
         assert!(reason(CloudConfig::new("ftp://h/v1", "m")).contains("http"));
+    }
+
+    #[test]
+    fn a_key_in_place_of_the_variable_name_is_refused_unechoed() {
+        let mut cfg = CloudConfig::new("http://h/v1", "m");
+        cfg.api_key_env = "sk-proj-SECRET".into();
+        let err = cfg.validate().unwrap_err();
+        assert!(!format!("{err} {err:?} {cfg:?}").contains("SECRET"));
+        cfg.api_key_env = "_MY_KEY2".into();
+        cfg.validate().unwrap();
     }
 
     #[test]
