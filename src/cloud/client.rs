@@ -4,7 +4,8 @@
 //! it does not decide retries, admission or arbitration (the harness does).
 //!
 //! ```text
-//! run(job) ── validate ── send ──► headers ──► body reads ──► [DONE] ── drain
+//! run(job) ── validate ── send ──► headers ──► body reads ──► [DONE] ──► return
+//!                                                               └─ rest of body drained in background
 //!               every wait: select(cancel, deadline, stall timer, I/O)
 //!               permit dropped after the connection is dropped, before return
 //! ```
@@ -30,8 +31,9 @@ use tokio::time::Instant as TokioInstant;
 
 /// Longest error body read from a non-success response.
 const MAX_ERROR_BODY: usize = 64 << 10;
-/// After `[DONE]`, how long we wait for the end of the body so the
-/// connection can go back to the pool (bounded by the deadline too).
+/// After `[DONE]`, how long a background task waits for the end of the
+/// body so the connection can go back to the pool (bounded by the deadline
+/// too). The call itself does not wait.
 const DRAIN_GRACE: Duration = Duration::from_millis(100);
 /// Longest parser complaint kept in an error.
 const MAX_DETAIL_CHARS: usize = 300;
@@ -326,21 +328,25 @@ impl BodyReader<'_> {
         })
     }
 
-    /// Reads what is left of the body for a short while so the connection
-    /// can be reused; gives up (dropping the connection) on anything odd.
-    async fn drain(&mut self) {
+    /// Hands the rest of the body to a background task that reads it for
+    /// a short while, so the connection can go back to the pool; the caller
+    /// returns at once. Anything odd (more data than the cap, no end in
+    /// time) just drops the connection.
+    fn release_for_reuse(self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut response = self.response;
         let until = (TokioInstant::now() + DRAIN_GRACE).min(self.deadline);
-        while !self.cancel.is_cancelled() {
-            match tokio::time::timeout_at(until, self.response.chunk()).await {
-                Ok(Ok(Some(bytes))) => {
-                    self.read += bytes.len();
-                    if self.read > self.cap {
-                        return;
-                    }
+        let mut left = self.cap.saturating_sub(self.read);
+        runtime.spawn(async move {
+            while let Ok(Ok(Some(bytes))) = tokio::time::timeout_at(until, response.chunk()).await {
+                match left.checked_sub(bytes.len()) {
+                    Some(l) => left = l,
+                    None => return,
                 }
-                _ => return,
             }
-        }
+        });
     }
 }
 
@@ -450,7 +456,7 @@ impl Inner {
             cap: cfg.limits.max_body_bytes,
         };
         if is_sse {
-            self.read_stream(&mut reader, &mut job.on_token, probe, status)
+            self.read_stream(reader, &mut job.on_token, probe, status)
                 .await
         } else {
             self.read_whole(&mut reader, &mut job.on_token, probe, status)
@@ -490,7 +496,7 @@ impl Inner {
 
     async fn read_stream(
         &self,
-        reader: &mut BodyReader<'_>,
+        mut reader: BodyReader<'_>,
         sink: &mut Option<TokenSink>,
         probe: &mut Probe,
         status: u16,
@@ -553,7 +559,7 @@ impl Inner {
         if !st.saw_choice {
             return Err(CloudError::EmptyChoices);
         }
-        reader.drain().await;
+        reader.release_for_reuse();
         let reason = match st.provider_finish.as_deref() {
             Some("length") | Some("max_tokens") => FinishReason::Length,
             _ => FinishReason::Stop,

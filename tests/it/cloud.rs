@@ -475,6 +475,42 @@ async fn a_server_dripping_keepalives_forever_is_stopped_by_the_deadline() {
 }
 
 #[tokio::test]
+async fn a_server_that_never_pauses_cannot_outrun_the_deadline() {
+    // Comments, then content, as fast as the socket takes them: reads are
+    // always ready, so only an explicit deadline check can stop the loop.
+    let server = faulty(|mut conn, req| async move {
+        conn.sse_head().await.ok()?;
+        let payload = if req.prompt() == "comments" {
+            b": flood\n".repeat(512)
+        } else {
+            format!("data: {}\n\n", chunk_with_content("x"))
+                .repeat(64)
+                .into_bytes()
+        };
+        loop {
+            conn.chunk(&payload).await.ok()?;
+        }
+    })
+    .await;
+    let lane = lane_with(&server, |c| {
+        c.limits.max_body_bytes = usize::MAX;
+        c.limits.max_content_bytes = usize::MAX;
+    });
+    fault_then_good(
+        &lane,
+        job_within("comments", Duration::from_millis(400)),
+        "deadline_before_first_token",
+    )
+    .await;
+    let done = lane
+        .run(job_within("content", Duration::from_millis(400)))
+        .await
+        .unwrap();
+    assert_eq!(done.finish_reason, FinishReason::Deadline);
+    assert!(!done.text.is_empty() && done.text.bytes().all(|b| b == b'x'));
+}
+
+#[tokio::test]
 async fn slow_loris_after_headers_is_stalled() {
     let server = faulty(|mut conn, _req| async move {
         let _ = conn.sse_head().await;
