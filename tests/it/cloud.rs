@@ -1216,8 +1216,18 @@ mod cli {
 
     const KEY_VAR: &str = "EDGECLOUD_CLI_TEST_KEY";
 
+    /// The binary under test. `EDGECLOUD_BIN` may point at a copy: in a
+    /// target directory shared by several checkouts, the uplifted
+    /// `target/release/edgecloud` can be replaced by another checkout's build
+    /// between cargo's build and this test's run.
+    fn bin() -> std::path::PathBuf {
+        std::env::var_os("EDGECLOUD_BIN")
+            .map(Into::into)
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_edgecloud").into())
+    }
+
     fn edgecloud(base_url: &str, extra: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgecloud"));
+        let mut cmd = Command::new(bin());
         cmd.args([
             "cloud",
             "--base-url",
@@ -1376,7 +1386,7 @@ mod cli {
     #[tokio::test]
     async fn ctrl_c_cancels() {
         let (server, watch) = watched_server(false).await;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgecloud"));
+        let mut cmd = Command::new(bin());
         cmd.args(["cloud", "--base-url", &server.base_url(), "--model", "m"])
             .args(["--prompt", "watched", "--json"])
             .stdout(Stdio::piped())
@@ -1402,7 +1412,7 @@ mod cli {
 
     #[tokio::test]
     async fn the_key_is_never_a_command_line_argument() {
-        let out = Command::new(env!("CARGO_BIN_EXE_edgecloud"))
+        let out = Command::new(bin())
             .args([
                 "cloud",
                 "--base-url",
@@ -1416,7 +1426,7 @@ mod cli {
         assert_eq!(out.status.code(), Some(2), "clap refuses the flag");
         no_key(&out);
         // A key passed where the variable's name belongs is refused unechoed.
-        let out = Command::new(env!("CARGO_BIN_EXE_edgecloud"))
+        let out = Command::new(bin())
             .args([
                 "cloud",
                 "--base-url",
