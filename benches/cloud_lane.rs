@@ -48,7 +48,11 @@ fn bench(c: &mut Criterion) {
         let (streamed, whole) = (streamed.clone(), whole.clone());
         async move {
             while let Some(req) = conn.read_request().await {
-                let answer = if req.wants_stream() { &streamed } else { &whole };
+                let answer = if req.wants_stream() {
+                    &streamed
+                } else {
+                    &whole
+                };
                 if conn.write(answer).await.is_err() {
                     return;
                 }
@@ -61,7 +65,11 @@ fn bench(c: &mut Criterion) {
         cfg.api_key_env = "EDGECLOUD_BENCH_NO_KEY".into();
         cfg.stream = stream;
         let lane = CloudLane::new(cfg).expect("valid config");
-        let name = if stream { "stream_64_pieces" } else { "whole_64_pieces" };
+        let name = if stream {
+            "stream_64_pieces"
+        } else {
+            "whole_64_pieces"
+        };
         group.bench_function(name, |b| {
             b.iter(|| {
                 let job = LaneJob::new(

@@ -579,19 +579,25 @@ impl Inner {
             st.done = true;
             return Ok(());
         }
-        let value: Result<serde_json::Value, _> = serde_json::from_str(data);
         if ev.event.as_deref() == Some("error") {
-            let (message, code) = value
+            let (message, code) = serde_json::from_str(data)
                 .ok()
                 .and_then(|v| wire::error_object(&v))
                 .unwrap_or_else(|| (data.to_owned(), None));
             return Err(self.provider_error(message, code));
         }
-        let value = value.map_err(|e| self.malformed(&e))?;
-        if let Some((message, code)) = wire::error_object(&value) {
-            return Err(self.provider_error(message, code));
-        }
-        let chunk: ChatChunk = serde_json::from_value(value).map_err(|e| self.malformed(&e))?;
+        // Fast path: straight into the chunk type. Error objects are rare;
+        // they are looked for only when the chunk says so or does not parse.
+        let chunk = match serde_json::from_str::<ChatChunk>(data) {
+            Ok(chunk) if !chunk.may_be_error() => chunk,
+            parsed => {
+                let value: Option<serde_json::Value> = serde_json::from_str(data).ok();
+                if let Some((message, code)) = value.as_ref().and_then(wire::error_object) {
+                    return Err(self.provider_error(message, code));
+                }
+                parsed.map_err(|e| self.malformed(&e))?
+            }
+        };
         if chunk.model.is_some() {
             st.model = chunk.model;
         }

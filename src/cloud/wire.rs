@@ -97,10 +97,23 @@ pub(crate) struct ResponseMessage {
 pub(crate) struct ChatChunk {
     #[serde(default)]
     pub(crate) model: Option<String>,
+    /// Only looked at to spot error objects (`"object": "error"`).
+    #[serde(default)]
+    pub(crate) object: Option<String>,
+    /// An error object some servers send mid-stream.
+    #[serde(default)]
+    pub(crate) error: Option<serde_json::Value>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) choices: Vec<ChunkChoice>,
     #[serde(default)]
     pub(crate) usage: Option<WireUsage>,
+}
+
+impl ChatChunk {
+    /// Whether this parsed chunk is really an error object.
+    pub(crate) fn may_be_error(&self) -> bool {
+        self.error.as_ref().is_some_and(|e| !e.is_null()) || self.object.as_deref() == Some("error")
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -805,6 +805,14 @@ async fn error_object_inside_a_200() {
     let server = serving(Some(stream.into_bytes()), None).await;
     let err = fault_then_good(&lane(&server), job("bad"), "provider_error").await;
     assert!(err.to_string().contains("out of memory"));
+    // vLLM's older top-level shape, mid-stream.
+    let stream = format!(
+        "data: {}\n\ndata: {{\"object\":\"error\",\"message\":\"context too long\",\"code\":400}}\n\n",
+        chunk_with_content("Hel")
+    );
+    let server = serving(Some(stream.into_bytes()), None).await;
+    let err = fault_then_good(&lane(&server), job("bad"), "provider_error").await;
+    assert!(err.to_string().contains("context too long"));
     // As a named SSE event.
     let server = serving(
         Some(b"event: error\ndata: upstream gone\n\n".to_vec()),
