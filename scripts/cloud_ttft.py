@@ -87,6 +87,15 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+class QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that exits right after [DONE] may reset the kept-alive
+        # connection; that is not an error worth a traceback here.
+        pass
+
+
 def timed(cmd, first_marker):
     """Wall seconds to the first stdout bytes holding first_marker, and to exit."""
     t0 = time.perf_counter()
@@ -126,7 +135,7 @@ def main():
 
     Handler.events = make_events(args.pieces)
     Handler.delay = args.token_delay_ms / 1e3
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/v1"
     body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}],
