@@ -348,6 +348,53 @@ async fn connection_refused_then_the_lane_recovers() {
 }
 
 #[tokio::test]
+async fn connect_timeout_when_the_peer_never_completes_the_handshake() {
+    // A listener with a backlog of one that never accepts: once its queue
+    // is full, the kernel drops further SYNs and connecting hangs.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let _listener = socket.listen(1).unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => fillers.push(s),
+            _ => break, // the queue is full
+        }
+    }
+    let lane = CloudLane::new({
+        let mut c = config(&format!("http://{addr}/v1"));
+        c.connect_timeout = Duration::from_millis(300);
+        c
+    })
+    .unwrap();
+    let err = lane.run(job("hi")).await.unwrap_err();
+    assert_eq!(err.kind(), "connect_timeout", "{err}");
+    assert!(err.is_retryable() && err.is_connect());
+    // The deadline still wins when it is the shorter bound.
+    let err = lane
+        .run(job_within("hi", Duration::from_millis(100)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "deadline_before_headers", "{err}");
+}
+
+#[test]
+fn the_lane_and_its_future_can_move_between_threads() {
+    fn send_sync<T: Send + Sync + Clone + 'static>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let lane = CloudLane::new(config("http://127.0.0.1:9/v1")).unwrap();
+    send_sync(&lane);
+    let fut = lane.run(job("hi"));
+    send(&fut);
+}
+
+#[tokio::test]
 async fn dns_failure_is_its_own_variant() {
     let lane = CloudLane::new(config("http://edgecloud-test.invalid:8080/v1")).unwrap();
     for _ in 0..2 {
