@@ -431,11 +431,12 @@ impl Inner {
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .map(|ct| {
-                let ct = ct.to_ascii_lowercase();
-                ct.starts_with("text/event-stream") || (cfg.stream && !ct.contains("json"))
-            })
-            .unwrap_or(cfg.stream);
+            .map(|ct| ct.trim().to_ascii_lowercase())
+            .filter(|ct| !ct.is_empty())
+            // Without a content type, trust what we asked for; with one,
+            // only an event stream is read as one (an HTML error page from
+            // a proxy must not pass for an empty stream).
+            .map_or(cfg.stream, |ct| ct.starts_with("text/event-stream"));
 
         if !response.status().is_success() {
             return Err(self.status_error(response, deadline, &job.cancel).await);

@@ -156,9 +156,7 @@ impl CloudConfig {
             return bad("model must not be empty");
         }
         if self.api_key.is_none() && !is_env_var_name(&self.api_key_env) {
-            // Never echo it: a key pasted where the name belongs is common.
-            return bad("the API key variable must be an environment variable name \
-                 (letters, digits and underscores), not a key");
+            return bad(super::secret::NOT_A_VAR_NAME);
         }
         if self.connect_timeout.is_zero() {
             return bad("connect timeout must be above zero");
@@ -178,7 +176,7 @@ impl CloudConfig {
     }
 }
 
-fn is_env_var_name(name: &str) -> bool {
+pub(crate) fn is_env_var_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()

@@ -6,6 +6,10 @@
 use serde::{Deserialize, Deserializer};
 use std::fmt;
 
+/// The complaint about a variable name that is not one (maybe a key).
+pub(crate) const NOT_A_VAR_NAME: &str = "the API key variable must be an environment variable \
+     name (letters, digits and underscores), not a key";
+
 /// What `Debug` and `Display` print instead of the key.
 const REDACTED: &str = "ApiKey(***)";
 
@@ -28,6 +32,12 @@ impl ApiKey {
     /// variable is `Ok(None)` (local servers need no key); a value that is
     /// not Unicode is an error that names the variable, never the value.
     pub fn from_env(var: &str) -> Result<Option<Self>, super::CloudError> {
+        if !super::config::is_env_var_name(var) {
+            // Never echo it: a key pasted where the name belongs is common.
+            return Err(super::CloudError::InvalidConfig {
+                reason: NOT_A_VAR_NAME.to_owned(),
+            });
+        }
         match std::env::var(var) {
             Ok(value) if value.is_empty() => Ok(None),
             Ok(value) => Ok(Some(Self::new(value))),
@@ -129,6 +139,15 @@ mod tests {
         }
         let h: Holder = toml::from_str("key = \"sk-from-file\"").unwrap();
         assert_eq!(h.key.expose_secret(), "sk-from-file");
+    }
+
+    #[test]
+    fn from_env_refuses_a_key_as_the_name_without_echo() {
+        let err = ApiKey::from_env("sk-proj-SECRET").unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("SECRET"));
+        assert!(ApiKey::from_env("EDGECLOUD_SURELY_UNSET_VAR_42")
+            .unwrap()
+            .is_none());
     }
 
     #[test]

@@ -820,6 +820,19 @@ async fn malformed_json_in_a_200() {
     )
     .await;
     fault_then_good(&lane(&server), job("bad"), "malformed_json").await;
+    // An HTML page where a stream was expected (a proxy, a web UI).
+    let server = faulty(|mut conn, _req| async move {
+        conn.respond(
+            200,
+            &[("content-type", "text/html")],
+            b"<html><body>Login</body></html>",
+        )
+        .await
+        .ok()?;
+        Some(conn)
+    })
+    .await;
+    fault_then_good(&lane(&server), job("bad"), "malformed_json").await;
     // Valid JSON of the wrong shape is malformed too.
     let server = serving(None, Some(br#"{"choices": "many"}"#.to_vec())).await;
     fault_then_good(
