@@ -203,8 +203,11 @@ impl CloudLane {
     /// [`CloudError::DeadlineBeforeFirstToken`] or [`CloudError::Cancelled`].
     /// Stopping drops the HTTP exchange at once (the connection closes).
     ///
-    /// `job.permit` is dropped when the work has really ended (connection
-    /// released), on every path, before this returns.
+    /// `job.permit` is dropped when the work has really ended, on every
+    /// path, before this returns. After a complete stream, what follows
+    /// `[DONE]` (usually just the end of the chunked body) is read by a
+    /// short background task, bounded by the deadline and 100 ms, so the
+    /// connection can return to the pool; the lane slot does not wait for it.
     pub async fn run(&self, job: LaneJob) -> Result<CloudCompletion, CloudError> {
         self.run_diagnostic(job).await.result
     }
