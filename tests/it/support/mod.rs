@@ -1,2 +1,3 @@
 //! Shared test support: generated models, loopback servers, scripted backends.
 #![allow(dead_code, unreachable_pub)]
+pub mod scripted;
