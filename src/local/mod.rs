@@ -1,1 +1,410 @@
-//! The local lane: a llama.cpp model on a dedicated worker thread.
+//! The local lane: a GGUF model run in-process through llama.cpp.
+//!
+//! A dedicated, named worker thread owns the llama.cpp context for its whole
+//! life (contexts cannot move between threads) and takes jobs from a channel,
+//! one at a time. [`LocalLane::start`] returns only after the worker has
+//! loaded the model, so a bad model is an error from the constructor, never a
+//! dead thread. The lane handle is cheap to clone and never blocks on drop.
+//!
+//! What a job gets (see [`LocalCompletion`]):
+//! - the model's chat template applied to the messages (a model without one
+//!   falls back to ChatML; an unknown template is [`LocalError::ChatTemplate`]
+//!   at start-up unless [`LocalConfig::chat_template`] names one llama.cpp
+//!   knows);
+//! - tokens streamed to the job's sink as valid UTF-8, stop strings never
+//!   shown;
+//! - the log-probability of every sampled token under the model's raw
+//!   distribution (before temperature and truncation), with mean and minimum;
+//! - cancellation between tokens *and inside `llama_decode`* (llama.cpp's
+//!   abort callback), so a long prompt stops within one compute step; the
+//!   job's deadline is watched the same way;
+//! - prompt-prefix reuse: the context keeps the previous job's tokens and
+//!   decodes only what follows the longest common prefix.
+//!
+//! This module must not orchestrate lanes or know about HTTP.
+
+mod ffi;
+mod generate;
+mod stop;
+mod utf8;
+mod worker;
+
+use crate::lane::LaneJob;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+pub use worker::physical_cores;
+
+/// How to run the local model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalConfig {
+    /// Path of the GGUF model file.
+    pub model: PathBuf,
+    /// Compute threads; `None` means the machine's physical cores.
+    pub threads: Option<usize>,
+    /// Context size in tokens; `None` means the model's training context,
+    /// capped at 4096.
+    pub context_size: Option<u32>,
+    /// Most tokens decoded in one llama.cpp call (prompt processing).
+    pub batch_size: u32,
+    /// Layers offloaded to the GPU (needs a GPU feature; 0 = CPU only).
+    pub gpu_layers: u32,
+    /// Override the model's chat template: a name llama.cpp knows
+    /// (`chatml`, `llama3`, `mistral-v7`, ...) or a full template text.
+    pub chat_template: Option<String>,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            model: PathBuf::new(),
+            threads: None,
+            context_size: None,
+            batch_size: 512,
+            gpu_layers: 0,
+            chat_template: None,
+        }
+    }
+}
+
+impl LocalConfig {
+    /// Default settings for the model at `path`.
+    pub fn new(model: impl Into<PathBuf>) -> Self {
+        Self {
+            model: model.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// What the worker reported when it started.
+#[derive(Debug, Clone, Serialize)]
+pub struct LocalInfo {
+    /// The model file.
+    pub model: PathBuf,
+    /// Validation, model load and context creation, together.
+    #[serde(serialize_with = "ms")]
+    pub load_time: Duration,
+    /// Context size in tokens.
+    pub context_size: u32,
+    /// Compute threads in use.
+    pub threads: usize,
+    /// Batch size for prompt processing.
+    pub batch_size: u32,
+    /// Layers offloaded to a GPU.
+    pub gpu_layers: u32,
+    /// Model parameters, as llama.cpp counts them.
+    pub parameters: u64,
+    /// How the chat is turned into a prompt (`model`, `chatml-fallback`, or
+    /// the configured override).
+    pub chat_template: String,
+}
+
+/// Timings of one local job. Every instant counts from when the job was
+/// submitted to the lane.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LocalTimings {
+    /// Waiting for the worker (non-zero only when jobs were queued).
+    #[serde(serialize_with = "ms")]
+    pub queued: Duration,
+    /// Time spent decoding the prompt tokens that were not reused.
+    #[serde(serialize_with = "ms")]
+    pub prompt_eval: Duration,
+    /// Prompt-eval speed over the tokens actually decoded.
+    pub prompt_tokens_per_s: Option<f64>,
+    /// Submission to the first sampled token.
+    #[serde(serialize_with = "opt_ms")]
+    pub ttft: Option<Duration>,
+    /// First sampled token to the end of generation.
+    #[serde(serialize_with = "ms")]
+    pub generation: Duration,
+    /// Tokens per second after the first one.
+    pub gen_tokens_per_s: Option<f64>,
+    /// Submission to the end of the job.
+    #[serde(serialize_with = "ms")]
+    pub total: Duration,
+}
+
+/// A finished local job (completed, or cut short by cancel or deadline).
+#[derive(Debug, Clone, Serialize)]
+pub struct LocalCompletion {
+    /// The generated text (stop string excluded).
+    pub text: String,
+    /// Why generation ended.
+    pub finish_reason: crate::lane::FinishReason,
+    /// Prompt tokens after the chat template, counted by the model's
+    /// tokenizer.
+    pub prompt_tokens: u32,
+    /// Prompt tokens taken from the previous job's context (not decoded).
+    pub reused_prompt_tokens: u32,
+    /// Tokens sampled, counted by the model's tokenizer.
+    pub completion_tokens: u32,
+    /// Log-probability of each sampled token under the raw model
+    /// distribution.
+    pub token_logprobs: Vec<f32>,
+    /// Mean of `token_logprobs`.
+    pub mean_logprob: Option<f32>,
+    /// Minimum of `token_logprobs`.
+    pub min_logprob: Option<f32>,
+    /// True when cancellation or the deadline stopped a `llama_decode` call
+    /// from inside (llama.cpp's abort callback), rather than between calls.
+    pub aborted_in_decode: bool,
+    /// Timings.
+    pub timings: LocalTimings,
+}
+
+/// Prompt processing progress, reported before each prompt batch is decoded
+/// and once when the prompt is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptProgress {
+    /// Prompt tokens in the context so far (reused ones included).
+    pub done: u32,
+    /// Prompt tokens in all.
+    pub total: u32,
+}
+
+/// Receives [`PromptProgress`] on the worker thread; must be quick.
+pub type ProgressSink = Box<dyn FnMut(PromptProgress) + Send + 'static>;
+
+/// Why the local lane could not do something.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalError {
+    /// The model file failed validation before llama.cpp saw it.
+    #[error("invalid model file: {0}")]
+    InvalidModel(#[from] crate::gguf::GgufError),
+    /// llama.cpp refused a file that passed validation.
+    #[error("llama.cpp could not load {path}: {detail}")]
+    ModelLoad {
+        /// The model file.
+        path: PathBuf,
+        /// What llama.cpp said.
+        detail: String,
+    },
+    /// llama.cpp could not create a context (often: not enough memory).
+    #[error("llama.cpp could not create a context of {context_size} tokens: {detail}")]
+    Context {
+        /// Requested context size.
+        context_size: u32,
+        /// What llama.cpp said.
+        detail: String,
+    },
+    /// The chat template cannot be applied.
+    #[error("chat template: {detail}")]
+    ChatTemplate {
+        /// What is wrong.
+        detail: String,
+    },
+    /// The prompt does not fit in the context.
+    #[error("prompt of {prompt_tokens} tokens does not fit a context of {context_size} tokens")]
+    PromptTooLong {
+        /// Prompt size.
+        prompt_tokens: u32,
+        /// Context size.
+        context_size: u32,
+    },
+    /// The request itself is invalid.
+    #[error(transparent)]
+    InvalidRequest(#[from] crate::request::InvalidRequest),
+    /// `llama_decode` failed for a reason other than an abort.
+    #[error("llama.cpp decode failed: {detail}")]
+    Decode {
+        /// What llama.cpp returned.
+        detail: String,
+    },
+    /// The job panicked (for example in its token sink). The lane reset its
+    /// context and keeps working.
+    #[error("local job panicked: {detail}")]
+    Panicked {
+        /// The panic message.
+        detail: String,
+    },
+    /// The worker thread is gone (the lane was shut down).
+    #[error("the local lane's worker has stopped")]
+    WorkerGone,
+    /// The worker thread could not be started.
+    #[error("could not start the local lane's worker thread: {detail}")]
+    Spawn {
+        /// What the OS said.
+        detail: String,
+    },
+}
+
+impl LocalError {
+    /// A stable snake_case name for the variant, for JSON and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LocalError::InvalidModel(_) => "invalid_model",
+            LocalError::ModelLoad { .. } => "model_load",
+            LocalError::Context { .. } => "context",
+            LocalError::ChatTemplate { .. } => "chat_template",
+            LocalError::PromptTooLong { .. } => "prompt_too_long",
+            LocalError::InvalidRequest(_) => "invalid_request",
+            LocalError::Decode { .. } => "decode",
+            LocalError::Panicked { .. } => "panicked",
+            LocalError::WorkerGone => "worker_gone",
+            LocalError::Spawn { .. } => "spawn",
+        }
+    }
+}
+
+/// One queued job and where its result goes.
+struct Envelope {
+    job: LaneJob,
+    progress: Option<ProgressSink>,
+    submitted_at: Instant,
+    reply: oneshot::Sender<Result<LocalCompletion, LocalError>>,
+}
+
+/// Handle to a running local lane. Clones share the same worker.
+#[derive(Clone)]
+pub struct LocalLane {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    jobs: Mutex<Option<mpsc::Sender<Envelope>>>,
+    exited: Mutex<mpsc::Receiver<()>>,
+    info: LocalInfo,
+    model: Arc<llama_cpp_2::model::LlamaModel>,
+}
+
+impl std::fmt::Debug for LocalLane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalLane")
+            .field("info", &self.inner.info)
+            .finish()
+    }
+}
+
+impl LocalLane {
+    /// Starts the worker thread, validates and loads the model, creates the
+    /// context, and returns once all of that succeeded (or with its error).
+    pub fn start(config: LocalConfig) -> Result<Self, LocalError> {
+        let started = worker::spawn(config)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                jobs: Mutex::new(Some(started.jobs)),
+                exited: Mutex::new(started.exited),
+                info: started.info,
+                model: started.model,
+            }),
+        })
+    }
+
+    /// What the worker reported at start-up.
+    pub fn info(&self) -> &LocalInfo {
+        &self.inner.info
+    }
+
+    /// Queues a job and returns at once. The worker runs jobs one at a time;
+    /// admission (one outstanding task) is the caller's business.
+    pub fn submit(&self, job: LaneJob) -> LocalTicket {
+        self.enqueue(job, None)
+    }
+
+    /// Like [`LocalLane::submit`], and reports prompt progress to `progress`.
+    pub fn submit_with_progress(
+        &self,
+        job: LaneJob,
+        progress: impl FnMut(PromptProgress) + Send + 'static,
+    ) -> LocalTicket {
+        self.enqueue(job, Some(Box::new(progress)))
+    }
+
+    fn enqueue(&self, job: LaneJob, progress: Option<ProgressSink>) -> LocalTicket {
+        let (reply, rx) = oneshot::channel();
+        let envelope = Envelope {
+            job,
+            progress,
+            submitted_at: Instant::now(),
+            reply,
+        };
+        let sender = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        // On failure the envelope (job, permit and reply) is dropped here, so
+        // the ticket resolves to `WorkerGone` and the permit is released.
+        if let Some(sender) = sender {
+            let _ = sender.send(envelope);
+        }
+        LocalTicket { rx }
+    }
+
+    /// Runs a job and waits for it. Must not be called from inside an async
+    /// runtime (use [`LocalLane::submit`] and `.await` there).
+    pub fn generate(&self, job: LaneJob) -> Result<LocalCompletion, LocalError> {
+        self.submit(job).wait()
+    }
+
+    /// Counts the tokens of `text` with the model's tokenizer (no special
+    /// tokens added). Any thread; does not wait for the worker.
+    pub fn count_tokens(&self, text: &str) -> usize {
+        self.inner
+            .model
+            .vocab()
+            .tokenize(text.as_bytes(), false, false)
+            .len()
+    }
+
+    /// Stops taking jobs (for every clone), lets the running job finish, and
+    /// waits up to `grace` for the worker to exit. Returns true if it exited.
+    pub fn shutdown(&self, grace: Duration) -> bool {
+        self.inner
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let exited = self.inner.exited.lock().unwrap_or_else(|e| e.into_inner());
+        !matches!(
+            exited.recv_timeout(grace),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        )
+    }
+}
+
+/// The pending result of a submitted job: `.await` it, or [`LocalTicket::wait`].
+#[derive(Debug)]
+pub struct LocalTicket {
+    rx: oneshot::Receiver<Result<LocalCompletion, LocalError>>,
+}
+
+impl LocalTicket {
+    /// Blocks until the job ends. Must not be called inside an async runtime.
+    pub fn wait(self) -> Result<LocalCompletion, LocalError> {
+        self.rx
+            .blocking_recv()
+            .unwrap_or(Err(LocalError::WorkerGone))
+    }
+}
+
+impl Future for LocalTicket {
+    type Output = Result<LocalCompletion, LocalError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(LocalError::WorkerGone)))
+    }
+}
+
+fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+fn opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64() * 1e3),
+        None => s.serialize_none(),
+    }
+}

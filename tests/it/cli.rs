@@ -1,1 +1,159 @@
-//! Integration tests: cli.
+//! Integration tests: the real `edgecloud` binary (local diagnostic).
+
+use crate::support::models::tiny_model;
+use serde_json::Value;
+use std::process::{Command, Output};
+
+pub(crate) fn edgecloud(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_edgecloud"))
+        .args(args)
+        .env_remove("EDGECLOUD_LOG")
+        .output()
+        .expect("the edgecloud binary runs")
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn model() -> &'static str {
+    tiny_model().to_str().expect("temp paths are UTF-8 here")
+}
+
+#[test]
+fn local_json_reports_a_completed_run() {
+    let out = edgecloud(&[
+        "local",
+        "--model",
+        model(),
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "8",
+        "--seed",
+        "3",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json_of(&out);
+    assert_eq!(v["lane"], "local");
+    assert_eq!(v["status"], "completed");
+    assert!(v["error"].is_null());
+    assert!(v["text"].is_string());
+    assert!(matches!(
+        v["finish_reason"].as_str(),
+        Some("stop" | "length")
+    ));
+    assert!(v["prompt_tokens"].as_u64().unwrap() > 0);
+    let completion = v["completion_tokens"].as_u64().unwrap();
+    assert!((1..=8).contains(&completion));
+    for field in [
+        "load_ms",
+        "ttft_ms",
+        "total_ms",
+        "prompt_tokens_per_s",
+        "mean_logprob",
+    ] {
+        assert!(v[field].is_number(), "{field} should be a number: {v}");
+    }
+    assert!(v["ttft_ms"].as_f64().unwrap() <= v["total_ms"].as_f64().unwrap());
+}
+
+#[test]
+fn local_same_seed_gives_the_same_text_across_processes() {
+    let run = || {
+        json_of(&edgecloud(&[
+            "local",
+            "--model",
+            model(),
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "12",
+            "--seed",
+            "21",
+            "--json",
+        ]))["text"]
+            .clone()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn local_deadline_reached_is_reported_and_exits_non_zero() {
+    let out = edgecloud(&[
+        "local",
+        "--model",
+        model(),
+        "--prompt",
+        "Hello",
+        "--deadline-ms",
+        "0",
+        "--json",
+    ]);
+    assert!(!out.status.success());
+    let v = json_of(&out);
+    assert_eq!(v["status"], "deadline_exceeded");
+    assert_eq!(v["finish_reason"], "deadline");
+    assert!(!out.stderr.is_empty(), "a message on stderr");
+}
+
+#[test]
+fn local_bad_model_fails_with_a_clear_error() {
+    let out = edgecloud(&[
+        "local",
+        "--model",
+        "/nonexistent/m.gguf",
+        "--prompt",
+        "x",
+        "--json",
+    ]);
+    assert!(!out.status.success());
+    let v = json_of(&out);
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["error"]["kind"], "invalid_model");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/m.gguf"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/m.gguf"));
+}
+
+#[test]
+fn local_text_mode_streams_then_prints_the_breakdown() {
+    let out = edgecloud(&[
+        "local",
+        "--model",
+        model(),
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "6",
+        "--seed",
+        "1",
+    ]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for label in [
+        "status",
+        "model load",
+        "prompt",
+        "first token",
+        "generation",
+        "total",
+    ] {
+        assert!(stdout.contains(label), "missing {label:?} in:\n{stdout}");
+    }
+}

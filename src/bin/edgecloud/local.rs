@@ -1,11 +1,225 @@
-//! `edgecloud local`: the local lane's synchronous diagnostic.
+//! `edgecloud local`: the local lane's synchronous diagnostic. Loads the
+//! model (reported apart, as `load_ms`), then runs one request whose
+//! deadline and `total_ms` both count from the request's start.
 
+use anyhow::Context as _;
+use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
+use edgecloud::{ChatMessage, FinishReason, LaneJob, Sampling};
+use serde_json::{json, Value};
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 /// Arguments of `edgecloud local`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct LocalArgs {}
+pub(crate) struct LocalArgs {
+    /// GGUF model file.
+    #[arg(long)]
+    model: PathBuf,
+    /// The user message.
+    #[arg(long)]
+    prompt: String,
+    /// An optional system message.
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: u32,
+    /// Cancel the request this many milliseconds after it starts (after the
+    /// model has loaded), even in the middle of the prompt.
+    #[arg(long)]
+    deadline_ms: Option<u64>,
+    /// Compute threads (default: physical cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Sampling seed, for reproducible output.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Top-k sampling (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: u32,
+    /// Stop before this string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Context size in tokens (default: the model's, at most 4096).
+    #[arg(long)]
+    context_size: Option<u32>,
+    /// Prompt batch size.
+    #[arg(long, default_value_t = 512)]
+    batch_size: u32,
+    /// Layers to offload to a GPU.
+    #[arg(long, default_value_t = 0)]
+    gpu_layers: u32,
+    /// Print one JSON object instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
 
-pub(crate) fn run(_args: LocalArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
+    let config = LocalConfig {
+        model: args.model.clone(),
+        threads: args.threads,
+        context_size: args.context_size,
+        batch_size: args.batch_size,
+        gpu_layers: args.gpu_layers,
+        chat_template: None,
+    };
+    let lane = match LocalLane::start(config) {
+        Ok(lane) => lane,
+        Err(err) => return report_failure(&args, &err, None),
+    };
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(ChatMessage::system(system.clone()));
+    }
+    messages.push(ChatMessage::user(args.prompt.clone()));
+    let sampling = Sampling {
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        seed: args.seed,
+        stop: args.stop.clone(),
+    };
+    let start = Instant::now();
+    let deadline = args
+        .deadline_ms
+        .map_or(start + Duration::from_secs(365 * 24 * 3600), |ms| {
+            start + Duration::from_millis(ms)
+        });
+    let mut job = LaneJob::new(messages, sampling, deadline);
+    if !args.json {
+        job = job.with_sink(|text| {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        });
+    }
+    let load_ms = ms(lane.info().load_time);
+    match lane.generate(job) {
+        Ok(done) => report(&args, &lane, &done, load_ms),
+        Err(err) => report_failure(&args, &err, Some(load_ms)),
+    }
+}
+
+fn status(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop | FinishReason::Length => "completed",
+        FinishReason::Cancelled => "cancelled",
+        FinishReason::Deadline => "deadline_exceeded",
+    }
+}
+
+fn report(
+    args: &LocalArgs,
+    lane: &LocalLane,
+    done: &LocalCompletion,
+    load_ms: f64,
+) -> anyhow::Result<ExitCode> {
+    let status = status(done.finish_reason);
+    let t = &done.timings;
+    if args.json {
+        let info = lane.info();
+        print_json(&json!({
+            "lane": "local",
+            "status": status,
+            "text": done.text,
+            "finish_reason": done.finish_reason.as_str(),
+            "prompt_tokens": done.prompt_tokens,
+            "reused_prompt_tokens": done.reused_prompt_tokens,
+            "completion_tokens": done.completion_tokens,
+            "load_ms": load_ms,
+            "prompt_eval_ms": ms(t.prompt_eval),
+            "ttft_ms": t.ttft.map(ms),
+            "total_ms": ms(t.total),
+            "prompt_tokens_per_s": t.prompt_tokens_per_s,
+            "gen_tokens_per_s": t.gen_tokens_per_s,
+            "mean_logprob": done.mean_logprob,
+            "min_logprob": done.min_logprob,
+            "deadline_ms": args.deadline_ms,
+            "model": info.model,
+            "threads": info.threads,
+            "context_size": info.context_size,
+            "chat_template": info.chat_template,
+            "error": Value::Null,
+        }))?;
+    } else {
+        let opt =
+            |v: Option<f64>, unit: &str| v.map_or("-".to_owned(), |v| format!("{v:.1}{unit}"));
+        println!();
+        println!("---");
+        println!(
+            "status           {status} ({})",
+            done.finish_reason.as_str()
+        );
+        println!("model load       {load_ms:.1} ms");
+        println!(
+            "prompt           {} tokens ({} reused), {} , {}",
+            done.prompt_tokens,
+            done.reused_prompt_tokens,
+            format_args!("{:.1} ms", ms(t.prompt_eval)),
+            opt(t.prompt_tokens_per_s, " tok/s"),
+        );
+        println!("first token      {}", opt(t.ttft.map(ms), " ms"));
+        println!(
+            "generation       {} tokens, {}",
+            done.completion_tokens,
+            opt(t.gen_tokens_per_s, " tok/s")
+        );
+        println!("total            {:.1} ms", ms(t.total));
+        println!(
+            "mean logprob     {}",
+            done.mean_logprob.map_or("-".into(), |v| format!("{v:.3}"))
+        );
+    }
+    if status == "completed" {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("edgecloud: the request did not complete: {status}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn report_failure(
+    args: &LocalArgs,
+    err: &LocalError,
+    load_ms: Option<f64>,
+) -> anyhow::Result<ExitCode> {
+    if args.json {
+        print_json(&json!({
+            "lane": "local",
+            "status": "failed",
+            "text": "",
+            "finish_reason": Value::Null,
+            "prompt_tokens": Value::Null,
+            "completion_tokens": Value::Null,
+            "load_ms": load_ms,
+            "ttft_ms": Value::Null,
+            "total_ms": Value::Null,
+            "prompt_tokens_per_s": Value::Null,
+            "gen_tokens_per_s": Value::Null,
+            "mean_logprob": Value::Null,
+            "error": { "kind": err.kind(), "message": err.to_string() },
+        }))?;
+    }
+    eprintln!("edgecloud: local lane failed: {err}");
+    Ok(ExitCode::FAILURE)
+}
+
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value).context("writing JSON to stdout")?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }

@@ -45,10 +45,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `EDGECLOUD_LOG` (default: warnings).
+/// Logs go to stderr, filtered by `EDGECLOUD_LOG` (default: warnings;
+/// llama.cpp's own log is off by default because its errors already reach
+/// the user inside edgecloud's error messages).
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("EDGECLOUD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,llama.cpp=off"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -1,3 +1,5 @@
 //! Shared test support: generated models, loopback servers, scripted backends.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod models;
 pub mod scripted;

@@ -1,0 +1,460 @@
+//! Generates llama-architecture GGUF models with random weights, for tests
+//! and benchmarks without a network: a working byte-level BPE tokenizer, a
+//! ChatML chat template, and weights from a seeded PRNG, so one seed always
+//! gives a byte-identical file. The output is noise by design; only shape,
+//! speed and the tokenizer are realistic.
+//!
+//! This module writes files; it never loads them into llama.cpp.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::str::FromStr;
+
+use super::format::{self, GgmlType};
+use super::vocab::{self, CHATML_TEMPLATE, ENDOFTEXT_ID, IM_END_ID, IM_START_ID};
+use super::writer::{write_gguf, TensorSpec, Value};
+use super::GgufError;
+
+/// Which model shape to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Preset {
+    /// A minimal model for tests: n_embd 64, 2 layers, 4 heads / 2 KV heads,
+    /// FFN 128, vocabulary 512, all F32, tied output head; about 0.5 MB.
+    Tiny,
+    /// The SmolLM2-135M shape for benchmarks: n_embd 576, 30 layers,
+    /// 9 heads / 3 KV heads, FFN 1536, vocabulary 49152, Q8_0 matrices and
+    /// F32 norms, tied output head; about 145 MB.
+    Bench135m,
+}
+
+impl Preset {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Tiny => "tiny",
+            Preset::Bench135m => "bench-135m",
+        }
+    }
+
+    fn shape(self) -> Shape {
+        match self {
+            Preset::Tiny => Shape {
+                n_embd: 64,
+                n_layer: 2,
+                n_head: 4,
+                n_head_kv: 2,
+                n_ff: 128,
+                n_vocab: 512,
+                n_ctx: 2048,
+                rope_base: 10_000.0,
+                matrix_type: format::F32,
+                file_type: 0,
+            },
+            Preset::Bench135m => Shape {
+                n_embd: 576,
+                n_layer: 30,
+                n_head: 9,
+                n_head_kv: 3,
+                n_ff: 1536,
+                n_vocab: 49152,
+                n_ctx: 8192,
+                rope_base: 100_000.0,
+                matrix_type: format::Q8_0,
+                file_type: 7,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A preset name that is not `tiny` or `bench-135m`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown model preset {0:?} (expected \"tiny\" or \"bench-135m\")")]
+pub struct UnknownPreset(String);
+
+impl FromStr for Preset {
+    type Err = UnknownPreset;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "tiny" => Ok(Preset::Tiny),
+            "bench-135m" => Ok(Preset::Bench135m),
+            other => Err(UnknownPreset(other.to_string())),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    n_embd: u64,
+    n_layer: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    n_ff: u64,
+    n_vocab: u64,
+    n_ctx: u32,
+    rope_base: f32,
+    matrix_type: GgmlType,
+    file_type: u32,
+}
+
+/// Writes a random-weight llama model of the given preset to `path`
+/// (the parent directory must exist; an existing file is replaced).
+///
+/// The same `preset` and `seed` always produce a byte-identical file.
+pub fn write_model(path: &Path, preset: Preset, seed: u64) -> Result<(), GgufError> {
+    let file = File::create(path).map_err(|e| GgufError::io(path, e))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    write_model_to(&mut out, preset, seed).map_err(|e| GgufError::io(path, e))?;
+    // No fsync: callers read the file back through the page cache, and
+    // tests write many of these.
+    out.into_inner()
+        .map_err(|e| GgufError::io(path, e.into_error()))?;
+    tracing::debug!(path = %path.display(), %preset, seed, "wrote generated model");
+    Ok(())
+}
+
+/// Writes the model to any writer (used by `write_model` and the tests).
+pub(crate) fn write_model_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result<()> {
+    let s = preset.shape();
+    let vocab = vocab::build(s.n_vocab as usize);
+    let head_dim = s.n_embd / s.n_head;
+    let n_embd_kv = head_dim * s.n_head_kv;
+
+    let u32v = |v: u64| Value::U32(u32::try_from(v).expect("preset dimensions fit in u32"));
+    let mut metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::Str("llama".into())),
+        (
+            "general.name",
+            Value::Str(format!("edgecloud {preset} (random weights)")),
+        ),
+        (
+            "general.alignment",
+            Value::U32(format::DEFAULT_ALIGNMENT as u32),
+        ),
+        ("general.file_type", Value::U32(s.file_type)),
+        ("llama.vocab_size", u32v(s.n_vocab)),
+        ("llama.context_length", Value::U32(s.n_ctx)),
+        ("llama.embedding_length", u32v(s.n_embd)),
+        ("llama.block_count", u32v(s.n_layer)),
+        ("llama.feed_forward_length", u32v(s.n_ff)),
+        ("llama.attention.head_count", u32v(s.n_head)),
+        ("llama.attention.head_count_kv", u32v(s.n_head_kv)),
+        ("llama.rope.dimension_count", u32v(head_dim)),
+        ("llama.rope.freq_base", Value::F32(s.rope_base)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("tokenizer.ggml.model", Value::Str("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::Str("default".into())),
+        ("tokenizer.ggml.tokens", Value::StrArray(vocab.tokens)),
+        (
+            "tokenizer.ggml.token_type",
+            Value::I32Array(vocab.token_types),
+        ),
+        ("tokenizer.ggml.scores", Value::F32Array(vocab.scores)),
+        ("tokenizer.ggml.merges", Value::StrArray(vocab.merges)),
+        ("tokenizer.ggml.bos_token_id", Value::U32(IM_START_ID)),
+        ("tokenizer.ggml.eos_token_id", Value::U32(IM_END_ID)),
+        // Explicit, or llama.cpp guesses end-of-turn from the token texts in
+        // hash-map order, which differs between vocabulary sizes.
+        ("tokenizer.ggml.eot_token_id", Value::U32(IM_END_ID)),
+        ("tokenizer.ggml.unknown_token_id", Value::U32(ENDOFTEXT_ID)),
+        ("tokenizer.ggml.padding_token_id", Value::U32(ENDOFTEXT_ID)),
+        ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+        (
+            "tokenizer.chat_template",
+            Value::Str(CHATML_TEMPLATE.into()),
+        ),
+        (
+            "edgecloud.generator.preset",
+            Value::Str(preset.name().into()),
+        ),
+        ("edgecloud.generator.seed", Value::U64(seed)),
+    ];
+    if s.file_type != 0 {
+        metadata.push(("general.quantization_version", Value::U32(2)));
+    }
+
+    let matrix = |name: String, cols: u64, rows: u64| TensorSpec {
+        name,
+        dims: vec![cols, rows],
+        ty: s.matrix_type,
+    };
+    let norm = |name: String| TensorSpec {
+        name,
+        dims: vec![s.n_embd],
+        ty: format::F32,
+    };
+    let mut tensors = vec![matrix("token_embd.weight".into(), s.n_embd, s.n_vocab)];
+    for i in 0..s.n_layer {
+        tensors.push(norm(format!("blk.{i}.attn_norm.weight")));
+        tensors.push(matrix(format!("blk.{i}.attn_q.weight"), s.n_embd, s.n_embd));
+        tensors.push(matrix(
+            format!("blk.{i}.attn_k.weight"),
+            s.n_embd,
+            n_embd_kv,
+        ));
+        tensors.push(matrix(
+            format!("blk.{i}.attn_v.weight"),
+            s.n_embd,
+            n_embd_kv,
+        ));
+        tensors.push(matrix(
+            format!("blk.{i}.attn_output.weight"),
+            s.n_embd,
+            s.n_embd,
+        ));
+        tensors.push(norm(format!("blk.{i}.ffn_norm.weight")));
+        tensors.push(matrix(format!("blk.{i}.ffn_gate.weight"), s.n_embd, s.n_ff));
+        tensors.push(matrix(format!("blk.{i}.ffn_up.weight"), s.n_embd, s.n_ff));
+        tensors.push(matrix(format!("blk.{i}.ffn_down.weight"), s.n_ff, s.n_embd));
+    }
+    tensors.push(norm("output_norm.weight".into()));
+
+    write_gguf(
+        out,
+        &metadata,
+        &tensors,
+        format::DEFAULT_ALIGNMENT,
+        |i, w| {
+            let t = &tensors[i];
+            if t.dims.len() == 1 {
+                // RMS norm weights of 1.0 keep activations at a sane scale.
+                let ones: Vec<u8> = (0..t.dims[0]).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+                return w.write_all(&ones);
+            }
+            // One stream per tensor, so a tensor's values do not depend on the
+            // order tensors are written in.
+            let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            write_random(w, t, &mut rng)
+        },
+    )
+}
+
+/// Standard deviation of generated weights: small, like a freshly
+/// initialised network, so activations never overflow.
+const WEIGHT_STD: f32 = 0.02;
+
+fn write_random(w: &mut dyn Write, t: &TensorSpec, rng: &mut Rng) -> io::Result<()> {
+    let row_len = t.dims[0] as usize;
+    let rows: u64 = t.dims[1..].iter().product();
+    let mut values = vec![0f32; row_len];
+    let mut buf = Vec::with_capacity(row_len * 4);
+    for _ in 0..rows {
+        values
+            .iter_mut()
+            .for_each(|v| *v = rng.normalish() * WEIGHT_STD);
+        buf.clear();
+        match t.ty {
+            format::F32 => values
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes())),
+            format::Q8_0 => quantize_q8_0(&values, &mut buf),
+            other => unreachable!("the generator only writes F32 and Q8_0, not {}", other.name),
+        }
+        w.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+/// ggml's Q8_0: per 32 values, an f16 scale `d = max|x| / 127` followed by
+/// 32 signed bytes `round(x / d)`.
+fn quantize_q8_0(values: &[f32], out: &mut Vec<u8>) {
+    for block in values.chunks_exact(32) {
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&f32_to_f16_bits(d).to_le_bytes());
+        out.extend(block.iter().map(|v| (v * inv).round() as i8 as u8));
+    }
+}
+
+/// IEEE binary16 from f32, round to nearest even (no dependency needed for
+/// the few scales we write). Handles subnormals, overflow to infinity, NaN.
+pub(crate) fn f32_to_f16_bits(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let mant = bits & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if mant != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        // Subnormal: shift the implicit bit in, then round.
+        let m = mant | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rem = m & ((1 << shift) - 1);
+        let mut h = m >> shift;
+        if rem > half || (rem == half && h & 1 == 1) {
+            h += 1;
+        }
+        return sign | h as u16;
+    }
+    let mut h = ((e as u32) << 10) | (mant >> 13);
+    let rem = mant & 0x1fff;
+    if rem > 0x1000 || (rem == 0x1000 && h & 1 == 1) {
+        h += 1; // may carry into the exponent, which is still correct
+    }
+    sign | h as u16
+}
+
+/// SplitMix64: tiny, fast, and good enough for weights nobody will train.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Roughly standard normal: the centred sum of four 16-bit uniforms
+    /// (Irwin-Hall), scaled to unit variance. One PRNG call per value.
+    fn normalish(&mut self) -> f32 {
+        let r = self.next_u64();
+        let sum: u32 = (0..4).map(|k| ((r >> (16 * k)) & 0xffff) as u32).sum();
+        // Sum of 4 uniforms on [0, 65536): mean 2*65536, variance 4/12 * 65536^2.
+        const SCALE: f32 = 1.0 / (65536.0 * 0.577_350_26);
+        (sum as f32 - 131_072.0) * SCALE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preset_names_round_trip() {
+        for p in [Preset::Tiny, Preset::Bench135m] {
+            assert_eq!(p.to_string().parse::<Preset>().unwrap(), p);
+        }
+        let err = "huge".parse::<Preset>().unwrap_err();
+        assert!(err.to_string().contains("huge"));
+    }
+
+    #[test]
+    fn f16_conversion_matches_known_values() {
+        assert_eq!(f32_to_f16_bits(0.0), 0x0000);
+        assert_eq!(f32_to_f16_bits(-0.0), 0x8000);
+        assert_eq!(f32_to_f16_bits(1.0), 0x3c00);
+        assert_eq!(f32_to_f16_bits(-2.0), 0xc000);
+        assert_eq!(f32_to_f16_bits(65504.0), 0x7bff);
+        assert_eq!(f32_to_f16_bits(1e6), 0x7c00);
+        assert_eq!(f32_to_f16_bits(f32::NAN) & 0x7c00, 0x7c00);
+        // Smallest subnormal and smallest normal.
+        assert_eq!(f32_to_f16_bits(5.960_464_5e-8), 0x0001);
+        assert_eq!(f32_to_f16_bits(6.103_515_6e-5), 0x0400);
+        assert_eq!(f32_to_f16_bits(1e-5), 0x00a8);
+        // A typical Q8_0 scale: 0.06 / 127.
+        assert_eq!(f32_to_f16_bits(0.000_472_4), 0x0fbd);
+    }
+
+    #[test]
+    fn normalish_has_unit_scale() {
+        let mut rng = Rng::new(7);
+        let n = 100_000;
+        let xs: Vec<f32> = (0..n).map(|_| rng.normalish()).collect();
+        let mean = xs.iter().sum::<f32>() / n as f32;
+        let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / n as f32;
+        assert!(mean.abs() < 0.02, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.05, "variance {var}");
+    }
+
+    fn tiny_bytes(seed: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_model_to(&mut out, Preset::Tiny, seed).unwrap();
+        out
+    }
+
+    #[test]
+    fn same_seed_same_bytes_different_seed_different_bytes() {
+        let a = tiny_bytes(1);
+        assert_eq!(a, tiny_bytes(1));
+        assert_ne!(a, tiny_bytes(2));
+        assert!(a.len() < 1_000_000, "tiny model is {} bytes", a.len());
+        assert_eq!(&a[..4], b"GGUF");
+    }
+
+    #[test]
+    fn tokenizer_metadata_is_what_llama_cpp_needs() {
+        let bytes = tiny_bytes(1);
+        let h = crate::gguf::reader::read_header_from_bytes(&bytes).unwrap();
+        let int = |k: &str| h.get(k).unwrap().value.as_i64().unwrap();
+        let text = |k: &str| h.get(k).unwrap().value.as_str().unwrap().to_string();
+        assert_eq!(text("tokenizer.ggml.model"), "gpt2");
+        // "gpt2" here is refused by llama.cpp ("unknown pre-tokenizer type").
+        assert_eq!(text("tokenizer.ggml.pre"), "default");
+        assert_eq!(int("tokenizer.ggml.bos_token_id"), 1);
+        assert_eq!(int("tokenizer.ggml.eos_token_id"), 2);
+        assert_eq!(int("tokenizer.ggml.eot_token_id"), 2);
+        assert!(text("tokenizer.chat_template").contains("<|im_start|>"));
+        let tokens = h
+            .get("tokenizer.ggml.tokens")
+            .unwrap()
+            .value
+            .as_array()
+            .unwrap();
+        assert_eq!(tokens.str_at(1), Some("<|im_start|>"));
+        assert_eq!(tokens.str_at(2), Some("<|im_end|>"));
+        let types = h
+            .get("tokenizer.ggml.token_type")
+            .unwrap()
+            .value
+            .as_array()
+            .unwrap();
+        let types: Vec<i64> = types.ints().collect();
+        assert_eq!(&types[..4], &[3, 3, 3, 1], "specials are control tokens");
+        // No separate output head: llama.cpp ties it to the embedding.
+        assert!(h.tensors.iter().all(|t| t.name != "output.weight"));
+        assert!(h.tensors.iter().all(|t| t.ty == format::F32));
+    }
+
+    #[test]
+    fn write_model_creates_the_file_and_reports_missing_dirs() {
+        let dir = std::env::temp_dir().join(format!("edgecloud-gen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.gguf");
+        write_model(&path, Preset::Tiny, 3).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), tiny_bytes(3));
+        let missing = dir.join("no/such/dir/x.gguf");
+        assert!(matches!(
+            write_model(&missing, Preset::Tiny, 3),
+            Err(GgufError::NotFound { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn q8_0_block_round_trips_within_one_step() {
+        let values: Vec<f32> = (0..32).map(|i| (i as f32 - 16.0) * 0.001).collect();
+        let mut out = Vec::new();
+        quantize_q8_0(&values, &mut out);
+        assert_eq!(out.len(), 34);
+        let d = 0.016f32 / 127.0;
+        for (i, v) in values.iter().enumerate() {
+            let q = out[2 + i] as i8 as f32;
+            assert!((q * d - v).abs() <= d, "value {i}");
+        }
+    }
+}

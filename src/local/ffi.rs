@@ -1,0 +1,157 @@
+//! The only unsafe code of the local lane: the two llama.cpp hooks that the
+//! safe `llama-cpp-2` API (0.1.160) does not expose.
+//!
+//! - **Abort callback.** llama.cpp polls `abort_callback(data)` during graph
+//!   compute (on CPU after every graph node); returning true makes
+//!   `llama_decode` return 2 promptly. We install it through the context
+//!   parameters, before the context exists, so it is in place for the
+//!   context's whole life.
+//! - **Log callback.** llama.cpp's log goes into `tracing` (target
+//!   `llama.cpp`), and its recent error lines are kept so that an opaque load
+//!   failure can say what llama.cpp complained about.
+//!
+//! This module must stay small: everything else in the lane is safe code.
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_sys_2::llama_context_params;
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What the abort callback looks at: the running job's token and deadline.
+/// The worker arms it for each job and disarms it after.
+#[derive(Default)]
+pub(crate) struct AbortSignal {
+    armed: Mutex<Option<(CancellationToken, Instant)>>,
+}
+
+impl AbortSignal {
+    pub(crate) fn arm(&self, cancel: CancellationToken, deadline: Instant) {
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some((cancel, deadline));
+    }
+
+    pub(crate) fn disarm(&self) {
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    pub(crate) fn should_abort(&self) -> bool {
+        match &*self.armed.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((cancel, deadline)) => cancel.is_cancelled() || Instant::now() >= *deadline,
+            None => false,
+        }
+    }
+}
+
+unsafe extern "C" fn abort_trampoline(data: *mut c_void) -> bool {
+    // SAFETY: `data` is the pointer `with_abort_signal` took from an
+    // `Arc<AbortSignal>` that the caller keeps alive for as long as the
+    // context exists (the worker drops the context before the signal).
+    // AbortSignal is Sync, so shared access from compute threads is fine.
+    let signal = unsafe { &*(data as *const AbortSignal) };
+    // A panic must not unwind into C.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| signal.should_abort())).unwrap_or(true)
+}
+
+// `LlamaContextParams` is a struct whose only field is the C
+// `llama_context_params`. The crate does not let us set the abort fields, so
+// we reinterpret it. These checks fail the build if its layout ever stops
+// matching (a field added, a wrapper changed).
+const _: () = assert!(
+    std::mem::size_of::<LlamaContextParams>() == std::mem::size_of::<llama_context_params>()
+);
+const _: () = assert!(
+    std::mem::align_of::<LlamaContextParams>() == std::mem::align_of::<llama_context_params>()
+);
+
+/// Returns `params` with llama.cpp's abort callback set to poll `signal`.
+///
+/// The caller must keep `signal` alive until the context built from these
+/// parameters is dropped.
+pub(crate) fn with_abort_signal(
+    params: LlamaContextParams,
+    signal: &Arc<AbortSignal>,
+) -> LlamaContextParams {
+    let expected_ctx = params.n_ctx();
+    // SAFETY: same size and alignment (checked above) and the wrapper's only
+    // field is the C struct, so the bytes are a valid `llama_context_params`.
+    // `LlamaContextParams` has no Drop, so the transmute loses nothing.
+    let mut raw: llama_context_params = unsafe { std::mem::transmute(params) };
+    assert_eq!(
+        std::num::NonZeroU32::new(raw.n_ctx),
+        expected_ctx,
+        "LlamaContextParams layout no longer wraps llama_context_params directly"
+    );
+    raw.abort_callback = Some(abort_trampoline);
+    raw.abort_callback_data = Arc::as_ptr(signal) as *mut c_void;
+    // SAFETY: the reverse of the transmute above; the wrapper holds raw
+    // pointers it never frees, so handing it ours is sound.
+    unsafe { std::mem::transmute::<llama_context_params, LlamaContextParams>(raw) }
+}
+
+/// llama.cpp's most recent warning and error lines, oldest first.
+fn recent_lines() -> &'static Mutex<VecDeque<String>> {
+    static LINES: OnceLock<Mutex<VecDeque<String>>> = OnceLock::new();
+    LINES.get_or_init(|| Mutex::new(VecDeque::with_capacity(RECENT_CAP)))
+}
+
+const RECENT_CAP: usize = 32;
+
+/// Clears the record of recent llama.cpp warnings and errors.
+pub(crate) fn clear_recent_log() {
+    recent_lines()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+}
+
+/// llama.cpp's warning and error lines since the last `clear_recent_log`.
+pub(crate) fn take_recent_log() -> Vec<String> {
+    recent_lines()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect()
+}
+
+unsafe extern "C" fn log_trampoline(level: u32, text: *const c_char, _user: *mut c_void) {
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: llama.cpp passes a NUL-terminated string valid for this call.
+    let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+    let line = line.trim_end();
+    if line.is_empty() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        use llama_cpp_sys_2::{GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_WARN};
+        match level {
+            GGML_LOG_LEVEL_ERROR | GGML_LOG_LEVEL_WARN => {
+                if level == GGML_LOG_LEVEL_ERROR {
+                    tracing::warn!(target: "llama.cpp", "{line}");
+                } else {
+                    tracing::debug!(target: "llama.cpp", "{line}");
+                }
+                let mut lines = recent_lines().lock().unwrap_or_else(|e| e.into_inner());
+                if lines.len() == RECENT_CAP {
+                    lines.pop_front();
+                }
+                lines.push_back(line.to_owned());
+            }
+            _ => tracing::trace!(target: "llama.cpp", "{line}"),
+        }
+    });
+}
+
+/// Routes llama.cpp's and ggml's logs into `tracing` and the recent-line
+/// record. Called once, when the backend starts.
+pub(crate) fn install_log_hook() {
+    // SAFETY: the callback is a plain function valid for the whole process
+    // and ignores its user-data pointer.
+    unsafe {
+        llama_cpp_sys_2::llama_log_set(Some(log_trampoline), std::ptr::null_mut());
+        llama_cpp_sys_2::ggml_log_set(Some(log_trampoline), std::ptr::null_mut());
+    }
+}

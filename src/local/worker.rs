@@ -1,0 +1,246 @@
+//! The worker thread: owns the model's llama.cpp context for its whole life,
+//! reports its start-up result, then runs jobs from its channel one at a
+//! time. A job that panics is caught, the context is reset, and the worker
+//! goes on.
+
+use super::ffi::{self, AbortSignal};
+use super::generate::{PromptFormat, Session};
+use super::{Envelope, LocalConfig, LocalError, LocalInfo};
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatTemplate, LlamaModel};
+use std::num::NonZeroU32;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// What `spawn` hands back once the worker is ready.
+pub(super) struct Started {
+    pub(super) jobs: mpsc::Sender<Envelope>,
+    pub(super) exited: mpsc::Receiver<()>,
+    pub(super) info: LocalInfo,
+    pub(super) model: Arc<LlamaModel>,
+}
+
+/// llama.cpp's backend is initialised once per process and shared.
+fn backend() -> &'static LlamaBackend {
+    static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
+    BACKEND.get_or_init(|| {
+        ffi::install_log_hook();
+        LlamaBackend::init().expect("llama.cpp backend is initialised only here, once")
+    })
+}
+
+/// Serialises model loads and context creation: creating contexts from one
+/// model in parallel is unsound, and the recent-log record must belong to
+/// one load at a time.
+static LOAD_LOCK: Mutex<()> = Mutex::new(());
+
+/// The number of physical cores (hyper-threads don't help llama.cpp),
+/// never more than the process may use.
+pub fn physical_cores() -> usize {
+    let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let physical = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| count_physical_cores(&info));
+    physical.map_or(allowed, |p| p.min(allowed)).max(1)
+}
+
+fn count_physical_cores(cpuinfo: &str) -> Option<usize> {
+    let mut cores = std::collections::HashSet::new();
+    let mut package = None;
+    for line in cpuinfo.lines() {
+        let mut parts = line.splitn(2, ':');
+        let key = parts.next().unwrap_or("").trim();
+        let value = parts.next().unwrap_or("").trim();
+        match key {
+            "physical id" => package = Some(value.to_owned()),
+            "core id" => {
+                cores.insert((package.clone(), value.to_owned()));
+            }
+            _ => {}
+        }
+    }
+    (!cores.is_empty()).then_some(cores.len())
+}
+
+pub(super) fn spawn(config: LocalConfig) -> Result<Started, LocalError> {
+    let (startup_tx, startup_rx) = mpsc::sync_channel(1);
+    let (jobs_tx, jobs_rx) = mpsc::channel::<Envelope>();
+    let (exited_tx, exited_rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("edgecloud-local".into())
+        .spawn(move || {
+            run_worker(config, startup_tx, jobs_rx);
+            let _ = exited_tx.send(());
+        })
+        .map_err(|e| LocalError::Spawn {
+            detail: e.to_string(),
+        })?;
+    let (info, model) = startup_rx.recv().unwrap_or_else(|_| {
+        Err(LocalError::Panicked {
+            detail: "the worker died while starting".into(),
+        })
+    })?;
+    Ok(Started {
+        jobs: jobs_tx,
+        exited: exited_rx,
+        info,
+        model,
+    })
+}
+
+type Startup = Result<(LocalInfo, Arc<LlamaModel>), LocalError>;
+
+fn run_worker(
+    config: LocalConfig,
+    startup: mpsc::SyncSender<Startup>,
+    jobs: mpsc::Receiver<Envelope>,
+) {
+    let started_at = Instant::now();
+    // Declared before the context so it is dropped after it: the context's
+    // abort callback points at it.
+    let signal = Arc::new(AbortSignal::default());
+    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, &signal))).unwrap_or_else(|p| {
+        Err(LocalError::Panicked {
+            detail: panic_message(&*p),
+        })
+    });
+    let (model, params, format, threads, context_size) = match loaded {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            let _ = startup.send(Err(err));
+            return;
+        }
+    };
+    let ctx = {
+        let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        model.new_context(backend(), params)
+    };
+    let ctx = match ctx {
+        Ok(ctx) => ctx,
+        Err(err) => {
+            let _ = startup.send(Err(LocalError::Context {
+                context_size,
+                detail: err.to_string(),
+            }));
+            return;
+        }
+    };
+    let info = LocalInfo {
+        model: config.model.clone(),
+        load_time: started_at.elapsed(),
+        context_size,
+        threads,
+        batch_size: config.batch_size,
+        gpu_layers: config.gpu_layers,
+        parameters: model.n_params(),
+        chat_template: format.describe(),
+    };
+    tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
+    if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
+        return;
+    }
+    let mut session = Session::new(&model, ctx, format, config.batch_size);
+    for envelope in jobs {
+        let Envelope {
+            mut job,
+            mut progress,
+            submitted_at,
+            reply,
+        } = envelope;
+        let permit = job.permit.take();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            session.run(&mut job, progress.as_mut(), submitted_at, &signal)
+        }))
+        .unwrap_or_else(|p| {
+            session.reset();
+            Err(LocalError::Panicked {
+                detail: panic_message(&*p),
+            })
+        });
+        signal.disarm();
+        // The slot is free before anyone can see the result.
+        drop(permit);
+        drop(job);
+        drop(progress);
+        let _ = reply.send(result);
+    }
+}
+
+type Loaded = (
+    Arc<LlamaModel>,
+    LlamaContextParams,
+    PromptFormat,
+    usize,
+    u32,
+);
+
+fn load(config: &LocalConfig, signal: &Arc<AbortSignal>) -> Result<Loaded, LocalError> {
+    // Validate first: some malformed files make llama.cpp abort the process.
+    crate::gguf::validate(&config.model)?;
+    let backend = backend();
+    let model = {
+        let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        ffi::clear_recent_log();
+        let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
+        LlamaModel::load_from_file(backend, &config.model, &params).map_err(|err| {
+            let said = ffi::take_recent_log();
+            LocalError::ModelLoad {
+                path: config.model.clone(),
+                detail: if said.is_empty() {
+                    err.to_string()
+                } else {
+                    said.join("; ")
+                },
+            }
+        })?
+    };
+    let format = PromptFormat::resolve(&model, config.chat_template.as_deref())?;
+    let threads = config.threads.unwrap_or_else(physical_cores).max(1);
+    let context_size = config
+        .context_size
+        .unwrap_or_else(|| model.n_ctx_train().clamp(1, 4096));
+    let batch = config.batch_size.max(1);
+    let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(context_size))
+        .with_n_batch(batch)
+        // One micro-batch per decode call: an abort then leaves no partial
+        // batch in the KV cache.
+        .with_n_ubatch(batch)
+        .with_n_threads(threads_i32)
+        .with_n_threads_batch(threads_i32);
+    let params = ffi::with_abort_signal(params, signal);
+    Ok((Arc::new(model), params, format, threads, context_size))
+}
+
+/// Reads a chat template llama.cpp may know, by name or full text.
+pub(super) fn template_from(text: &str) -> Result<LlamaChatTemplate, LocalError> {
+    LlamaChatTemplate::new(text).map_err(|e| LocalError::ChatTemplate {
+        detail: e.to_string(),
+    })
+}
+
+pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_physical_cores;
+
+    #[test]
+    fn hyperthreads_count_once() {
+        let info = "processor: 0\nphysical id: 0\ncore id: 0\n\nprocessor: 1\nphysical id: 0\ncore id: 0\n\nprocessor: 2\nphysical id: 0\ncore id: 1\n";
+        assert_eq!(count_physical_cores(info), Some(2));
+        assert_eq!(count_physical_cores("processor: 0\n"), None);
+    }
+}
