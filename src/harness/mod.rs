@@ -71,6 +71,7 @@
 //! # Ok::<(), edgecloud::harness::HarnessError>(())
 //! ```
 
+mod adapters;
 mod api;
 mod arbitration;
 mod backend;
@@ -90,6 +91,7 @@ pub mod scoring;
 mod serde_ms;
 mod slot;
 
+pub use adapters::{candidate_from_local, LocalBackend};
 pub use api::{Diagnostic, Harness};
 pub use arbitration::pick_highest;
 pub use backend::{

@@ -405,11 +405,7 @@ impl Coordinator {
             }
             tokio::select! {
                 biased;
-                () = &mut deadline => {
-                    let at_ms = self.at_ms();
-                    self.events.emit(|| Event::DeadlineReached { run_id, at_ms });
-                    break End::Deadline;
-                }
+                () = &mut deadline => break End::Deadline,
                 () = self.shared.abort.cancelled() => break End::Abort,
                 Some(msg) = self.rx.recv() => self.on_msg(msg, true),
                 Some((id, res)) = self.callbacks.next(), if !self.callbacks.is_empty() => {
@@ -674,6 +670,11 @@ impl Coordinator {
         }
         if lane == Lane::Cloud && self.prep != Prep::Ready {
             self.lanes[ix(lane)].want_start = true;
+            return;
+        }
+        if Instant::now() >= self.deadline {
+            self.lanes[ix(lane)]
+                .absent(LaneStatus::NotStarted, "deadline reached before it started");
             return;
         }
         let slot = self.slots[ix(lane)]
@@ -1041,7 +1042,14 @@ impl Coordinator {
         } else {
             (acceptable, "best acceptable answer")
         };
+        // A lane cut by the deadline can return before the run's own timer
+        // fires (both watch the same instant): that is still the deadline.
+        let cut_by_deadline = self.lanes.iter().any(|r| {
+            r.candidate()
+                .is_some_and(|c| c.finish_reason == crate::lane::FinishReason::Deadline)
+        });
         match pool.len() {
+            0 if cut_by_deadline || Instant::now() >= self.deadline => Some(End::Deadline),
             0 => Some(End::NoAnswer("no lane produced a usable answer".into())),
             1 => Some(End::Winner {
                 lane: pool[0],
@@ -1073,6 +1081,11 @@ impl Coordinator {
     /// the cancel grace (never past the deadline, never at the deadline),
     /// then settles.
     async fn finish(mut self, end: End) -> Outcome {
+        if matches!(end, End::Deadline) {
+            let (run_id, at_ms) = (self.run_id, self.at_ms());
+            self.events
+                .emit(|| Event::DeadlineReached { run_id, at_ms });
+        }
         let note = match &end {
             End::Deadline => "deadline reached before it was needed",
             End::Abort => "run aborted",

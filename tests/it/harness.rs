@@ -3,6 +3,9 @@
 //! backends the tests release through handles (no sleeps; deadlines that
 //! are meant to pass are short, the others are a minute long).
 
+mod e2e;
+mod stress;
+
 use crate::support::scripted::{Recorder, Scripted, Task, HANG};
 use edgecloud::harness::{
     AbortHandle, AbortResult, Backend, BackendFuture, BackendInfo, CallbackKind, CallbackStatus,

@@ -450,6 +450,17 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Waits until the events so far satisfy `done`; panics after [`HANG`].
+    pub fn wait_all(&self, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+        let (m, cv) = &*self.events;
+        let g = m.lock().unwrap();
+        let (g, t) = cv.wait_timeout_while(g, HANG, |v| !done(v)).unwrap();
+        assert!(!t.timed_out(), "events never matched; got {}", g.len());
+        g.clone()
+    }
+}
+
 impl Observer for Recorder {
     fn on_event(&self, event: &Event) {
         let (m, cv) = &*self.events;
