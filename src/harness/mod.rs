@@ -90,6 +90,7 @@ mod run;
 pub mod scoring;
 mod serde_ms;
 mod slot;
+mod timer;
 
 pub use adapters::{candidate_from_local, LocalBackend};
 pub use api::{Diagnostic, Harness};

@@ -397,7 +397,7 @@ impl Coordinator {
             deadline_ms: to_ms(self.deadline.saturating_duration_since(self.start)),
         });
         self.begin();
-        let deadline = tokio::time::sleep_until(tokio::time::Instant::from_std(self.deadline));
+        let deadline = super::timer::sleep_until(self.deadline);
         tokio::pin!(deadline);
         let end = loop {
             if let Some(end) = self.evaluate() {
@@ -1103,7 +1103,7 @@ impl Coordinator {
         }
         if !matches!(end, End::Deadline) {
             let until = self.deadline.min(Instant::now() + self.route.cancel_grace);
-            let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(until));
+            let sleep = super::timer::sleep_until(until);
             tokio::pin!(sleep);
             while self.lanes.iter().any(|r| {
                 r.phase == Phase::Running
