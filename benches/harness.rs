@@ -10,7 +10,9 @@
 //! (median, p99) and the overshoot past the deadline (median, p99, max) over
 //! at least 1000 runs where both lanes overrun, alone and with four
 //! harnesses at once; with `--local`, also with the real local lane
-//! (bench-135m) decoding a long prompt when the deadline hits.
+//! (bench-135m, generated into `target/bench-models/` unless
+//! `EDGECLOUD_BENCH_MODEL` names a file; threads: `EDGECLOUD_BENCH_THREADS`,
+//! default 2) decoding a long prompt when the deadline hits.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -200,8 +202,12 @@ fn overrunning_runs(n: usize, deadline: Duration) -> (Vec<f64>, Vec<f64>) {
 /// The real local lane on bench-135m, decoding a ~1500-token prompt when a
 /// 150 ms deadline hits.
 fn local_figures() {
-    let model = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/bench-models/bench-135m.gguf");
+    let model = std::env::var_os("EDGECLOUD_BENCH_MODEL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("target/bench-models/bench-135m.gguf")
+        });
     if !model.exists() {
         std::fs::create_dir_all(model.parent().expect("has a parent")).expect("writable");
         edgecloud::gguf::write_model(&model, edgecloud::gguf::Preset::Bench135m, 1)

@@ -2,6 +2,7 @@
 //! together and checked once. Configuration files go through
 //! [`HarnessBuilder::config`]; this module must not read files itself.
 
+use super::adapters::LocalBackend;
 use super::api::{Harness, Inner};
 use super::backend::Backend;
 use super::callbacks::{Arbiter, Compressor, PreScore, Scorer};
@@ -254,6 +255,21 @@ impl HarnessBuilder {
         }
         if let Some(d) = &config.harness.default_route {
             self.default_route = Some(d.clone());
+        }
+        Ok(self)
+    }
+
+    /// Starts the lanes a configuration describes (`[local]`: loads the
+    /// model, blocking; `[cloud]`: checks the settings and reads the key)
+    /// and puts them on the builder.
+    pub fn lanes_from(mut self, config: &HarnessConfig) -> Result<Self, HarnessError> {
+        if let Some(local) = &config.local {
+            let backend =
+                LocalBackend::start(local.clone()).map_err(|e| HarnessError::LaneStart {
+                    lane: Lane::Local,
+                    source: Box::new(e),
+                })?;
+            self = self.local(backend);
         }
         Ok(self)
     }

@@ -34,6 +34,7 @@ use super::policy::{
 use super::route::Route;
 use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer};
 use crate::lane::Lane;
+use crate::local::LocalConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,12 +70,12 @@ deadline_ms = 3000
 "#;
 
 /// A whole configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HarnessConfig {
-    /// The local lane's settings (passed to the local lane as they are).
+    /// The local lane's settings (`[local]`; see [`LocalConfig`]).
     #[serde(default)]
-    pub local: Option<toml::Table>,
+    pub local: Option<LocalConfig>,
     /// The cloud lane's settings (passed to the cloud lane as they are).
     #[serde(default)]
     pub cloud: Option<toml::Table>,
@@ -136,10 +137,21 @@ impl HarnessConfig {
         Ok(cfg)
     }
 
+    /// Starts the configured lanes and builds a harness with these settings
+    /// (for callbacks registered by name, use
+    /// [`HarnessBuilder::config`](super::HarnessBuilder::config) and
+    /// [`HarnessBuilder::lanes_from`](super::HarnessBuilder::lanes_from)).
+    pub fn build(&self) -> Result<super::Harness, super::HarnessError> {
+        super::HarnessBuilder::new()
+            .config(self)?
+            .lanes_from(self)?
+            .build()
+    }
+
     /// Checks what can be checked without the builder's registered
     /// callbacks: policy names and parameters, ranges, route references.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.harness.policy("harness")?;
+        self.harness.resolved_policy("harness")?;
         for (name, r) in &self.routes {
             if r.default_route.is_some() {
                 return Err(ConfigError::Invalid {
@@ -147,7 +159,7 @@ impl HarnessConfig {
                     detail: "default_route belongs in [harness]".into(),
                 });
             }
-            r.policy(&format!("routes.{name}"))?;
+            r.resolved_policy(&format!("routes.{name}"))?;
         }
         if let Some(d) = &self.harness.default_route {
             if !self.routes.contains_key(d) {
@@ -177,8 +189,9 @@ fn ms(key: &str, field: &str, v: Option<f64>) -> Result<Option<Duration>, Config
 }
 
 impl RouteConfig {
-    /// The policy this table sets, with its parameters.
-    fn policy(&self, key: &str) -> Result<Option<Policy>, ConfigError> {
+    /// The policy this table sets, with its parameters; `key` names the
+    /// table in errors (`harness`, `routes.NAME`).
+    pub fn resolved_policy(&self, key: &str) -> Result<Option<Policy>, ConfigError> {
         let params: [(&str, bool, PolicyKind); 6] = [
             (
                 "hedge_delay_ms",
@@ -241,10 +254,27 @@ impl RouteConfig {
         Ok(Some(policy))
     }
 
+    /// Sets the policy, dropping parameters that belong to other policies
+    /// (what a command-line `--policy` does to the file's setting).
+    pub fn set_policy(&mut self, kind: PolicyKind) {
+        self.policy = Some(kind.as_str().to_string());
+        if kind != PolicyKind::Hedge {
+            self.hedge_delay_ms = None;
+            self.hedge_primary = None;
+        }
+        if kind != PolicyKind::Cascade {
+            self.cascade_threshold = None;
+            self.local_share = None;
+        }
+        if kind != PolicyKind::Fallback {
+            self.cloud_share = None;
+        }
+    }
+
     /// This table as a [`Route`], resolving callback names.
     pub(crate) fn to_route(&self, key: &str, named: &Named) -> Result<Route, ConfigError> {
         let mut r = Route {
-            policy: self.policy(key)?,
+            policy: self.resolved_policy(key)?,
             deadline: self.deadline_ms.map(Duration::from_millis),
             commit: self.commit,
             ..Route::default()

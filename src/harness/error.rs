@@ -36,6 +36,16 @@ pub enum HarnessError {
     /// The harness could not start its own runtime or observer thread.
     #[error("could not start the harness: {0}")]
     Start(#[source] std::io::Error),
+    /// A lane described by the configuration could not be started (model
+    /// load, cloud settings).
+    #[error("could not start the {lane} lane: {source}")]
+    LaneStart {
+        /// The lane.
+        lane: Lane,
+        /// The lane's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
