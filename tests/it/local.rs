@@ -354,16 +354,16 @@ fn tokenizer_counts_match_the_prompt() {
 
 #[test]
 fn a_file_llama_cpp_refuses_after_validation_gets_llama_cpps_reason() {
-    // A valid GGUF whose architecture llama.cpp does not know: our validator
-    // accepts it, llama.cpp's loader refuses it with an opaque null.
+    // A valid GGUF whose pre-tokenizer llama.cpp does not know: our
+    // validator accepts it, llama.cpp's loader refuses it with an opaque null.
     let mut bytes = std::fs::read(tiny_model()).unwrap();
-    let key = b"general.architecture";
+    let key = b"tokenizer.ggml.pre";
     let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
-    // value type (u32 = 8, string), length (u64 = 5), then "llama"
+    // value type (u32 = 8, string), length (u64 = 7), then "default"
     let value = at + 4 + 8;
-    assert_eq!(&bytes[value..value + 5], b"llama");
-    bytes[value..value + 5].copy_from_slice(b"zzzzz");
-    let path = crate::support::models::write_temp("unknown-arch.gguf", &bytes);
+    assert_eq!(&bytes[value..value + 7], b"default");
+    bytes[value..value + 7].copy_from_slice(b"zzzzzzz");
+    let path = crate::support::models::write_temp("unknown-pre-tokenizer.gguf", &bytes);
     edgecloud::gguf::validate(&path).expect("structurally valid");
     let err = LocalLane::start(LocalConfig::new(&path)).unwrap_err();
     assert!(matches!(err, LocalError::ModelLoad { .. }), "{err}");

@@ -1,5 +1,6 @@
 //! Shared test support: generated models, loopback servers, scripted backends.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod http;
 pub mod models;
 pub mod scripted;
