@@ -4,7 +4,8 @@
 
 use super::backend::{Backend, BackendError, BackendFuture, BackendInfo, Candidate, Timings};
 use super::backend::{TokenCounts, TokenSignals};
-use crate::lane::LaneJob;
+use crate::cloud::{CloudCompletion, CloudConfig, CloudError, CloudLane};
+use crate::lane::{FinishReason, LaneJob};
 use crate::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
 
 /// The local llama.cpp lane as a harness backend. It observes cancellation
@@ -81,6 +82,89 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             min_logprob: c.min_logprob,
         }),
         http_status: None,
+        text: c.text,
+    }
+}
+
+/// The cloud lane as a harness backend. It observes cancellation (the HTTP
+/// exchange is dropped at once).
+///
+/// The cloud lane reports a deadline or a cancellation that came before
+/// the first token as an error; for the harness that is a cut-short
+/// completion with no text ([`FinishReason::Deadline`] or
+/// [`FinishReason::Cancelled`]), like the local lane's, so a lane's report
+/// says `cancelled`, not `failed`, when the run stopped it.
+#[derive(Debug, Clone)]
+pub struct CloudBackend {
+    lane: CloudLane,
+}
+
+impl CloudBackend {
+    /// Wraps a built lane.
+    pub fn new(lane: CloudLane) -> Self {
+        Self { lane }
+    }
+
+    /// Builds a lane (checks the settings, reads the key) and wraps it.
+    pub fn start(config: CloudConfig) -> Result<Self, CloudError> {
+        CloudLane::new(config).map(Self::new)
+    }
+
+    /// The lane.
+    pub fn lane(&self) -> &CloudLane {
+        &self.lane
+    }
+}
+
+impl Backend for CloudBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "openai-compatible".into(),
+            model: Some(self.lane.config().model.clone()),
+            load_time: None,
+        }
+    }
+
+    fn run(&self, job: LaneJob) -> BackendFuture {
+        let lane = self.lane.clone();
+        Box::pin(async move {
+            match lane.run(job).await {
+                Ok(c) => Ok(candidate_from_cloud(c)),
+                Err(e) if e.is_cancelled() => Ok(Candidate::new("", FinishReason::Cancelled)),
+                Err(e) if e.is_deadline() => {
+                    let mut c = Candidate::new("", FinishReason::Deadline);
+                    c.http_status = e.http_status();
+                    Ok(c)
+                }
+                Err(e) => Err(BackendError::new(e.kind(), e.to_string())),
+            }
+        })
+    }
+}
+
+/// A cloud completion as a candidate: provider usage (never estimated),
+/// timings and HTTP status carried over.
+pub fn candidate_from_cloud(c: CloudCompletion) -> Candidate {
+    let gen_tokens_per_s = c.gen_tokens_per_s();
+    let t = c.timings;
+    Candidate {
+        finish_reason: c.finish_reason,
+        tokens: TokenCounts {
+            provider_prompt: c.usage.map(|u| u.prompt_tokens),
+            provider_completion: c.usage.map(|u| u.completion_tokens),
+            provider_total: c.usage.map(|u| u.total_tokens),
+            ..TokenCounts::default()
+        },
+        timings: Timings {
+            connect: t.connect,
+            ttfb: t.ttfb,
+            ttft: t.ttft,
+            gen_tokens_per_s,
+            total: Some(t.total),
+            ..Timings::default()
+        },
+        signals: None,
+        http_status: Some(c.http_status),
         text: c.text,
     }
 }

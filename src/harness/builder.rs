@@ -2,7 +2,7 @@
 //! together and checked once. Configuration files go through
 //! [`HarnessBuilder::config`]; this module must not read files itself.
 
-use super::adapters::LocalBackend;
+use super::adapters::{CloudBackend, LocalBackend};
 use super::api::{Harness, Inner};
 use super::backend::Backend;
 use super::callbacks::{Arbiter, Compressor, PreScore, Scorer};
@@ -270,6 +270,14 @@ impl HarnessBuilder {
                     source: Box::new(e),
                 })?;
             self = self.local(backend);
+        }
+        if let Some(cloud) = &config.cloud {
+            let backend =
+                CloudBackend::start(cloud.clone()).map_err(|e| HarnessError::LaneStart {
+                    lane: Lane::Cloud,
+                    source: Box::new(e),
+                })?;
+            self = self.cloud(backend);
         }
         Ok(self)
     }

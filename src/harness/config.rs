@@ -33,6 +33,7 @@ use super::policy::{
 };
 use super::route::Route;
 use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer};
+use crate::cloud::CloudConfig;
 use crate::lane::Lane;
 use crate::local::LocalConfig;
 use serde::{Deserialize, Serialize};
@@ -76,9 +77,10 @@ pub struct HarnessConfig {
     /// The local lane's settings (`[local]`; see [`LocalConfig`]).
     #[serde(default)]
     pub local: Option<LocalConfig>,
-    /// The cloud lane's settings (passed to the cloud lane as they are).
+    /// The cloud lane's settings (`[cloud]`; see [`CloudConfig`]). The
+    /// key comes from the variable `api_key_env` names, or `api_key`.
     #[serde(default)]
-    pub cloud: Option<toml::Table>,
+    pub cloud: Option<CloudConfig>,
     /// Harness defaults (every route inherits them).
     #[serde(default)]
     pub harness: RouteConfig,

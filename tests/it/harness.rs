@@ -3,6 +3,7 @@
 //! backends the tests release through handles (no sleeps; deadlines that
 //! are meant to pass are short, the others are a minute long).
 
+mod cli;
 mod e2e;
 mod stress;
 

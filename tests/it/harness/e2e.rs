@@ -1,13 +1,16 @@
 //! End-to-end: the harness over the real local lane (llama.cpp on the
 //! generated tiny model).
 
+use crate::support::http::{Flavor, TestServer};
 use crate::support::models::tiny_model;
 use crate::support::scripted::{Recorder, Scripted, HANG};
+use edgecloud::cloud::CloudConfig;
 use edgecloud::harness::{
-    CancelResult, Event, Harness, LaneStatus, LocalBackend, Policy, RunOptions, RunStatus,
+    CancelResult, CloudBackend, Event, Harness, KeepRecent, LaneStatus, LocalBackend, Policy,
+    RunOptions, RunStatus,
 };
 use edgecloud::local::LocalConfig;
-use edgecloud::{Lane, Request, Sampling};
+use edgecloud::{ChatMessage, Lane, Request, Sampling};
 use std::time::Duration;
 
 pub(super) fn local_backend() -> LocalBackend {
@@ -120,4 +123,150 @@ fn real_local_lane_races_a_cloud_that_never_answers() {
         out.lane(Lane::Cloud).cancel,
         Some(CancelResult::StoppedInTime)
     );
+}
+
+/// A runtime for loopback servers (they run on its threads while the test
+/// drives the harness through the blocking API).
+pub(super) fn server_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime for the test server")
+}
+
+fn cloud_backend(base_url: &str) -> CloudBackend {
+    let mut cfg = CloudConfig::new(base_url, "test-model");
+    cfg.api_key_env = "EDGECLOUD_HARNESS_TEST_NO_KEY".into();
+    CloudBackend::start(cfg).expect("loopback settings are valid")
+}
+
+const CLOUD_TEXT: &[&str] = &["Paris", " is the capital."];
+
+#[test]
+fn every_policy_end_to_end_with_the_real_local_lane_and_a_loopback_cloud() {
+    let rt = server_runtime();
+    let server = rt.block_on(TestServer::openai(Flavor::OpenAi, CLOUD_TEXT));
+    let local = local_backend();
+    let cloud = cloud_backend(&server.base_url());
+    // (policy, expected winner, whether the cloud is asked). The tiny
+    // model's answers are noise (score near 0), the cloud carries no
+    // log-probs (neutral confidence): best-of and a demanding cascade pick
+    // the cloud; a lenient cascade keeps the local answer.
+    let cases: [(Policy, Option<Lane>, Option<bool>); 8] = [
+        (Policy::LocalOnly, Some(Lane::Local), Some(false)),
+        (Policy::CloudOnly, Some(Lane::Cloud), Some(true)),
+        (Policy::Race, None, None),
+        (
+            Policy::hedge(Duration::from_secs(3600)),
+            Some(Lane::Local),
+            Some(false),
+        ),
+        (Policy::cascade(0.99), Some(Lane::Cloud), Some(true)),
+        (Policy::cascade(0.0), Some(Lane::Local), Some(false)),
+        (Policy::fallback(), Some(Lane::Cloud), Some(true)),
+        (Policy::BestOf, Some(Lane::Cloud), Some(true)),
+    ];
+    for (policy, winner, cloud_asked) in cases {
+        let h = Harness::builder()
+            .local(local.clone())
+            .cloud(cloud.clone())
+            .policy(policy.clone())
+            .deadline(Duration::from_secs(60))
+            .cancel_grace(HANG)
+            .build()
+            .unwrap();
+        let before = server.requests().len();
+        let mut run = h
+            .start(
+                request("What is the capital of France?", 6),
+                RunOptions::new().stream(),
+            )
+            .unwrap();
+        let mut streamed = String::new();
+        while let Some(p) = run.next_token_blocking().unwrap() {
+            streamed.push_str(&p);
+        }
+        let out = run.wait().unwrap();
+        assert_eq!(out.status, RunStatus::Ok, "{policy:?}: {out:#?}");
+        assert_eq!(out.text.as_deref(), Some(streamed.as_str()), "{policy:?}");
+        if let Some(w) = winner {
+            assert_eq!(out.winner, Some(w), "{policy:?}: {out:#?}");
+        }
+        if out.winner == Some(Lane::Cloud) {
+            assert_eq!(out.text.as_deref(), Some("Paris is the capital."));
+            let c = out.lane(Lane::Cloud);
+            assert_eq!(c.backend.as_deref(), Some("openai-compatible"));
+            assert_eq!(c.prompt_tokens, Some(9), "provider usage");
+            assert!(c.tokens.local_prompt.is_none());
+        }
+        if let Some(asked) = cloud_asked {
+            assert_eq!(server.requests().len() > before, asked, "{policy:?}");
+        }
+        // Both lanes are free for the next policy.
+        assert!(h.shutdown_blocking(HANG).unwrap().is_clean(), "{policy:?}");
+    }
+}
+
+#[test]
+fn fallback_survives_a_failing_cloud_with_the_real_local_lane() {
+    let rt = server_runtime();
+    let server = rt.block_on(TestServer::start(|mut conn| async move {
+        while conn.read_request().await.is_some() {
+            if conn
+                .json(503, r#"{"error":{"message":"overloaded"}}"#)
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }));
+    let h = Harness::builder()
+        .local(local_backend())
+        .cloud(cloud_backend(&server.base_url()))
+        .policy(Policy::fallback())
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let out = h.run_blocking(request("Hi", 4)).unwrap();
+    assert_eq!(out.winner, Some(Lane::Local), "{out:#?}");
+    let c = out.lane(Lane::Cloud);
+    assert_eq!(c.status, LaneStatus::Failed);
+    assert!(
+        c.error.as_deref().unwrap().starts_with("server_error"),
+        "{c:#?}"
+    );
+}
+
+#[test]
+fn the_cloud_receives_the_compressed_prompt() {
+    let rt = server_runtime();
+    let server = rt.block_on(TestServer::openai(Flavor::Vllm, CLOUD_TEXT));
+    let h = Harness::builder()
+        .cloud(cloud_backend(&server.base_url()))
+        .policy(Policy::CloudOnly)
+        .compressor(KeepRecent::new(20))
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut r = request("the question", 8);
+    r.messages
+        .insert(0, ChatMessage::assistant("an old answer ".repeat(20)));
+    r.messages
+        .insert(0, ChatMessage::user("an old question ".repeat(20)));
+    r.messages.insert(0, ChatMessage::system("be brief"));
+    let out = h.run_blocking(r).unwrap();
+    assert_eq!(out.winner, Some(Lane::Cloud));
+    let sent = server.requests()[0].json();
+    let contents: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["be brief", "the question"]);
+    let t = &out.lane(Lane::Cloud).tokens;
+    assert!(t.compressor_before > t.compressor_after);
+    assert_eq!(t.provider_prompt, Some(9));
 }
