@@ -381,6 +381,18 @@ fn p4_dropping_the_harness_never_blocks_and_late_workers_finish() {
 }
 
 #[test]
+fn p4_a_run_in_flight_outlives_the_dropped_harness() {
+    let local = Scripted::new("l");
+    let h = local_only(&local);
+    let run = h.start(req("q"), RunOptions::new()).unwrap();
+    let t = local.next_task();
+    drop(h);
+    t.complete("still answered");
+    let out = run.wait().unwrap();
+    assert_eq!(out.text.as_deref(), Some("still answered"));
+}
+
+#[test]
 fn p4_shutdown_reports_what_is_left_then_waits_for_it() {
     let local = Scripted::slow_to_cancel("l");
     let h = local_only(&local);
@@ -804,6 +816,40 @@ fn hedge_waits_for_its_delay_and_skips_it_when_the_primary_fails() {
     cloud.next_task().complete("hedge won");
     let out = run.wait().unwrap();
     assert_eq!(out.winner, Some(Lane::Cloud));
+    assert!(lt.is_cancelled());
+}
+
+#[test]
+fn hedge_without_a_delay_learns_it_from_the_primarys_latency() {
+    // Until the primary has 8 successful jobs the hedge waits half the
+    // deadline (30 s here: the test would hang); after 8 quick ones it
+    // waits their p95, so the hedge starts while the primary is held.
+    let (local, cloud) = (Scripted::new("l"), Scripted::new("c"));
+    let h = both(
+        &local,
+        &cloud,
+        Policy::from_kind(edgecloud::harness::PolicyKind::Hedge),
+    )
+    .build()
+    .unwrap();
+    for _ in 0..8 {
+        let run = h
+            .start(req("q"), RunOptions::new().policy(Policy::LocalOnly))
+            .unwrap();
+        local.next_task().complete("quick");
+        run.wait().unwrap();
+    }
+    let run = h.start(req("q"), RunOptions::new()).unwrap();
+    let lt = local.next_task();
+    cloud.next_task().complete("hedged");
+    let out = run.wait().unwrap();
+    assert_eq!(out.winner, Some(Lane::Cloud));
+    assert!(out
+        .lane(Lane::Cloud)
+        .note
+        .as_deref()
+        .unwrap()
+        .contains("hedge delay"));
     assert!(lt.is_cancelled());
 }
 
