@@ -6,15 +6,22 @@
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
 //! - [`local`]: the local lane (a dedicated llama.cpp worker thread).
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
+//! - [`harness`]: both lanes under one deadline: admission, policies,
+//!   scoring, arbitration, outcomes.
 //! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 
 pub mod cloud;
 pub mod gguf;
+pub mod harness;
 pub mod lane;
 pub mod local;
 pub mod request;
 pub mod serve;
 
+pub use harness::{
+    Backend, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError, Outcome,
+    Policy, Route, RunOptions, RunStatus,
+};
 pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, TokenSink};
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};

@@ -3,5 +3,6 @@
 mod cli;
 mod cloud;
 mod gguf;
+mod harness;
 mod local;
 mod support;

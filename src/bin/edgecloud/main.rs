@@ -4,6 +4,7 @@
 mod cloud;
 mod local;
 mod model;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,6 +24,8 @@ enum Command {
     Local(local::LocalArgs),
     /// Run one request on the cloud lane alone (synchronous diagnostic).
     Cloud(cloud::CloudArgs),
+    /// Run one request through the harness: both lanes under one deadline.
+    Run(run::RunArgs),
     /// Inspect, validate or generate GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Local(args) => local::run(args),
         Command::Cloud(args) => cloud::run(args),
         Command::Model(cmd) => model::run(cmd),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(code) => code,
