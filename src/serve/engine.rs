@@ -1,7 +1,8 @@
 //! The seam between the HTTP front door and whatever answers a request:
 //! the server hands an [`Engine`] one validated request and gets back a
 //! [`Run`] (committed text as it comes, then a [`Summary`]). The harness
-//! implements it in `harness_engine`; tests may implement it directly. This
+//! implements it in `harness_engine`; the front door's own tests implement
+//! it with a script. This
 //! module must not know HTTP, and the server must not know the harness
 //! beyond this trait.
 
@@ -97,12 +98,13 @@ pub(crate) trait Run: Send {
     fn aborter(&self) -> Box<dyn Fn() + Send + Sync>;
 }
 
-/// What the caller learns when a run starts.
+/// What the caller learns when a run starts (route and policy only when
+/// the request named them; the summary always has them).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RunInfo {
     pub(crate) run_id: u64,
-    pub(crate) route: String,
-    pub(crate) policy: String,
+    pub(crate) route: Option<String>,
+    pub(crate) policy: Option<String>,
     pub(crate) deadline_ms: f64,
 }
 

@@ -466,19 +466,31 @@ pub(crate) fn outcome_headers(
     request_id: Option<&str>,
 ) {
     header(map, "x-edgecloud-run-id", info.run_id);
-    header(map, "x-edgecloud-route", &info.route);
-    header(map, "x-edgecloud-policy", &info.policy);
-    header(
-        map,
-        "x-edgecloud-deadline-ms",
-        format!("{:.0}", info.deadline_ms),
-    );
     if let Some(id) = request_id {
         header(map, "x-request-id", id);
     }
     let Some(s) = summary else {
+        // A stream's headers leave before its outcome: what is known now.
+        if let Some(route) = &info.route {
+            header(map, "x-edgecloud-route", route);
+        }
+        if let Some(policy) = &info.policy {
+            header(map, "x-edgecloud-policy", policy);
+        }
+        header(
+            map,
+            "x-edgecloud-deadline-ms",
+            format!("{:.0}", info.deadline_ms),
+        );
         return;
     };
+    header(map, "x-edgecloud-route", &s.route);
+    header(map, "x-edgecloud-policy", &s.policy);
+    header(
+        map,
+        "x-edgecloud-deadline-ms",
+        format!("{:.0}", s.deadline_ms),
+    );
     header(map, "x-edgecloud-status", s.status.as_str());
     if let Some(lane) = s.lane {
         header(map, "x-edgecloud-lane", lane);

@@ -52,10 +52,8 @@
 //! with `Retry-After`) or shutting down, 504 no usable answer by the
 //! deadline. Nothing queues: a busy lane answers at once.
 
-// Until the harness lands, only the tests construct an engine.
-#![allow(dead_code)]
-
 mod engine;
+mod harness_engine;
 mod http;
 mod metrics;
 mod server;
@@ -66,8 +64,10 @@ mod wire;
 mod tests;
 
 use self::engine::Engine;
+use self::harness_engine::HarnessEngine;
 use self::http::App;
 use self::metrics::Metrics;
+use crate::harness::{Event, Harness, Observer, Policy};
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -102,6 +102,13 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// How long a client may take to send a request body (408 beyond).
     pub body_timeout: Duration,
+    /// Parameters for the policies a request may name (e.g. the configured
+    /// cascade threshold); a kind not listed runs with its defaults.
+    pub policy_presets: Vec<Policy>,
+    /// Where the counters go; give the same value's
+    /// [`observer`](ServeMetrics::observer) to the harness builder so late
+    /// workers' overrun is counted too. `None`: fresh metrics.
+    pub metrics: Option<ServeMetrics>,
 }
 
 impl Default for ServeConfig {
@@ -117,6 +124,8 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             max_connections: 512,
             body_timeout: Duration::from_secs(30),
+            policy_presets: Vec::new(),
+            metrics: None,
         }
     }
 }
@@ -156,6 +165,57 @@ impl ServeConfig {
     pub fn default_max_tokens(mut self, n: u32) -> Self {
         self.default_max_tokens = n;
         self
+    }
+
+    /// Uses these parameters when a request names a policy of its kind.
+    pub fn policy_preset(mut self, policy: Policy) -> Self {
+        self.policy_presets.retain(|p| p.kind() != policy.kind());
+        self.policy_presets.push(policy);
+        self
+    }
+
+    /// Records into `metrics` (see [`ServeConfig::metrics`]).
+    pub fn metrics(mut self, metrics: ServeMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+}
+
+/// The server's counters, shared with the harness's observer.
+#[derive(Debug, Clone, Default)]
+pub struct ServeMetrics(Arc<Metrics>);
+
+impl ServeMetrics {
+    /// Empty counters.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An observer for [`HarnessBuilder::observer`](crate::harness::HarnessBuilder::observer):
+    /// it records how long late workers ran past their run.
+    pub fn observer(&self) -> impl Observer {
+        let metrics = self.0.clone();
+        move |event: &Event| {
+            if let Event::LateWorkerFinished {
+                lane, overrun_ms, ..
+            } = event
+            {
+                metrics.late_worker_finished(
+                    *lane,
+                    Duration::from_secs_f64(overrun_ms.max(0.0) / 1e3),
+                );
+            }
+        }
+    }
+
+    /// The Prometheus text `GET /metrics` serves, for a harness that is not
+    /// behind a server.
+    pub fn render(&self, harness: &Harness) -> String {
+        let engine = HarnessEngine {
+            harness: harness.clone(),
+            presets: Vec::new(),
+        };
+        self.0.render(&engine.health(), 0)
     }
 }
 
@@ -269,11 +329,21 @@ impl fmt::Debug for Server {
 }
 
 impl Server {
+    /// Binds `config.listen` with the harness behind it. Binding to port 0
+    /// picks a free port: see [`local_addr`](Self::local_addr).
+    pub async fn bind(harness: Harness, config: ServeConfig) -> Result<Server, ServeError> {
+        let engine = HarnessEngine {
+            harness,
+            presets: config.policy_presets.clone(),
+        };
+        Self::bind_engine(Arc::new(engine), config).await
+    }
+
     pub(crate) async fn bind_engine(
         engine: Arc<dyn Engine>,
-        metrics: Arc<Metrics>,
         config: ServeConfig,
     ) -> Result<Server, ServeError> {
+        let metrics = config.metrics.clone().unwrap_or_default().0;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -320,6 +390,13 @@ impl Server {
     /// The address it listens on (the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The names a request may put in `model`: `edgecloud` (the harness's
+    /// default route), then each route's name when the harness has named
+    /// routes.
+    pub fn models(&self) -> Vec<String> {
+        self.app.engine.models().into_iter().map(|m| m.id).collect()
     }
 
     /// Serves until `shutdown` completes, then shuts down gracefully: stops

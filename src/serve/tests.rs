@@ -13,7 +13,6 @@ use super::engine::{
     BoxFuture, Drained, Engine, Health, Job, LaneState, LaneStatus, LaneSummary, ModelEntry, Run,
     RunInfo, StartError, Status, Summary, Tokens,
 };
-use super::metrics::Metrics;
 use super::{BearerToken, ServeConfig, Server, ServerHandle};
 use crate::lane::{FinishReason, Lane};
 use async_openai::config::OpenAIConfig;
@@ -161,8 +160,8 @@ impl Engine for Fake {
             .unwrap_or_default();
         let info = RunInfo {
             run_id,
-            route: job.route.clone().unwrap_or_else(|| "default".into()),
-            policy: job.policy.clone().unwrap_or_else(|| "race".into()),
+            route: job.route.clone(),
+            policy: job.policy.clone(),
             deadline_ms: job
                 .request
                 .deadline
@@ -170,8 +169,8 @@ impl Engine for Fake {
         };
         let mut summary = Summary {
             run_id,
-            route: info.route.clone(),
-            policy: info.policy.clone(),
+            route: job.route.clone().unwrap_or_else(|| "default".into()),
+            policy: job.policy.clone().unwrap_or_else(|| "race".into()),
             status: Status::Ok,
             lane: Some(Lane::Local),
             committed: job.stream.then_some(Lane::Local),
@@ -282,7 +281,7 @@ impl Engine for Fake {
 async fn start(config: ServeConfig) -> (ServerHandle, Arc<Fake>) {
     let fake = Arc::new(Fake::default());
     let config = config.listen("127.0.0.1:0".parse().unwrap());
-    let server = Server::bind_engine(fake.clone(), Arc::new(Metrics::default()), config)
+    let server = Server::bind_engine(fake.clone(), config)
         .await
         .expect("bind a loopback port");
     (server.spawn(), fake)
@@ -462,8 +461,11 @@ async fn sse_bytes_have_the_openai_shape() {
     let (status, headers, text) = post(&server, body, &[]).await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "text/event-stream");
-    assert_eq!(headers["x-edgecloud-policy"], "race");
     assert!(headers.contains_key("x-edgecloud-run-id"));
+    assert_eq!(headers["x-edgecloud-deadline-ms"], "1000");
+    // Route and policy are in the finish chunk; the headers have them only
+    // when the request named them.
+    assert!(!headers.contains_key("x-edgecloud-policy"));
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     let ev = events(&text);
     let parsed: Vec<Value> = ev[..ev.len() - 1]

@@ -5,4 +5,5 @@ mod cloud;
 mod gguf;
 mod harness;
 mod local;
+mod serve;
 mod support;
