@@ -14,6 +14,7 @@ use super::http::{
 };
 use super::wire::{self, ApiError, Ids};
 use bytes::Bytes;
+use futures_util::FutureExt as _;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
@@ -127,17 +128,37 @@ async fn pump(
     ids: Ids,
     include_usage: bool,
 ) {
-    let content = |text: &str| event(&wire::chunk_json(&ids, json!({"content": text}), None));
+    let content = ContentEvents::new(&ids);
     let role = event(&wire::chunk_json(
         &ids,
         json!({"role": "assistant", "content": ""}),
         None,
     ));
-    let mut open = tx.send(role).await.is_ok() && tx.send(content(&first)).await.is_ok();
+    let mut frame = role.to_vec();
+    content.push(&mut frame, &first);
+    let mut open = tx.send(Bytes::from(frame)).await.is_ok();
     while open {
-        match run.next_token().await {
-            Some(piece) => open = tx.send(content(&piece)).await.is_ok(),
-            None => break,
+        let Some(piece) = run.next_token().await else {
+            break;
+        };
+        // One event per piece, but the pieces already waiting leave in one
+        // write: fewer wake-ups and syscalls when tokens come fast.
+        let mut frame = Vec::new();
+        content.push(&mut frame, &piece);
+        let mut ended = false;
+        while frame.len() < 64 * 1024 {
+            match run.next_token().now_or_never() {
+                Some(Some(piece)) => content.push(&mut frame, &piece),
+                Some(None) => {
+                    ended = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        open = tx.send(Bytes::from(frame)).await.is_ok();
+        if ended {
+            break;
         }
     }
     if !open {
@@ -171,6 +192,35 @@ async fn pump(
     }
 }
 
+/// Content chunks from a template made once per stream: only the text
+/// changes between them, so each costs one string escape.
+struct ContentEvents {
+    head: String,
+    tail: String,
+}
+
+impl ContentEvents {
+    fn new(ids: &Ids) -> Self {
+        const PROBE: &str = "\u{1}probe\u{1}";
+        let chunk = wire::chunk_json(ids, json!({"content": PROBE}), None).to_string();
+        let quoted = serde_json::to_string(PROBE).expect("a string always serializes");
+        // Keys serialize sorted, so `choices` (holding the probe) comes
+        // before the ids: the first occurrence is the content.
+        let at = chunk.find(&quoted).expect("the probe appears in its chunk");
+        Self {
+            head: format!("data: {}", &chunk[..at]),
+            tail: format!("{}\n\n", &chunk[at + quoted.len()..]),
+        }
+    }
+
+    fn push(&self, out: &mut Vec<u8>, text: &str) {
+        out.extend_from_slice(self.head.as_bytes());
+        let escaped = serde_json::to_string(text).expect("a string always serializes");
+        out.extend_from_slice(escaped.as_bytes());
+        out.extend_from_slice(self.tail.as_bytes());
+    }
+}
+
 /// A response body fed by a channel; it ends when the sender is dropped.
 struct ChannelBody(mpsc::Receiver<Bytes>);
 
@@ -183,5 +233,30 @@ impl hyper::body::Body for ChannelBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templated_content_events_match_the_json_ones() {
+        let ids = Ids::new(3, "edgecloud");
+        let events = ContentEvents::new(&ids);
+        for text in [
+            "",
+            "plain",
+            "quote \" and \\",
+            "line\nbreak",
+            "\u{0}\u{1f}",
+            "héllo 🚀",
+            "\u{1}probe\u{1}",
+        ] {
+            let mut out = Vec::new();
+            events.push(&mut out, text);
+            let expected = event(&wire::chunk_json(&ids, json!({"content": text}), None));
+            assert_eq!(out, expected.to_vec(), "{text:?}");
+        }
     }
 }
