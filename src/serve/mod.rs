@@ -51,6 +51,49 @@
 //! lane failed, 503 every lane the request needs is busy (`lanes_busy`,
 //! with `Retry-After`) or shutting down, 504 no usable answer by the
 //! deadline. Nothing queues: a busy lane answers at once.
+//!
+//! # Example
+//! ```
+//! use edgecloud::harness::{Backend, BackendFuture, BackendInfo, Candidate, Harness};
+//! use edgecloud::serve::{ServeConfig, ServeMetrics, Server};
+//! use edgecloud::{FinishReason, LaneJob, Policy};
+//!
+//! /// A stand-in lane that answers at once.
+//! struct Echo;
+//! impl Backend for Echo {
+//!     fn info(&self) -> BackendInfo { BackendInfo::named("echo") }
+//!     fn run(&self, job: LaneJob) -> BackendFuture {
+//!         let text = job.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+//!         Box::pin(async move { Ok(Candidate::new(text, FinishReason::Stop)) })
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let metrics = ServeMetrics::new();
+//! let harness = Harness::builder()
+//!     .local(Echo)
+//!     .policy(Policy::LocalOnly)
+//!     .observer(metrics.observer())
+//!     .build()?;
+//! let config = ServeConfig::default()
+//!     .listen("127.0.0.1:0".parse()?)
+//!     .metrics(metrics);
+//! let server = Server::bind(harness, config).await?.spawn();
+//! let body = serde_json::json!({"model": "edgecloud", "messages": [{"role": "user", "content": "hi"}]});
+//! let answer: serde_json::Value = reqwest::Client::new()
+//!     .post(format!("{}/chat/completions", server.base_url()))
+//!     .json(&body)
+//!     .send()
+//!     .await?
+//!     .json()
+//!     .await?;
+//! assert_eq!(answer["choices"][0]["message"]["content"], "hi");
+//! assert_eq!(answer["edgecloud"]["lane"], "local");
+//! assert!(server.shutdown().await.is_clean());
+//! # Ok(())
+//! # }
+//! ```
 
 mod engine;
 mod harness_engine;
