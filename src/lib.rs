@@ -6,8 +6,10 @@
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
 //! - [`local`]: the local lane (a dedicated llama.cpp worker thread).
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
+//! - [`bench`]: benchmark runs, reports and their comparison.
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 
+pub mod bench;
 pub mod cloud;
 pub mod gguf;
 pub mod lane;
