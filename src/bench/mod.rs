@@ -33,6 +33,7 @@ mod env;
 mod error;
 mod record;
 mod report;
+mod runner;
 mod sha256;
 pub mod stats;
 mod summary;
@@ -49,6 +50,7 @@ pub use report::{
     read_runs, read_summary, render_charts, render_markdown, write_report, RunsWriter, CHART_FILES,
     REPORT_FILE, RUNS_FILE, SUMMARY_FILE,
 };
+pub use runner::{run_bench, BenchPlan, BenchResult, Executor, Job, Progress};
 pub use summary::{
     summarize, Accuracy, BenchSettings, CloudSetup, Environment, GroupSummary, LaneSummary,
     LocalSetup, ProviderTokens, StatusCounts, Summary, WinShare, PERCENTILE_METHOD, SUMMARY_FORMAT,

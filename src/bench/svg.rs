@@ -82,12 +82,14 @@ pub(crate) fn nice_step(max: f64) -> f64 {
     mult * pow
 }
 
-fn fmt_tick(v: f64) -> String {
-    if v.fract() == 0.0 {
-        format!("{v:.0}")
+/// A tick label with as many decimals as the step needs.
+fn fmt_tick(v: f64, step: f64) -> String {
+    let decimals = if step > 0.0 && step < 1.0 {
+        (-step.log10().floor()) as usize
     } else {
-        format!("{v}")
-    }
+        0
+    };
+    format!("{v:.decimals$}")
 }
 
 /// Vertical grid lines and tick labels for an x axis from 0 to `max`;
@@ -97,17 +99,17 @@ fn x_axis(s: &mut String, max: f64, plot_bottom: f64, label: &str) -> impl Fn(f6
     let top = (max / step).ceil().max(1.0) * step;
     let plot_w = WIDTH - LEFT - RIGHT;
     let scale = move |v: f64| LEFT + (v.clamp(0.0, top) / top) * plot_w;
-    let mut t = 0.0;
-    while t <= top + step / 2.0 {
+    let ticks = (top / step).round() as u32;
+    for k in 0..=ticks {
+        let t = f64::from(k) * step;
         let x = scale(t);
         let _ = writeln!(
             s,
             "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{plot_bottom}\" stroke=\"#e0e0e0\"/>\n\
              <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
             plot_bottom + 16.0,
-            fmt_tick(t)
+            fmt_tick(t, step)
         );
-        t += step;
     }
     let _ = writeln!(
         s,
@@ -242,7 +244,7 @@ pub(crate) fn line_chart(
             WIDTH - RIGHT,
             LEFT - 6.0,
             y + 4.0,
-            fmt_tick((v * 100.0).round() / 100.0)
+            fmt_tick(v, y_max / 5.0)
         );
     }
     let _ = writeln!(
@@ -382,6 +384,9 @@ mod tests {
         assert_eq!(nice_step(1.0), 0.2);
         assert_eq!(nice_step(730.0), 200.0);
         assert_eq!(nice_step(0.0), 1.0);
+        assert_eq!(fmt_tick(0.6000000000000001, 0.2), "0.6");
+        assert_eq!(fmt_tick(400.0, 200.0), "400");
+        assert_eq!(fmt_tick(0.05, 0.05), "0.05");
     }
 
     #[test]

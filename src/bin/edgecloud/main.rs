@@ -1,6 +1,7 @@
 //! The `edgecloud` command: a thin CLI over the library's public API.
 //! Each subcommand lives in its own module; `main` only parses and dispatches.
 
+mod bench;
 mod cloud;
 mod local;
 mod model;
@@ -26,6 +27,8 @@ enum Command {
     /// Inspect, validate or generate GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Benchmark policies and deadlines over a workload; compare reports.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Local(args) => local::run(args),
         Command::Cloud(args) => cloud::run(args),
         Command::Model(cmd) => model::run(cmd),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => code,
