@@ -1,11 +1,274 @@
-//! `edgecloud cloud`: the cloud lane's synchronous diagnostic.
+//! `edgecloud cloud`: the cloud lane's synchronous diagnostic. Sends one
+//! request through the library's public cloud API and reports the answer,
+//! the timings and the provider's usage, as text or as one JSON object.
+//! Only the library speaks HTTP; this module only formats.
 
+use anyhow::Context;
+use edgecloud::cloud::{CloudConfig, CloudDiagnostic, CloudError, CloudLane, DEFAULT_API_KEY_ENV};
+use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
+use serde::Serialize;
+use std::io::Write;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const EXIT_FAILED: u8 = 1;
+const EXIT_DEADLINE: u8 = 124;
+const EXIT_CANCELLED: u8 = 130;
 
 /// Arguments of `edgecloud cloud`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct CloudArgs {}
+#[command(after_help = "\
+The API key is read from the environment variable named by --api-key-env \
+(default OPENAI_API_KEY; unset or empty sends no key, fine for local servers). \
+It is never taken as an argument.
 
-pub(crate) fn run(_args: CloudArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+Exit status: 0 completed, 1 failed, 124 deadline exceeded, 130 cancelled (Ctrl-C).")]
+pub(crate) struct CloudArgs {
+    /// Base URL of the OpenAI-compatible API, up to the version segment
+    /// (e.g. http://127.0.0.1:8080/v1).
+    #[arg(long, value_name = "URL")]
+    base_url: String,
+    /// Model name to request.
+    #[arg(long, value_name = "NAME")]
+    model: String,
+    /// The user message.
+    #[arg(long, value_name = "TEXT")]
+    prompt: String,
+    /// An optional system message, sent first.
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+    /// Name of the environment variable holding the API key.
+    #[arg(long, value_name = "VAR", default_value = DEFAULT_API_KEY_ENV)]
+    api_key_env: String,
+    /// Most tokens to generate.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_tokens: u32,
+    /// Deadline for the whole request, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 60_000)]
+    deadline_ms: u64,
+    /// Ask for one JSON answer instead of a stream of server-sent events.
+    #[arg(long)]
+    no_stream: bool,
+    /// Print one JSON object instead of the streamed text and a breakdown.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: CloudArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(diagnose(args))
+}
+
+async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
+    // The deadline is fixed before anything else happens.
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(args.deadline_ms);
+
+    let mut config = CloudConfig::new(&args.base_url, &args.model);
+    config.api_key_env = args.api_key_env.clone();
+    config.stream = !args.no_stream;
+    let lane = match CloudLane::new(config) {
+        Ok(lane) => lane,
+        Err(err) => {
+            let diag = CloudDiagnostic {
+                result: Err(err),
+                http_status: None,
+                timings: Default::default(),
+            };
+            return Ok(report(&args, &diag, started.elapsed()));
+        }
+    };
+
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(ChatMessage::system(system.clone()));
+    }
+    messages.push(ChatMessage::user(args.prompt.clone()));
+    let sampling = Sampling {
+        max_tokens: args.max_tokens,
+        ..Sampling::default()
+    };
+
+    let cancel = CancellationToken::new();
+    let on_ctrl_c = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_ctrl_c.cancel();
+        }
+    });
+
+    let mut job = LaneJob::new(messages, sampling, deadline).with_cancel(cancel);
+    if !args.json {
+        job = job.with_sink(|piece| {
+            let mut out = std::io::stdout().lock();
+            // A closed stdout (`| head`) must not stop the request.
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        });
+    }
+    let diag = lane.run_diagnostic(job).await;
+    Ok(report(&args, &diag, diag.timings.total))
+}
+
+/// How the request ended, as the JSON `status` field says it.
+fn status_of(diag: &CloudDiagnostic) -> &'static str {
+    match &diag.result {
+        Ok(c) => match c.finish_reason {
+            FinishReason::Deadline => "deadline_exceeded",
+            FinishReason::Cancelled => "cancelled",
+            _ => "completed",
+        },
+        Err(e) if e.is_deadline() => "deadline_exceeded",
+        Err(e) if e.is_cancelled() => "cancelled",
+        Err(_) => "failed",
+    }
+}
+
+/// Where a deadline or cancellation stopped the request.
+fn stopped_at(diag: &CloudDiagnostic) -> Option<&'static str> {
+    match &diag.result {
+        Ok(c) if !c.finish_reason.is_complete() => Some("mid_stream"),
+        Ok(_) => None,
+        Err(CloudError::DeadlineBeforeHeaders) => Some("before_headers"),
+        Err(CloudError::DeadlineBeforeFirstToken { .. }) => Some("before_first_token"),
+        Err(CloudError::Cancelled) if diag.http_status.is_some() => Some("before_first_token"),
+        Err(CloudError::Cancelled) => Some("before_headers"),
+        Err(_) => None,
+    }
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    lane: &'static str,
+    status: &'static str,
+    text: &'a str,
+    finish_reason: Option<&'static str>,
+    provider_finish_reason: Option<&'a str>,
+    model: Option<&'a str>,
+    streamed: Option<bool>,
+    /// Token counts below are the provider's; null when it sent none.
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+    connect_ms: Option<f64>,
+    ttfb_ms: Option<f64>,
+    ttft_ms: Option<f64>,
+    total_ms: f64,
+    http_status: Option<u16>,
+    gen_tokens_per_s: Option<f64>,
+    stopped_at: Option<&'static str>,
+    error: Option<ErrorReport>,
+}
+
+#[derive(Serialize)]
+struct ErrorReport {
+    kind: &'static str,
+    message: String,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> ExitCode {
+    let status = status_of(diag);
+    let completion = diag.result.as_ref().ok();
+    let error = diag.result.as_ref().err();
+    let usage = completion.and_then(|c| c.usage);
+    let t = &diag.timings;
+    let text = match (&diag.result, error) {
+        (Ok(c), _) => c.text.as_str(),
+        (_, Some(e)) => e.partial_text().unwrap_or(""),
+        _ => "",
+    };
+    let r = Report {
+        lane: "cloud",
+        status,
+        text,
+        finish_reason: completion.map(|c| c.finish_reason.as_str()),
+        provider_finish_reason: completion.and_then(|c| c.provider_finish_reason.as_deref()),
+        model: completion.and_then(|c| c.model.as_deref()),
+        streamed: completion.map(|c| c.streamed),
+        prompt_tokens: usage.map(|u| u.prompt_tokens),
+        completion_tokens: usage.map(|u| u.completion_tokens),
+        total_tokens: usage.map(|u| u.total_tokens),
+        connect_ms: t.connect.map(ms),
+        ttfb_ms: t.ttfb.map(ms),
+        ttft_ms: t.ttft.map(ms),
+        total_ms: ms(total),
+        http_status: diag.http_status,
+        gen_tokens_per_s: completion
+            .and_then(|c| c.gen_tokens_per_s())
+            .map(|r| (r * 10.0).round() / 10.0),
+        stopped_at: stopped_at(diag),
+        error: match (status, error) {
+            ("failed", Some(e)) => Some(ErrorReport {
+                kind: e.kind(),
+                message: e.to_string(),
+            }),
+            _ => None,
+        },
+    };
+    if args.json {
+        let line = serde_json::to_string(&r).expect("the report is plain data");
+        println!("{line}");
+    } else {
+        print_breakdown(&r);
+    }
+    ExitCode::from(match status {
+        "completed" => 0,
+        "deadline_exceeded" => EXIT_DEADLINE,
+        "cancelled" => EXIT_CANCELLED,
+        _ => EXIT_FAILED,
+    })
+}
+
+/// The text was already streamed to stdout; the breakdown goes to stderr so
+/// stdout holds the answer alone.
+fn print_breakdown(r: &Report<'_>) {
+    if !r.text.is_empty() {
+        println!();
+    }
+    let opt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3} ms"));
+    let mut err = std::io::stderr().lock();
+    let mut head = format!("cloud lane: {}", r.status);
+    if let Some(f) = r.finish_reason {
+        head.push_str(&format!(" (finish: {f})"));
+    }
+    if let Some(s) = r.http_status {
+        head.push_str(&format!(", HTTP {s}"));
+    }
+    if let Some(m) = r.model {
+        head.push_str(&format!(", model {m}"));
+    }
+    if let Some(at) = r.stopped_at {
+        head.push_str(&format!(", stopped {}", at.replace('_', " ")));
+    }
+    let _ = writeln!(err, "{head}");
+    let _ = writeln!(
+        err,
+        "  connect {} | ttfb {} | ttft {} | total {:.3} ms",
+        opt(r.connect_ms),
+        opt(r.ttfb_ms),
+        opt(r.ttft_ms),
+        r.total_ms
+    );
+    match (r.prompt_tokens, r.completion_tokens) {
+        (Some(p), Some(c)) => {
+            let rate = r
+                .gen_tokens_per_s
+                .map_or_else(String::new, |g| format!(" | generation {g:.1} tok/s"));
+            let _ = writeln!(err, "  provider usage: prompt {p}, completion {c}{rate}");
+        }
+        _ if r.status == "completed" => {
+            let _ = writeln!(err, "  provider usage: none reported");
+        }
+        _ => {}
+    }
+    if let Some(e) = &r.error {
+        let _ = writeln!(err, "  error ({}): {}", e.kind, e.message);
+    }
 }

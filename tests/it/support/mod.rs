@@ -1,4 +1,5 @@
 //! Shared test support: generated models, loopback servers, scripted backends.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod http;
 pub mod models;
