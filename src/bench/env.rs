@@ -9,10 +9,12 @@
 //! `native` it builds llama.cpp with `GGML_NATIVE=ON`, otherwise for the
 //! features the Rust target enables (or `-march=CPU` when another CPU is
 //! named). So [`BuildInfo::native_cpu_build`] is true exactly when that flag
-//! is `native`. The report also lists the CPU features this machine has at
-//! run time that the build's target does not enable (compile-time
-//! `cfg!(target_feature)` versus run-time detection): a non-empty list means
-//! a native build would likely be faster here.
+//! is `native`. Without it, llama.cpp's CPU kernels get ggml's portable
+//! defaults (on x86-64: SSE4.2, AVX, AVX2, BMI2, FMA, F16C; no AVX-512)
+//! plus any feature the Rust target enables (`cfg!(target_feature)`). The
+//! report lists the SIMD features this machine has at run time that those
+//! kernels do not use: a non-empty list means a native build would likely
+//! be faster here.
 
 use super::sha256::sha256_reader;
 use serde::{Deserialize, Serialize};
@@ -60,9 +62,15 @@ pub struct BuildInfo {
     /// True when built with `-C target-cpu=native` (llama.cpp with
     /// GGML_NATIVE).
     pub native_cpu_build: bool,
-    /// SIMD features the build's target enables at compile time.
-    pub build_cpu_features: Vec<String>,
-    /// Features this machine has that the build does not use.
+    /// SIMD features the Rust target enables at compile time.
+    pub rust_target_features: Vec<String>,
+    /// What llama.cpp's CPU kernels were compiled for: `native` (the build
+    /// machine's CPU), `-march=CPU`, or the feature list (ggml's defaults
+    /// plus the Rust target's).
+    pub llama_cpu_kernels: Vec<String>,
+    /// SIMD features this machine has that llama.cpp's kernels do not use
+    /// (always empty for a native build, which is assumed to run where it
+    /// was built).
     pub unused_cpu_features: Vec<String>,
     /// GPU backends compiled in (`cuda`, `vulkan`, `metal`).
     pub gpu_backends: Vec<String>,
@@ -115,6 +123,13 @@ macro_rules! runtime_has {
         false
     };
 }
+
+/// The SIMD features ggml enables by default when not built native
+/// (`ggml/CMakeLists.txt`: `INS_ENB`), in our feature names.
+#[cfg(target_arch = "x86_64")]
+const GGML_DEFAULTS: &[&str] = &["sse4.2", "avx", "avx2", "fma", "f16c"];
+#[cfg(not(target_arch = "x86_64"))]
+const GGML_DEFAULTS: &[&str] = &[];
 
 /// (name, enabled at compile time, present at run time) for the SIMD
 /// features llama.cpp's CPU backend cares about.
@@ -208,6 +223,21 @@ impl BuildInfo {
         let nonempty = |v: Option<&'static str>| v.filter(|s| !s.is_empty()).map(str::to_string);
         let target_cpu = nonempty(option_env!("EDGECLOUD_TARGET_CPU"));
         let table = feature_table();
+        let native = target_cpu.as_deref() == Some("native");
+        let march = target_cpu.is_some() && !native;
+        let kernels: Vec<String> = match target_cpu.as_deref() {
+            Some("native") => vec!["native".into()],
+            Some(cpu) => vec![format!("-march={cpu}")],
+            None => {
+                let mut k: Vec<String> = GGML_DEFAULTS.iter().map(|f| f.to_string()).collect();
+                for f in table.iter().filter(|f| f.1) {
+                    if !k.iter().any(|x| x == f.0) {
+                        k.push(f.0.to_string());
+                    }
+                }
+                k
+            }
+        };
         let mut gpu_backends = Vec::new();
         if cfg!(feature = "cuda") {
             gpu_backends.push("cuda".to_string());
@@ -229,18 +259,23 @@ impl BuildInfo {
                 "release"
             }
             .into(),
-            native_cpu_build: target_cpu.as_deref() == Some("native"),
+            native_cpu_build: native,
             target_cpu,
-            build_cpu_features: table
+            rust_target_features: table
                 .iter()
                 .filter(|f| f.1)
                 .map(|f| f.0.to_string())
                 .collect(),
-            unused_cpu_features: table
-                .iter()
-                .filter(|f| f.2 && !f.1)
-                .map(|f| f.0.to_string())
-                .collect(),
+            llama_cpu_kernels: kernels.clone(),
+            unused_cpu_features: if native || march {
+                Vec::new()
+            } else {
+                table
+                    .iter()
+                    .filter(|f| f.2 && !kernels.iter().any(|k| k == f.0))
+                    .map(|f| f.0.to_string())
+                    .collect()
+            },
             gpu_backends,
         }
     }
@@ -301,7 +336,16 @@ mod tests {
         assert!(b
             .unused_cpu_features
             .iter()
-            .all(|f| !b.build_cpu_features.contains(f)));
+            .all(|f| !b.llama_cpu_kernels.contains(f)));
+        if b.target_cpu.is_none() {
+            let expected = GGML_DEFAULTS
+                .iter()
+                .copied()
+                .chain(b.rust_target_features.iter().map(String::as_str));
+            for f in expected {
+                assert!(b.llama_cpu_kernels.iter().any(|k| k == f), "{f}");
+            }
+        }
         assert_eq!(b.edgecloud_version, env!("CARGO_PKG_VERSION"));
     }
 }

@@ -393,16 +393,12 @@ pub fn render_markdown(s: &Summary) -> String {
     row(
         "native CPU build",
         format!(
-            "{} (target-cpu: {}; build enables: {}; this CPU also has: {})",
+            "{} (target-cpu: {}; llama.cpp kernels: {}; unused on this CPU: {})",
             if b.native_cpu_build { "yes" } else { "no" },
             b.target_cpu.as_deref().unwrap_or("default"),
-            if b.build_cpu_features.is_empty() {
-                "baseline".into()
-            } else {
-                b.build_cpu_features.join(" ")
-            },
+            b.llama_cpu_kernels.join(" "),
             if b.unused_cpu_features.is_empty() {
-                "nothing more".into()
+                "none".into()
             } else {
                 b.unused_cpu_features.join(" ")
             }
