@@ -6,15 +6,22 @@
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
 //! - [`local`]: the local lane (a dedicated llama.cpp worker thread).
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
-//! - [`bench`]: benchmark runs, reports and their comparison.
+//! - [`harness`]: both lanes under one deadline: admission, policies,
+//!   scoring, arbitration, outcomes.
+//! - [`bench`](mod@bench): benchmark runs, reports and their comparison.
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 
 pub mod bench;
 pub mod cloud;
 pub mod gguf;
+pub mod harness;
 pub mod lane;
 pub mod local;
 pub mod request;
 
+pub use harness::{
+    Backend, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError, Outcome,
+    Policy, Route, RunOptions, RunStatus,
+};
 pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, TokenSink};
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};

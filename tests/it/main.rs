@@ -4,5 +4,6 @@ mod bench;
 mod cli;
 mod cloud;
 mod gguf;
+mod harness;
 mod local;
 mod support;

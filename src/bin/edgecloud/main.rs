@@ -5,6 +5,7 @@ mod bench;
 mod cloud;
 mod local;
 mod model;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,6 +25,8 @@ enum Command {
     Local(local::LocalArgs),
     /// Run one request on the cloud lane alone (synchronous diagnostic).
     Cloud(cloud::CloudArgs),
+    /// Run one request through the harness: both lanes under one deadline.
+    Run(run::RunArgs),
     /// Inspect, validate or generate GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Local(args) => local::run(args),
         Command::Cloud(args) => cloud::run(args),
         Command::Model(cmd) => model::run(cmd),
+        Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
     };
     match result {

@@ -3,3 +3,4 @@
 
 pub mod http;
 pub mod models;
+pub mod scripted;

@@ -1,0 +1,170 @@
+//! Adapters from the real lanes to [`Backend`]: they translate one lane's
+//! completion and error types into [`Candidate`] and [`BackendError`], and
+//! nothing more (no policy, no retries, no timing of their own).
+
+use super::backend::{Backend, BackendError, BackendFuture, BackendInfo, Candidate, Timings};
+use super::backend::{TokenCounts, TokenSignals};
+use crate::cloud::{CloudCompletion, CloudConfig, CloudError, CloudLane};
+use crate::lane::{FinishReason, LaneJob};
+use crate::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
+
+/// The local llama.cpp lane as a harness backend. It observes cancellation
+/// between tokens and inside `llama_decode`.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    lane: LocalLane,
+}
+
+impl LocalBackend {
+    /// Wraps a started lane.
+    pub fn new(lane: LocalLane) -> Self {
+        Self { lane }
+    }
+
+    /// Starts a lane (loads the model; blocking) and wraps it.
+    pub fn start(config: LocalConfig) -> Result<Self, LocalError> {
+        LocalLane::start(config).map(Self::new)
+    }
+
+    /// The lane, for its tokenizer or its own diagnostics.
+    pub fn lane(&self) -> &LocalLane {
+        &self.lane
+    }
+}
+
+impl Backend for LocalBackend {
+    fn info(&self) -> BackendInfo {
+        let i = self.lane.info();
+        BackendInfo {
+            name: "llama.cpp".into(),
+            model: Some(i.model.display().to_string()),
+            load_time: Some(i.load_time),
+        }
+    }
+
+    fn run(&self, job: LaneJob) -> BackendFuture {
+        // The job (and the permit in it) goes to the lane's worker thread,
+        // which drops it when the work really ends.
+        let ticket = self.lane.submit(job);
+        Box::pin(async move {
+            ticket
+                .await
+                .map(candidate_from_local)
+                .map_err(|e| BackendError::new(e.kind(), e.to_string()))
+        })
+    }
+}
+
+/// A local completion as a candidate: tokenizer counts, timings and
+/// log-probabilities carried over.
+pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
+    let t = &c.timings;
+    Candidate {
+        finish_reason: c.finish_reason,
+        tokens: TokenCounts {
+            local_prompt: Some(u64::from(c.prompt_tokens)),
+            local_reused_prompt: Some(u64::from(c.reused_prompt_tokens)),
+            local_completion: Some(u64::from(c.completion_tokens)),
+            ..TokenCounts::default()
+        },
+        timings: Timings {
+            ttft: t.ttft,
+            prompt_eval: Some(t.prompt_eval),
+            prompt_tokens_per_s: t.prompt_tokens_per_s,
+            generation: Some(t.generation),
+            gen_tokens_per_s: t.gen_tokens_per_s,
+            total: Some(t.total),
+            ..Timings::default()
+        },
+        signals: Some(TokenSignals {
+            token_logprobs: c.token_logprobs,
+            mean_logprob: c.mean_logprob,
+            min_logprob: c.min_logprob,
+        }),
+        http_status: None,
+        text: c.text,
+    }
+}
+
+/// The cloud lane as a harness backend. It observes cancellation (the HTTP
+/// exchange is dropped at once).
+///
+/// The cloud lane reports a deadline or a cancellation that came before
+/// the first token as an error; for the harness that is a cut-short
+/// completion with no text ([`FinishReason::Deadline`] or
+/// [`FinishReason::Cancelled`]), like the local lane's, so a lane's report
+/// says `cancelled`, not `failed`, when the run stopped it.
+#[derive(Debug, Clone)]
+pub struct CloudBackend {
+    lane: CloudLane,
+}
+
+impl CloudBackend {
+    /// Wraps a built lane.
+    pub fn new(lane: CloudLane) -> Self {
+        Self { lane }
+    }
+
+    /// Builds a lane (checks the settings, reads the key) and wraps it.
+    pub fn start(config: CloudConfig) -> Result<Self, CloudError> {
+        CloudLane::new(config).map(Self::new)
+    }
+
+    /// The lane.
+    pub fn lane(&self) -> &CloudLane {
+        &self.lane
+    }
+}
+
+impl Backend for CloudBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "openai-compatible".into(),
+            model: Some(self.lane.config().model.clone()),
+            load_time: None,
+        }
+    }
+
+    fn run(&self, job: LaneJob) -> BackendFuture {
+        let lane = self.lane.clone();
+        Box::pin(async move {
+            match lane.run(job).await {
+                Ok(c) => Ok(candidate_from_cloud(c)),
+                Err(e) if e.is_cancelled() => Ok(Candidate::new("", FinishReason::Cancelled)),
+                Err(e) if e.is_deadline() => {
+                    let mut c = Candidate::new("", FinishReason::Deadline);
+                    c.http_status = e.http_status();
+                    Ok(c)
+                }
+                Err(e) => Err(BackendError::new(e.kind(), e.to_string())),
+            }
+        })
+    }
+}
+
+/// A cloud completion as a candidate: provider usage (never estimated),
+/// timings and HTTP status carried over.
+pub fn candidate_from_cloud(c: CloudCompletion) -> Candidate {
+    let gen_tokens_per_s = c.gen_tokens_per_s();
+    let t = c.timings;
+    Candidate {
+        finish_reason: c.finish_reason,
+        tokens: TokenCounts {
+            provider_prompt: c.usage.map(|u| u.prompt_tokens),
+            provider_completion: c.usage.map(|u| u.completion_tokens),
+            provider_total: c.usage.map(|u| u.total_tokens),
+            ..TokenCounts::default()
+        },
+        timings: Timings {
+            connect: t.connect,
+            ttfb: t.ttfb,
+            ttft: t.ttft,
+            gen_tokens_per_s,
+            total: Some(t.total),
+            ..Timings::default()
+        },
+        signals: None,
+        http_status: Some(c.http_status),
+        text: c.text,
+    }
+}

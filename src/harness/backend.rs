@@ -1,0 +1,265 @@
+//! What the harness asks of an engine: the [`Backend`] trait, and the
+//! unified [`Candidate`] every lane hands back. Adapters for the real lanes
+//! live in `adapters`; this module must not know about llama.cpp or HTTP.
+
+use crate::lane::{FinishReason, LaneJob};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// The future a [`Backend`] returns for one job. It owns everything it uses
+/// (`'static`), so a late worker can outlive its run and the harness.
+pub type BackendFuture =
+    Pin<Box<dyn Future<Output = Result<Candidate, BackendError>> + Send + 'static>>;
+
+/// An engine the harness can put on a lane: the local llama.cpp lane, the
+/// cloud lane, or anything a user writes (a test double, another runtime).
+///
+/// The harness calls [`Backend::run`] only while it holds the lane's slot,
+/// and puts that slot in [`LaneJob::permit`]. A backend must drop the job's
+/// permit when its work really ends (dropping the job does it), and should
+/// stop soon after [`LaneJob::cancel`] fires or [`LaneJob::deadline`]
+/// passes, returning `Ok` with [`FinishReason::Cancelled`] or
+/// [`FinishReason::Deadline`] and whatever text it has. The harness never
+/// drops a running backend future early: a backend that ignores the token
+/// is never forcibly interrupted; it just keeps its lane busy until it
+/// returns.
+pub trait Backend: Send + Sync + 'static {
+    /// What this backend is, for reports and diagnostics.
+    fn info(&self) -> BackendInfo;
+
+    /// Whether the backend stops when the job's cancellation token fires.
+    /// A backend that returns `false` is reported as
+    /// [`CancelResult::NotPropagated`](crate::harness::CancelResult) when a
+    /// run tries to cancel it, and the run does not wait for it to stop.
+    fn observes_cancellation(&self) -> bool {
+        true
+    }
+
+    /// Starts one job. The returned future runs on the harness's runtime.
+    fn run(&self, job: LaneJob) -> BackendFuture;
+}
+
+/// A backend's description.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    /// Short name, e.g. `llama.cpp` or `openai-compatible`.
+    pub name: String,
+    /// The model it runs, when it knows.
+    pub model: Option<String>,
+    /// How long loading took (local models), when it applies.
+    #[serde(with = "super::serde_ms::optional", default)]
+    pub load_time: Option<Duration>,
+}
+
+impl BackendInfo {
+    /// A description with just a name.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Token counts, kept apart by where they come from (DESIGN point 9): a
+/// provider's report, the local tokenizer's count, and a compressor's
+/// estimate are different figures and are never mixed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCounts {
+    /// Prompt tokens as the cloud provider reported them.
+    pub provider_prompt: Option<u64>,
+    /// Completion tokens as the cloud provider reported them.
+    pub provider_completion: Option<u64>,
+    /// Total tokens as the cloud provider reported them.
+    pub provider_total: Option<u64>,
+    /// Prompt tokens counted by the local model's tokenizer.
+    pub local_prompt: Option<u64>,
+    /// Prompt tokens reused from the local context (not decoded again).
+    pub local_reused_prompt: Option<u64>,
+    /// Completion tokens counted by the local model's tokenizer.
+    pub local_completion: Option<u64>,
+    /// The prompt before compression, as the compressor estimated it.
+    pub compressor_before: Option<u64>,
+    /// The prompt after compression, as the compressor estimated it.
+    pub compressor_after: Option<u64>,
+}
+
+impl TokenCounts {
+    /// The prompt size from the most authoritative source that has one:
+    /// the provider, then the local tokenizer. Never a compressor estimate.
+    pub fn prompt(&self) -> Option<u64> {
+        self.provider_prompt.or(self.local_prompt)
+    }
+
+    /// The completion size: provider, then local tokenizer.
+    pub fn completion(&self) -> Option<u64> {
+        self.provider_completion.or(self.local_completion)
+    }
+}
+
+/// Timings a backend measured itself. All optional: each engine knows
+/// different things. The harness measures its own wall times separately
+/// (see [`LaneReport`](crate::harness::LaneReport)).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Connection set-up (cloud).
+    #[serde(with = "super::serde_ms::optional", default)]
+    pub connect: Option<Duration>,
+    /// Time to the first response byte (cloud).
+    #[serde(with = "super::serde_ms::optional", default)]
+    pub ttfb: Option<Duration>,
+    /// Time to the first generated token.
+    #[serde(with = "super::serde_ms::optional", default)]
+    pub ttft: Option<Duration>,
+    /// Prompt processing (local).
+    #[serde(with = "super::serde_ms::optional", default)]
+    pub prompt_eval: Option<Duration>,
+    /// Prompt tokens per second (local).
+    pub prompt_tokens_per_s: Option<f64>,
+    /// Generation after the first token (local).
+    #[serde(with = "super::serde_ms::optional", default)]
+    pub generation: Option<Duration>,
+    /// Generated tokens per second (local).
+    pub gen_tokens_per_s: Option<f64>,
+    /// The whole job, as the backend measured it.
+    #[serde(with = "super::serde_ms::optional", default)]
+    pub total: Option<Duration>,
+}
+
+/// Per-token log-probabilities a backend exposes (the local lane always;
+/// a cloud provider when asked). Built-in scorers read these.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenSignals {
+    /// Log-probability of each generated token.
+    pub token_logprobs: Vec<f32>,
+    /// Mean of `token_logprobs`.
+    pub mean_logprob: Option<f32>,
+    /// Minimum of `token_logprobs`.
+    pub min_logprob: Option<f32>,
+}
+
+impl TokenSignals {
+    /// Signals from per-token log-probabilities, with mean and minimum
+    /// computed (non-finite values are ignored for both).
+    pub fn from_logprobs(token_logprobs: Vec<f32>) -> Self {
+        let finite: Vec<f32> = token_logprobs
+            .iter()
+            .copied()
+            .filter(|v| v.is_finite())
+            .collect();
+        let mean = (!finite.is_empty()).then(|| {
+            (finite.iter().map(|v| f64::from(*v)).sum::<f64>() / finite.len() as f64) as f32
+        });
+        let min = finite.iter().copied().reduce(f32::min);
+        Self {
+            token_logprobs,
+            mean_logprob: mean,
+            min_logprob: min,
+        }
+    }
+}
+
+/// One lane's finished completion and its signals: what scorers and
+/// arbiters look at, and what the winner's outcome carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The generated text.
+    pub text: String,
+    /// Why generation ended.
+    pub finish_reason: FinishReason,
+    /// Token counts by source.
+    pub tokens: TokenCounts,
+    /// Timings the backend measured.
+    pub timings: Timings,
+    /// Token log-probabilities, when the backend has them.
+    pub signals: Option<TokenSignals>,
+    /// HTTP status of the final response (cloud).
+    pub http_status: Option<u16>,
+}
+
+impl Candidate {
+    /// A candidate with only text and finish reason.
+    pub fn new(text: impl Into<String>, finish_reason: FinishReason) -> Self {
+        Self {
+            text: text.into(),
+            finish_reason,
+            tokens: TokenCounts::default(),
+            timings: Timings::default(),
+            signals: None,
+            http_status: None,
+        }
+    }
+
+    /// Adds token log-probabilities.
+    pub fn with_logprobs(mut self, token_logprobs: Vec<f32>) -> Self {
+        self.signals = Some(TokenSignals::from_logprobs(token_logprobs));
+        self
+    }
+
+    /// True when the text is whole and not blank: the least any policy
+    /// needs before it can pick a candidate.
+    pub fn is_usable(&self) -> bool {
+        self.finish_reason.is_complete() && !self.text.trim().is_empty()
+    }
+}
+
+/// Why a backend could not produce a candidate. `kind` is a short stable
+/// word a program can match on (`connect`, `http_status`, `model`,
+/// `panic`, ...); `message` is for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct BackendError {
+    /// Stable, machine-readable kind.
+    pub kind: String,
+    /// Human-readable detail (never contains secrets).
+    pub message: String,
+}
+
+impl BackendError {
+    /// An error of the given kind.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_ignore_non_finite_values() {
+        let s = TokenSignals::from_logprobs(vec![-1.0, f32::NEG_INFINITY, -3.0]);
+        assert_eq!(s.mean_logprob, Some(-2.0));
+        assert_eq!(s.min_logprob, Some(-3.0));
+        assert_eq!(TokenSignals::from_logprobs(vec![]).mean_logprob, None);
+    }
+
+    #[test]
+    fn prompt_count_prefers_provider_then_local_never_estimate() {
+        let t = TokenCounts {
+            compressor_before: Some(99),
+            local_prompt: Some(7),
+            ..TokenCounts::default()
+        };
+        assert_eq!(t.prompt(), Some(7));
+        let t = TokenCounts {
+            provider_prompt: Some(5),
+            ..t
+        };
+        assert_eq!(t.prompt(), Some(5));
+        assert_eq!(TokenCounts::default().prompt(), None);
+    }
+
+    #[test]
+    fn usable_needs_complete_non_blank_text() {
+        assert!(Candidate::new("hi", FinishReason::Stop).is_usable());
+        assert!(Candidate::new("hi", FinishReason::Length).is_usable());
+        assert!(!Candidate::new("  ", FinishReason::Stop).is_usable());
+        assert!(!Candidate::new("hi", FinishReason::Deadline).is_usable());
+    }
+}

@@ -1,0 +1,344 @@
+//! [`HarnessBuilder`]: lanes, defaults, routes, observers and runtime, put
+//! together and checked once. Configuration files go through
+//! [`HarnessBuilder::config`]; this module must not read files itself.
+
+use super::adapters::{CloudBackend, LocalBackend};
+use super::api::{Harness, Inner};
+use super::backend::Backend;
+use super::callbacks::{Arbiter, Compressor, PreScore, Scorer};
+use super::config::HarnessConfig;
+use super::error::{ConfigError, HarnessError};
+use super::observer::{EventSink, Observer};
+use super::policy::{CommitMode, Policy};
+use super::registry::Registry;
+use super::route::{Route, DEFAULT_ROUTE};
+use super::slot::LaneSlot;
+use crate::lane::Lane;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Callbacks registered by name, so a config file can refer to them.
+#[derive(Default, Clone)]
+pub(crate) struct Named {
+    pub(crate) pre_score: HashMap<String, Arc<dyn PreScore>>,
+    pub(crate) compressor: HashMap<String, Arc<dyn Compressor>>,
+    pub(crate) scorer: HashMap<String, Arc<dyn Scorer>>,
+    pub(crate) arbiter: HashMap<String, Arc<dyn Arbiter>>,
+}
+
+/// Builds a [`Harness`].
+///
+/// ```
+/// use edgecloud::harness::{Harness, Policy, Route};
+/// use std::time::Duration;
+/// let harness = Harness::builder()
+///     .policy(Policy::cascade(0.4))
+///     .deadline(Duration::from_secs(3))
+///     .route("vehicle_control", Route::new(Policy::LocalOnly).deadline(Duration::from_millis(200)))
+///     .build()
+///     .expect("a harness without lanes still builds");
+/// assert_eq!(harness.routes(), ["default", "vehicle_control"]);
+/// ```
+pub struct HarnessBuilder {
+    local: Option<Arc<dyn Backend>>,
+    cloud: Option<Arc<dyn Backend>>,
+    defaults: Route,
+    routes: Vec<(String, Route)>,
+    default_route: Option<String>,
+    observers: Vec<Arc<dyn Observer>>,
+    runtime: Option<tokio::runtime::Handle>,
+    worker_threads: usize,
+    pub(crate) named: Named,
+}
+
+impl Default for HarnessBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for HarnessBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HarnessBuilder")
+            .field("local", &self.local.is_some())
+            .field("cloud", &self.cloud.is_some())
+            .field("defaults", &self.defaults)
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HarnessBuilder {
+    /// An empty builder: no lanes, default settings.
+    pub fn new() -> Self {
+        Self {
+            local: None,
+            cloud: None,
+            defaults: Route::default(),
+            routes: Vec::new(),
+            default_route: None,
+            observers: Vec::new(),
+            runtime: None,
+            worker_threads: 2,
+            named: Named::default(),
+        }
+    }
+
+    /// Puts a backend on the local lane.
+    pub fn local(self, backend: impl Backend) -> Self {
+        self.local_arc(Arc::new(backend))
+    }
+
+    /// Puts a shared backend on the local lane.
+    pub fn local_arc(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.local = Some(backend);
+        self
+    }
+
+    /// Puts a backend on the cloud lane.
+    pub fn cloud(self, backend: impl Backend) -> Self {
+        self.cloud_arc(Arc::new(backend))
+    }
+
+    /// Puts a shared backend on the cloud lane.
+    pub fn cloud_arc(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.cloud = Some(backend);
+        self
+    }
+
+    /// Whether a lane has a backend.
+    pub fn has_lane(&self, lane: Lane) -> bool {
+        match lane {
+            Lane::Local => self.local.is_some(),
+            Lane::Cloud => self.cloud.is_some(),
+        }
+    }
+
+    /// Default policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.defaults.policy = Some(policy);
+        self
+    }
+
+    /// Default deadline.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.defaults.deadline = Some(deadline);
+        self
+    }
+
+    /// Default commit mode for streaming runs.
+    pub fn commit(mut self, commit: CommitMode) -> Self {
+        self.defaults.commit = Some(commit);
+        self
+    }
+
+    /// Default minimum score for any candidate to be acceptable.
+    pub fn min_score(mut self, min: f64) -> Self {
+        self.defaults = self.defaults.min_score(min);
+        self
+    }
+
+    /// Default pre-score callback.
+    pub fn pre_score(mut self, p: impl PreScore) -> Self {
+        self.defaults = self.defaults.pre_score(p);
+        self
+    }
+
+    /// Default compressor for what is sent to the cloud.
+    pub fn compressor(mut self, c: impl Compressor) -> Self {
+        self.defaults = self.defaults.compressor(c);
+        self
+    }
+
+    /// Default scorer (instead of the built-in one).
+    pub fn scorer(mut self, s: impl Scorer) -> Self {
+        self.defaults = self.defaults.scorer(s);
+        self
+    }
+
+    /// Default arbiter (instead of the built-in rule).
+    pub fn arbiter(mut self, a: impl Arbiter) -> Self {
+        self.defaults = self.defaults.arbiter(a);
+        self
+    }
+
+    /// Time a callback may take before a `tracing` warning.
+    pub fn callback_budget(mut self, budget: Duration) -> Self {
+        self.defaults.callback_budget = Some(budget);
+        self
+    }
+
+    /// How long a run that cancels workers before its deadline waits for
+    /// them (see [`Route::cancel_grace`]).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.defaults.cancel_grace = Some(grace);
+        self
+    }
+
+    /// Replaces the default settings as a whole.
+    pub fn defaults(mut self, route: Route) -> Self {
+        self.defaults = route;
+        self
+    }
+
+    /// Adds (or replaces) a named route.
+    pub fn route(mut self, name: impl Into<String>, route: Route) -> Self {
+        let name = name.into();
+        self.routes.retain(|(n, _)| *n != name);
+        self.routes.push((name, route));
+        self
+    }
+
+    /// The route runs use when they name none (default: the harness's
+    /// own defaults, named `default`).
+    pub fn default_route(mut self, name: impl Into<String>) -> Self {
+        self.default_route = Some(name.into());
+        self
+    }
+
+    /// Adds an observer.
+    pub fn observer(mut self, o: impl Observer) -> Self {
+        self.observers.push(Arc::new(o));
+        self
+    }
+
+    /// Runs on an existing tokio runtime instead of a runtime of the
+    /// harness's own. The runtime must outlive the harness's runs and late
+    /// workers (the harness cannot keep it alive).
+    pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(handle);
+        self
+    }
+
+    /// Worker threads of the harness's own runtime (default 2).
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.worker_threads = n.max(1);
+        self
+    }
+
+    /// Registers a pre-score callback under a name a config file can use.
+    pub fn register_pre_score(mut self, name: impl Into<String>, p: impl PreScore) -> Self {
+        self.named.pre_score.insert(name.into(), Arc::new(p));
+        self
+    }
+
+    /// Registers a compressor under a name a config file can use.
+    pub fn register_compressor(mut self, name: impl Into<String>, c: impl Compressor) -> Self {
+        self.named.compressor.insert(name.into(), Arc::new(c));
+        self
+    }
+
+    /// Registers a scorer under a name a config file can use.
+    pub fn register_scorer(mut self, name: impl Into<String>, s: impl Scorer) -> Self {
+        self.named.scorer.insert(name.into(), Arc::new(s));
+        self
+    }
+
+    /// Registers an arbiter under a name a config file can use.
+    pub fn register_arbiter(mut self, name: impl Into<String>, a: impl Arbiter) -> Self {
+        self.named.arbiter.insert(name.into(), Arc::new(a));
+        self
+    }
+
+    /// Applies a configuration's harness settings and routes (lanes are
+    /// built from it separately). Settings already made on the builder
+    /// that the file also sets are overridden by the file; call builder
+    /// methods after this one to override the file.
+    pub fn config(mut self, config: &HarnessConfig) -> Result<Self, ConfigError> {
+        let defaults = config.harness.to_route("harness", &self.named)?;
+        self.defaults = defaults.over(&self.defaults);
+        for (name, rc) in &config.routes {
+            let r = rc.to_route(&format!("routes.{name}"), &self.named)?;
+            self = self.route(name.clone(), r);
+        }
+        if let Some(d) = &config.harness.default_route {
+            self.default_route = Some(d.clone());
+        }
+        Ok(self)
+    }
+
+    /// Starts the lanes a configuration describes (`[local]`: loads the
+    /// model, blocking; `[cloud]`: checks the settings and reads the key)
+    /// and puts them on the builder.
+    pub fn lanes_from(mut self, config: &HarnessConfig) -> Result<Self, HarnessError> {
+        if let Some(local) = &config.local {
+            let backend =
+                LocalBackend::start(local.clone()).map_err(|e| HarnessError::LaneStart {
+                    lane: Lane::Local,
+                    source: Box::new(e),
+                })?;
+            self = self.local(backend);
+        }
+        if let Some(cloud) = &config.cloud {
+            let backend =
+                CloudBackend::start(cloud.clone()).map_err(|e| HarnessError::LaneStart {
+                    lane: Lane::Cloud,
+                    source: Box::new(e),
+                })?;
+            self = self.cloud(backend);
+        }
+        Ok(self)
+    }
+
+    /// Checks everything and builds the harness.
+    pub fn build(self) -> Result<Harness, HarnessError> {
+        let invalid = |key: String, detail: String| ConfigError::Invalid { key, detail };
+        let base = self
+            .defaults
+            .resolve(DEFAULT_ROUTE)
+            .map_err(|d| invalid("harness".into(), d))?;
+        let mut routes = HashMap::new();
+        routes.insert(DEFAULT_ROUTE.to_string(), Arc::new(base));
+        for (name, r) in &self.routes {
+            if name.trim().is_empty() {
+                return Err(invalid("routes".into(), "a route name cannot be empty".into()).into());
+            }
+            let settings = r
+                .over(&self.defaults)
+                .resolve(name)
+                .map_err(|d| invalid(format!("routes.{name}"), d))?;
+            routes.insert(name.clone(), Arc::new(settings));
+        }
+        let default_route = match &self.default_route {
+            None => routes[DEFAULT_ROUTE].clone(),
+            Some(n) => routes.get(n).cloned().ok_or_else(|| {
+                invalid(
+                    "default_route".into(),
+                    format!("names route `{n}`, which is not defined"),
+                )
+            })?,
+        };
+        let (handle, runtime) = match self.runtime {
+            Some(h) => (h, None),
+            None => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(self.worker_threads)
+                    .thread_name("edgecloud-harness")
+                    .enable_all()
+                    .build()
+                    .map_err(HarnessError::Start)?;
+                (rt.handle().clone(), Some(rt))
+            }
+        };
+        let events = EventSink::start(self.observers).map_err(HarnessError::Start)?;
+        let slots = [
+            self.local.map(|b| Arc::new(LaneSlot::new(b))),
+            self.cloud.map(|b| Arc::new(LaneSlot::new(b))),
+        ];
+        Ok(Harness {
+            inner: Arc::new(Inner {
+                slots,
+                default_route,
+                routes,
+                handle,
+                runtime: Mutex::new(runtime),
+                events,
+                registry: Arc::new(Registry::default()),
+                next_run: AtomicU64::new(1),
+                shutting_down: AtomicBool::new(false),
+            }),
+        })
+    }
+}

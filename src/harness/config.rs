@@ -1,0 +1,416 @@
+//! The TOML configuration: lanes, harness defaults and named routes. This
+//! module parses and validates; it must not start lanes (see
+//! `HarnessConfig::build_harness` for that) nor run anything.
+//!
+//! Keys in `[harness]` and in each `[routes.NAME]` (all optional):
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `policy` | `local-only`, `cloud-only`, `race`, `hedge`, `cascade`, `fallback`, `best-of` |
+//! | `deadline_ms` | the run's time budget |
+//! | `commit` | `first_token` or `completion` (streaming commit point) |
+//! | `min_score` | lowest score any candidate needs to be acceptable |
+//! | `hedge_delay_ms`, `hedge_primary` | `hedge`: delay (default adaptive p95) and first lane (`local`) |
+//! | `cascade_threshold`, `local_share` | `cascade`: lowest acceptable local score (0.4), local's share of the deadline (0.5) |
+//! | `cloud_share` | `fallback`: the cloud's share of the deadline (0.5) |
+//! | `scorer` | `default`, `generic`, `confidence`, `none`, or a name registered with the builder |
+//! | `arbiter` | `highest` (built-in) or a registered name |
+//! | `pre_score` | `none` or a registered name |
+//! | `compressor` | `none`, `keep-recent` (needs `compress_max_tokens`) or a registered name |
+//! | `compress_max_tokens` | budget of the built-in compressor (implies `keep-recent`) |
+//! | `callback_budget_ms`, `cancel_grace_ms` | see the harness docs |
+//! | `default_route` | (`[harness]` only) the route used when a run names none |
+//!
+//! Policy parameters must come with the `policy` key in the same table, so
+//! a route never silently applies a threshold to a policy it did not pick.
+//! Unknown keys are errors (typos do not pass silently).
+
+use super::builder::Named;
+use super::compression::KeepRecent;
+use super::error::ConfigError;
+use super::policy::{
+    CommitMode, Policy, PolicyKind, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,
+};
+use super::route::Route;
+use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer};
+use crate::cloud::CloudConfig;
+use crate::lane::Lane;
+use crate::local::LocalConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An example configuration, shown by `edgecloud run --help`.
+pub const EXAMPLE_CONFIG: &str = r#"# edgecloud.toml: lanes, default policy, named routes.
+[local]
+model = "models/SmolLM2-135M-Instruct-Q8_0.gguf"
+threads = 4
+
+[cloud]
+base_url = "https://api.openai.com/v1"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_API_KEY"   # the key itself never goes in this file
+
+[harness]
+policy = "cascade"               # local-only cloud-only race hedge cascade fallback best-of
+deadline_ms = 3000
+cascade_threshold = 0.4          # lowest acceptable local score
+local_share = 0.5                # local may use half the deadline alone
+compress_max_tokens = 2000       # cloud prompt: system + newest turns within ~2000 tokens
+default_route = "general_qa"
+
+[routes.vehicle_control]         # deterministic intents: never leave the car
+policy = "local-only"
+deadline_ms = 200
+
+[routes.general_qa]
+policy = "cascade"
+deadline_ms = 3000
+"#;
+
+/// A whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HarnessConfig {
+    /// The local lane's settings (`[local]`; see [`LocalConfig`]).
+    #[serde(default)]
+    pub local: Option<LocalConfig>,
+    /// The cloud lane's settings (`[cloud]`; see [`CloudConfig`]). The
+    /// key comes from the variable `api_key_env` names, or `api_key`.
+    #[serde(default)]
+    pub cloud: Option<CloudConfig>,
+    /// Harness defaults (every route inherits them).
+    #[serde(default)]
+    pub harness: RouteConfig,
+    /// Named routes.
+    #[serde(default)]
+    pub routes: BTreeMap<String, RouteConfig>,
+}
+
+/// The settings of `[harness]` or one `[routes.NAME]` table (see the module
+/// docs for each key).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RouteConfig {
+    pub policy: Option<String>,
+    pub deadline_ms: Option<u64>,
+    pub commit: Option<CommitMode>,
+    pub min_score: Option<f64>,
+    pub hedge_delay_ms: Option<u64>,
+    pub hedge_primary: Option<Lane>,
+    pub cascade_threshold: Option<f64>,
+    pub local_share: Option<f64>,
+    pub cloud_share: Option<f64>,
+    pub scorer: Option<String>,
+    pub arbiter: Option<String>,
+    pub pre_score: Option<String>,
+    pub compressor: Option<String>,
+    pub compress_max_tokens: Option<u64>,
+    pub callback_budget_ms: Option<f64>,
+    pub cancel_grace_ms: Option<f64>,
+    pub default_route: Option<String>,
+}
+
+impl HarnessConfig {
+    /// Parses TOML text.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        Self::parse(text, None)
+    }
+
+    /// Reads and parses a file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, Some(path.to_path_buf()))
+    }
+
+    fn parse(text: &str, path: Option<PathBuf>) -> Result<Self, ConfigError> {
+        let cfg: HarnessConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path,
+            detail: e.to_string().trim_end().to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Starts the configured lanes and builds a harness with these settings
+    /// (for callbacks registered by name, use
+    /// [`HarnessBuilder::config`](super::HarnessBuilder::config) and
+    /// [`HarnessBuilder::lanes_from`](super::HarnessBuilder::lanes_from)).
+    pub fn build(&self) -> Result<super::Harness, super::HarnessError> {
+        super::HarnessBuilder::new()
+            .config(self)?
+            .lanes_from(self)?
+            .build()
+    }
+
+    /// Checks what can be checked without the builder's registered
+    /// callbacks: policy names and parameters, ranges, route references.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.harness.resolved_policy("harness")?;
+        for (name, r) in &self.routes {
+            if r.default_route.is_some() {
+                return Err(ConfigError::Invalid {
+                    key: format!("routes.{name}.default_route"),
+                    detail: "default_route belongs in [harness]".into(),
+                });
+            }
+            r.resolved_policy(&format!("routes.{name}"))?;
+        }
+        if let Some(d) = &self.harness.default_route {
+            if !self.routes.contains_key(d) {
+                return Err(ConfigError::Invalid {
+                    key: "harness.default_route".into(),
+                    detail: format!("names route `{d}`, which is not defined"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid(key: &str, field: &str, detail: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: format!("{key}.{field}"),
+        detail: detail.into(),
+    }
+}
+
+fn ms(key: &str, field: &str, v: Option<f64>) -> Result<Option<Duration>, ConfigError> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(Duration::from_secs_f64(v / 1000.0))),
+        Some(_) => Err(invalid(key, field, "must be a number of milliseconds >= 0")),
+    }
+}
+
+impl RouteConfig {
+    /// The policy this table sets, with its parameters; `key` names the
+    /// table in errors (`harness`, `routes.NAME`).
+    pub fn resolved_policy(&self, key: &str) -> Result<Option<Policy>, ConfigError> {
+        let params: [(&str, bool, PolicyKind); 6] = [
+            (
+                "hedge_delay_ms",
+                self.hedge_delay_ms.is_some(),
+                PolicyKind::Hedge,
+            ),
+            (
+                "hedge_primary",
+                self.hedge_primary.is_some(),
+                PolicyKind::Hedge,
+            ),
+            (
+                "cascade_threshold",
+                self.cascade_threshold.is_some(),
+                PolicyKind::Cascade,
+            ),
+            (
+                "local_share",
+                self.local_share.is_some(),
+                PolicyKind::Cascade,
+            ),
+            (
+                "cloud_share",
+                self.cloud_share.is_some(),
+                PolicyKind::Fallback,
+            ),
+            ("", false, PolicyKind::Race),
+        ];
+        let Some(name) = &self.policy else {
+            if let Some((p, _, k)) = params.iter().find(|(_, set, _)| *set) {
+                return Err(invalid(
+                    key,
+                    p,
+                    format!("applies to `{k}`; set `policy = \"{k}\"` in the same table"),
+                ));
+            }
+            return Ok(None);
+        };
+        let kind: PolicyKind = name
+            .parse()
+            .map_err(|e: super::policy::UnknownPolicy| invalid(key, "policy", e.to_string()))?;
+        if let Some((p, _, k)) = params.iter().find(|(_, set, k)| *set && *k != kind) {
+            return Err(invalid(key, p, format!("applies to `{k}`, not `{kind}`")));
+        }
+        let policy = match kind {
+            PolicyKind::Hedge => Policy::Hedge {
+                primary: self.hedge_primary.unwrap_or(Lane::Local),
+                delay: self.hedge_delay_ms.map(Duration::from_millis),
+            },
+            PolicyKind::Cascade => Policy::Cascade {
+                threshold: self.cascade_threshold.unwrap_or(DEFAULT_CASCADE_THRESHOLD),
+                local_share: self.local_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
+            },
+            PolicyKind::Fallback => Policy::Fallback {
+                cloud_share: self.cloud_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
+            },
+            k => Policy::from_kind(k),
+        };
+        policy.validate().map_err(|d| invalid(key, "policy", d))?;
+        Ok(Some(policy))
+    }
+
+    /// Sets the policy, dropping parameters that belong to other policies
+    /// (what a command-line `--policy` does to the file's setting).
+    pub fn set_policy(&mut self, kind: PolicyKind) {
+        self.policy = Some(kind.as_str().to_string());
+        if kind != PolicyKind::Hedge {
+            self.hedge_delay_ms = None;
+            self.hedge_primary = None;
+        }
+        if kind != PolicyKind::Cascade {
+            self.cascade_threshold = None;
+            self.local_share = None;
+        }
+        if kind != PolicyKind::Fallback {
+            self.cloud_share = None;
+        }
+    }
+
+    /// This table as a [`Route`], resolving callback names.
+    pub(crate) fn to_route(&self, key: &str, named: &Named) -> Result<Route, ConfigError> {
+        let mut r = Route {
+            policy: self.resolved_policy(key)?,
+            deadline: self.deadline_ms.map(Duration::from_millis),
+            commit: self.commit,
+            ..Route::default()
+        };
+        if let Some(m) = self.min_score {
+            if !m.is_finite() {
+                return Err(invalid(key, "min_score", "must be a finite number"));
+            }
+            r.min_score = Some(Some(m));
+        }
+        r.callback_budget = ms(key, "callback_budget_ms", self.callback_budget_ms)?;
+        r.cancel_grace = ms(key, "cancel_grace_ms", self.cancel_grace_ms)?;
+        let unknown = |field: &str, kind: &'static str, name: &str| ConfigError::UnknownCallback {
+            key: format!("{key}.{field}"),
+            kind,
+            name: name.to_string(),
+        };
+        if let Some(s) = &self.scorer {
+            match s.as_str() {
+                "default" => r.set_arc_scorer(Some(Arc::new(DefaultScorer)), true),
+                "generic" => r.set_arc_scorer(Some(Arc::new(GenericScorer)), true),
+                "confidence" => r.set_arc_scorer(Some(Arc::new(ConfidenceScorer)), true),
+                "none" => r.set_arc_scorer(None, true),
+                n => r.set_arc_scorer(
+                    Some(
+                        named
+                            .scorer
+                            .get(n)
+                            .cloned()
+                            .ok_or_else(|| unknown("scorer", "a scorer", n))?,
+                    ),
+                    false,
+                ),
+            }
+        }
+        if let Some(a) = &self.arbiter {
+            match a.as_str() {
+                "highest" | "builtin" => r.set_arc_arbiter(None),
+                n => r.set_arc_arbiter(Some(
+                    named
+                        .arbiter
+                        .get(n)
+                        .cloned()
+                        .ok_or_else(|| unknown("arbiter", "an arbiter", n))?,
+                )),
+            }
+        }
+        if let Some(p) = &self.pre_score {
+            match p.as_str() {
+                "none" => r.set_arc_pre_score(None),
+                n => r.set_arc_pre_score(Some(
+                    named
+                        .pre_score
+                        .get(n)
+                        .cloned()
+                        .ok_or_else(|| unknown("pre_score", "a pre-score callback", n))?,
+                )),
+            }
+        }
+        match (self.compressor.as_deref(), self.compress_max_tokens) {
+            (None | Some("keep-recent"), Some(max)) => {
+                r.set_arc_compressor(Some(Arc::new(KeepRecent::new(max))), true)
+            }
+            (Some("keep-recent"), None) => {
+                return Err(invalid(
+                    key,
+                    "compressor",
+                    "`keep-recent` needs `compress_max_tokens`",
+                ))
+            }
+            (Some("none"), None) => r.set_arc_compressor(None, true),
+            (Some(n), None) => r.set_arc_compressor(
+                Some(
+                    named
+                        .compressor
+                        .get(n)
+                        .cloned()
+                        .ok_or_else(|| unknown("compressor", "a compressor", n))?,
+                ),
+                false,
+            ),
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    key,
+                    "compress_max_tokens",
+                    "applies to the built-in `keep-recent` compressor only",
+                ))
+            }
+            (None, None) => {}
+        }
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses_and_builds_routes() {
+        let cfg = HarnessConfig::from_toml_str(EXAMPLE_CONFIG).expect("example is valid");
+        assert_eq!(cfg.routes.len(), 2);
+        let named = Named::default();
+        let vc = cfg.routes["vehicle_control"]
+            .to_route("routes.vehicle_control", &named)
+            .expect("valid route");
+        assert_eq!(vc.policy, Some(Policy::LocalOnly));
+        assert_eq!(vc.deadline, Some(Duration::from_millis(200)));
+        let h = cfg.harness.to_route("harness", &named).expect("valid");
+        assert_eq!(
+            h.policy,
+            Some(Policy::Cascade {
+                threshold: 0.4,
+                local_share: 0.5
+            })
+        );
+        assert!(h.compressor.is_some());
+    }
+
+    #[test]
+    fn mistakes_get_named() {
+        let err = |t: &str| HarnessConfig::from_toml_str(t).unwrap_err().to_string();
+        assert!(err("[harness]\npolicy = \"racer\"").contains("unknown policy `racer`"));
+        assert!(err("[harness]\ndeadlin_ms = 3").contains("deadlin_ms"));
+        assert!(err("[harness]\ncascade_threshold = 0.3").contains("set `policy = \"cascade\"`"));
+        assert!(err("[routes.a]\npolicy = \"race\"\ncloud_share = 0.2")
+            .contains("applies to `fallback`"));
+        assert!(err("[harness]\ndefault_route = \"nope\"").contains("`nope`"));
+        assert!(err("[harness]\npolicy = \"cascade\"\nlocal_share = 2.0").contains("local_share"));
+        let cfg = HarnessConfig::from_toml_str("[harness]\nscorer = \"mine\"").expect("parses");
+        let e = cfg
+            .harness
+            .to_route("harness", &Named::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("`mine`"), "{e}");
+    }
+}

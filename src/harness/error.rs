@@ -1,0 +1,127 @@
+//! The harness's error types. A run that starts always ends in an
+//! [`Outcome`](super::Outcome) (even a failed one); these errors are for what
+//! prevents a run from starting, for configuration, and for the diagnostics
+//! that return one lane's result directly.
+
+use super::backend::BackendError;
+use crate::lane::Lane;
+use crate::request::InvalidRequest;
+use std::path::PathBuf;
+
+/// Why the harness could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// The request is malformed.
+    #[error(transparent)]
+    InvalidRequest(#[from] InvalidRequest),
+    /// The request named a route the harness does not have.
+    #[error("unknown route `{name}`; known routes: {}", known.join(", "))]
+    UnknownRoute {
+        /// The name asked for.
+        name: String,
+        /// The routes there are.
+        known: Vec<String>,
+    },
+    /// [`shutdown`](super::Harness::shutdown) was called; no new runs.
+    #[error("the harness is shutting down")]
+    ShuttingDown,
+    /// A blocking call was made from inside an async runtime, where it
+    /// could stall the runtime's threads. Use the async API there.
+    #[error("a blocking harness call was made from inside an async runtime; use the async API")]
+    BlockingInAsync,
+    /// The runtime the harness runs on shut down before the run settled.
+    #[error("the harness's runtime shut down before the run settled")]
+    RuntimeGone,
+    /// The harness could not start its own runtime or observer thread.
+    #[error("could not start the harness: {0}")]
+    Start(#[source] std::io::Error),
+    /// A lane described by the configuration could not be started (model
+    /// load, cloud settings).
+    #[error("could not start the {lane} lane: {source}")]
+    LaneStart {
+        /// The lane.
+        lane: Lane,
+        /// The lane's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A diagnostic's lane is not configured.
+    #[error("the {lane} lane is not configured")]
+    LaneNotConfigured {
+        /// The lane.
+        lane: Lane,
+    },
+    /// A diagnostic's lane was busy (another worker holds its slot).
+    #[error("the {lane} lane is busy")]
+    LaneBusy {
+        /// The lane.
+        lane: Lane,
+    },
+    /// A diagnostic's lane failed.
+    #[error("the {lane} lane failed: {error}")]
+    Lane {
+        /// The lane.
+        lane: Lane,
+        /// What it said.
+        #[source]
+        error: BackendError,
+    },
+    /// A diagnostic's deadline passed before its lane finished.
+    #[error("the {lane} lane did not finish within {deadline_ms:.0} ms")]
+    DeadlineExceeded {
+        /// The lane.
+        lane: Lane,
+        /// The deadline.
+        deadline_ms: f64,
+    },
+    /// A diagnostic was aborted.
+    #[error("aborted")]
+    Aborted,
+}
+
+/// What is wrong with a configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped keys.
+    #[error("invalid config{}: {detail}", path.as_ref().map(|p| format!(" file {}", p.display())).unwrap_or_default())]
+    Parse {
+        /// The file, when read from one.
+        path: Option<PathBuf>,
+        /// What the parser said (with line and column).
+        detail: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid setting `{key}`: {detail}")]
+    Invalid {
+        /// Where (e.g. `routes.vehicle_control.policy`).
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A callback named in the file was never registered with the builder.
+    #[error(
+        "`{key}` names {kind} `{name}`, which is neither built in nor registered with the builder"
+    )]
+    UnknownCallback {
+        /// Where.
+        key: String,
+        /// Which kind of callback.
+        kind: &'static str,
+        /// The name.
+        name: String,
+    },
+}

@@ -1,0 +1,178 @@
+//! What a caller holds while a run is in flight: [`RunOptions`] going in,
+//! a [`RunHandle`] (stream, abort, outcome) and cloneable [`AbortHandle`]s
+//! coming out. Thin wrappers over channels; no run logic lives here.
+
+use super::error::HarnessError;
+use super::outcome::Outcome;
+use super::policy::{CommitMode, Policy};
+use super::run::RunShared;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// Per-run choices.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The route to use; `None`: the harness's default route.
+    pub route: Option<String>,
+    /// Stream the committed lane's text through [`RunHandle::next_token`].
+    pub stream: bool,
+    /// Override the route's commit mode.
+    pub commit: Option<CommitMode>,
+    /// Override the route's policy for this run.
+    pub policy: Option<Policy>,
+}
+
+impl RunOptions {
+    /// Default options: default route, no streaming.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses the named route.
+    pub fn route(mut self, name: impl Into<String>) -> Self {
+        self.route = Some(name.into());
+        self
+    }
+
+    /// Streams the committed lane's text to the caller.
+    pub fn stream(mut self) -> Self {
+        self.stream = true;
+        self
+    }
+
+    /// Sets the commit mode.
+    pub fn commit(mut self, commit: CommitMode) -> Self {
+        self.commit = Some(commit);
+        self
+    }
+
+    /// Runs this request with `policy` instead of the route's.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+}
+
+/// What an abort request achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbortResult {
+    /// This was the first abort; the run will settle as `aborted`.
+    Accepted,
+    /// An abort was already requested; nothing more happens.
+    AlreadyRequested,
+    /// The run had already settled; nothing happens.
+    Stale,
+}
+
+/// Aborts one run from any thread. Cheap to clone.
+#[derive(Clone)]
+pub struct AbortHandle {
+    pub(crate) shared: Arc<RunShared>,
+}
+
+impl AbortHandle {
+    /// Requests the abort. Accepted exactly once, and only while the run
+    /// has not settled; an accepted abort always yields an `aborted`
+    /// outcome. Never blocks on the run.
+    pub fn abort(&self) -> AbortResult {
+        self.shared.abort()
+    }
+
+    /// The run this handle aborts.
+    pub fn run_id(&self) -> u64 {
+        self.shared.run_id
+    }
+}
+
+impl std::fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AbortHandle")
+            .field("run_id", &self.shared.run_id)
+            .finish()
+    }
+}
+
+/// A run in flight. The run proceeds on the harness's runtime whether or
+/// not this handle is polled or kept: dropping it does not cancel the run
+/// (use [`RunHandle::abort`]).
+pub struct RunHandle {
+    pub(crate) run_id: u64,
+    pub(crate) deadline: Instant,
+    pub(crate) abort: AbortHandle,
+    pub(crate) tokens: Option<mpsc::UnboundedReceiver<String>>,
+    pub(crate) outcome: oneshot::Receiver<Outcome>,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle")
+            .field("run_id", &self.run_id)
+            .field("deadline", &self.deadline)
+            .field("streaming", &self.tokens.is_some())
+            .finish()
+    }
+}
+
+impl RunHandle {
+    /// The run's id, as in its outcome and events.
+    pub fn run_id(&self) -> u64 {
+        self.run_id
+    }
+
+    /// The run's deadline, fixed when it started.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// A handle that can abort this run from anywhere.
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.abort.clone()
+    }
+
+    /// Aborts the run (see [`AbortHandle::abort`]).
+    pub fn abort(&self) -> AbortResult {
+        self.abort.abort()
+    }
+
+    /// The next piece of committed text; `None` once the run has settled
+    /// and everything was delivered (or when the run does not stream).
+    pub async fn next_token(&mut self) -> Option<String> {
+        self.tokens.as_mut()?.recv().await
+    }
+
+    /// Blocking [`next_token`](Self::next_token), for code without a
+    /// runtime.
+    pub fn next_token_blocking(&mut self) -> Result<Option<String>, HarnessError> {
+        ensure_blocking_allowed()?;
+        Ok(match self.tokens.as_mut() {
+            Some(rx) => rx.blocking_recv(),
+            None => None,
+        })
+    }
+
+    /// Waits for the outcome.
+    pub async fn outcome(self) -> Result<Outcome, HarnessError> {
+        self.outcome.await.map_err(|_| HarnessError::RuntimeGone)
+    }
+
+    /// Blocks until the outcome, for code without a runtime.
+    pub fn wait(self) -> Result<Outcome, HarnessError> {
+        ensure_blocking_allowed()?;
+        self.outcome
+            .blocking_recv()
+            .map_err(|_| HarnessError::RuntimeGone)
+    }
+}
+
+/// Blocking inside an async runtime could stall it (and tokio refuses);
+/// say so as an error instead.
+pub(crate) fn ensure_blocking_allowed() -> Result<(), HarnessError> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        Err(HarnessError::BlockingInAsync)
+    } else {
+        Ok(())
+    }
+}

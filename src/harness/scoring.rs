@@ -1,0 +1,261 @@
+//! Built-in scorers and the signal functions they are made of. Every
+//! function here reads only a [`Candidate`]; none knows which lane made it,
+//! so no lane gets a hard-coded score. Users compose these in their own
+//! closures (see [`Scorer`]).
+//!
+//! The default formula ([`DefaultScorer`]):
+//!
+//! ```text
+//! score = confidence * (1 - repetition) * truncation * refusal   (0 if blank)
+//! confidence = exp(mean token log-prob) = 1 / perplexity   (1 when the
+//!              candidate carries no log-probs: an absent signal is neutral)
+//! truncation = 0.5 when finish_reason = length, else 1
+//! refusal    = 0.2 when the answer opens like a refusal, else 1
+//! ```
+//!
+//! `confidence` is the geometric mean of the sampled tokens' probabilities
+//! under the raw model distribution: a small model that is unsure of its
+//! answer spreads probability and scores low. Thresholds are model-specific;
+//! `edgecloud run --json` prints each lane's score and signals to tune them.
+
+use super::backend::Candidate;
+use super::callbacks::{Score, ScoreContext, Scorer};
+use crate::lane::FinishReason;
+use std::collections::HashSet;
+
+/// Factor applied to an answer cut by `max_tokens`.
+pub const TRUNCATION_FACTOR: f64 = 0.5;
+/// Factor applied to an answer that opens like a refusal.
+pub const REFUSAL_FACTOR: f64 = 0.2;
+
+/// Mean token log-probability, when the candidate has log-probs.
+pub fn mean_logprob(candidate: &Candidate) -> Option<f64> {
+    candidate
+        .signals
+        .as_ref()
+        .and_then(|s| s.mean_logprob)
+        .map(f64::from)
+}
+
+/// Lowest token log-probability (the least likely token sampled).
+pub fn min_logprob(candidate: &Candidate) -> Option<f64> {
+    candidate
+        .signals
+        .as_ref()
+        .and_then(|s| s.min_logprob)
+        .map(f64::from)
+}
+
+/// Perplexity of the sampled text: `exp(-mean log-prob)`; 1 is certain.
+pub fn perplexity(candidate: &Candidate) -> Option<f64> {
+    mean_logprob(candidate).map(|m| (-m).exp())
+}
+
+/// Share of repeated material in `text`, in `[0, 1]`: the fraction of word
+/// trigrams that already appeared earlier (character 8-grams for text
+/// without spaces). Degenerate loops ("the the the ...") score near 1.
+pub fn repetition(text: &str) -> f64 {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() >= 4 {
+        return repeated_share(words.windows(3));
+    }
+    let chars: Vec<char> = text.chars().filter(|c| !c.is_whitespace()).collect();
+    if chars.len() >= 16 {
+        return repeated_share(chars.windows(8));
+    }
+    0.0
+}
+
+fn repeated_share<T: std::hash::Hash + Eq>(grams: impl Iterator<Item = T>) -> f64 {
+    let mut seen = HashSet::new();
+    let (mut total, mut repeated) = (0usize, 0usize);
+    for g in grams {
+        total += 1;
+        if !seen.insert(g) {
+            repeated += 1;
+        }
+    }
+    if total == 0 {
+        0.0
+    } else {
+        repeated as f64 / total as f64
+    }
+}
+
+/// True when generation stopped at `max_tokens`.
+pub fn is_truncated(candidate: &Candidate) -> bool {
+    candidate.finish_reason == FinishReason::Length
+}
+
+/// True when the text is blank.
+pub fn is_empty(candidate: &Candidate) -> bool {
+    candidate.text.trim().is_empty()
+}
+
+/// True when the answer opens like a refusal ("I'm sorry, but I can't...").
+/// English phrases only, looked for in the first 160 characters.
+pub fn is_refusal(text: &str) -> bool {
+    const OPENINGS: &[&str] = &[
+        "i'm sorry",
+        "i am sorry",
+        "sorry, i",
+        "i can't",
+        "i cannot",
+        "i can not",
+        "i won't",
+        "i will not",
+        "i'm unable",
+        "i am unable",
+        "i'm not able",
+        "as an ai",
+    ];
+    let head: String = text
+        .trim_start()
+        .chars()
+        .take(160)
+        .collect::<String>()
+        .to_lowercase()
+        .replace('\u{2019}', "'");
+    OPENINGS.iter().any(|p| head.contains(p))
+}
+
+/// The text checks every candidate gets: blank (0), refusal, truncation and
+/// repetition factors. Returns the product and records each signal.
+fn generic_part(candidate: &Candidate, score: &mut Score) -> f64 {
+    let empty = is_empty(candidate);
+    let refused = is_refusal(&candidate.text);
+    let truncated = is_truncated(candidate);
+    let rep = repetition(&candidate.text);
+    score
+        .signals
+        .insert("empty".into(), f64::from(u8::from(empty)));
+    score
+        .signals
+        .insert("refused".into(), f64::from(u8::from(refused)));
+    score
+        .signals
+        .insert("truncated".into(), f64::from(u8::from(truncated)));
+    score.signals.insert("repetition".into(), rep);
+    if empty {
+        return 0.0;
+    }
+    let mut v = 1.0 - rep;
+    if truncated {
+        v *= TRUNCATION_FACTOR;
+    }
+    if refused {
+        v *= REFUSAL_FACTOR;
+    }
+    v
+}
+
+/// The confidence part: `exp(mean log-prob)`, 1 when absent.
+fn confidence_part(candidate: &Candidate, score: &mut Score) -> f64 {
+    let Some(mean) = mean_logprob(candidate) else {
+        return 1.0;
+    };
+    score.signals.insert("mean_logprob".into(), mean);
+    if let Some(min) = min_logprob(candidate) {
+        score.signals.insert("min_logprob".into(), min);
+    }
+    score.signals.insert("perplexity".into(), (-mean).exp());
+    let c = mean.exp().clamp(0.0, 1.0);
+    score.signals.insert("confidence".into(), c);
+    c
+}
+
+/// The default scorer: confidence from the model's own log-probs times the
+/// generic text checks (see the module docs for the formula).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DefaultScorer;
+
+impl Scorer for DefaultScorer {
+    fn score(&self, candidate: &Candidate, _: &ScoreContext) -> Score {
+        let mut s = Score::new(0.0);
+        let g = generic_part(candidate, &mut s);
+        let c = confidence_part(candidate, &mut s);
+        s.value = g * c;
+        s
+    }
+}
+
+/// Text checks only (blank, refusal, truncation, repetition), for any
+/// candidate; ignores log-probs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GenericScorer;
+
+impl Scorer for GenericScorer {
+    fn score(&self, candidate: &Candidate, _: &ScoreContext) -> Score {
+        let mut s = Score::new(0.0);
+        s.value = generic_part(candidate, &mut s);
+        s
+    }
+}
+
+/// Confidence only: `exp(mean log-prob)` (1 without log-probs, 0 when
+/// blank).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConfidenceScorer;
+
+impl Scorer for ConfidenceScorer {
+    fn score(&self, candidate: &Candidate, _: &ScoreContext) -> Score {
+        let mut s = Score::new(0.0);
+        let c = confidence_part(candidate, &mut s);
+        s.value = if is_empty(candidate) { 0.0 } else { c };
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lane::Lane;
+    use crate::request::Request;
+    use std::sync::Arc;
+
+    fn ctx() -> ScoreContext {
+        ScoreContext {
+            lane: Lane::Local,
+            request: Arc::new(Request::user("q")),
+        }
+    }
+
+    #[test]
+    fn repetition_sees_loops_and_not_prose() {
+        assert!(repetition(&"the cat sat ".repeat(20)) > 0.8);
+        assert!(repetition("The quick brown fox jumps over the lazy dog.") < 0.01);
+        assert_eq!(repetition("hi"), 0.0);
+        assert!(repetition(&"ab".repeat(40)) > 0.8);
+    }
+
+    #[test]
+    fn refusals_are_recognised() {
+        assert!(is_refusal("I’m sorry, but I can’t help with that."));
+        assert!(is_refusal("  As an AI language model, ..."));
+        assert!(!is_refusal("Sure! Paris is the capital of France."));
+    }
+
+    #[test]
+    fn default_score_follows_the_formula() {
+        let sure = Candidate::new("Paris is the capital.", FinishReason::Stop)
+            .with_logprobs(vec![-0.1, -0.1, -0.1]);
+        let unsure = Candidate::new("Paris is the capital.", FinishReason::Stop)
+            .with_logprobs(vec![-3.0, -3.0, -3.0]);
+        let s = DefaultScorer.score(&sure, &ctx());
+        assert!((s.value - (-0.1f64).exp()).abs() < 1e-6, "{s:?}");
+        assert!(s.value > DefaultScorer.score(&unsure, &ctx()).value);
+        assert!((s.signals["perplexity"] - 0.1f64.exp()).abs() < 1e-6);
+        let cut = Candidate::new("Paris is the capital.", FinishReason::Length);
+        assert_eq!(DefaultScorer.score(&cut, &ctx()).value, TRUNCATION_FACTOR);
+        let blank = Candidate::new(" ", FinishReason::Stop).with_logprobs(vec![-0.1]);
+        assert_eq!(DefaultScorer.score(&blank, &ctx()).value, 0.0);
+        let no = Candidate::new("I cannot do that.", FinishReason::Stop);
+        assert_eq!(GenericScorer.score(&no, &ctx()).value, REFUSAL_FACTOR);
+        assert_eq!(
+            ConfidenceScorer
+                .score(&Candidate::new("x", FinishReason::Stop), &ctx())
+                .value,
+            1.0
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! End-to-end: the harness over the real local lane (llama.cpp on the
+//! generated tiny model).
+
+use crate::support::http::{Flavor, TestServer};
+use crate::support::models::tiny_model;
+use crate::support::scripted::{Recorder, Scripted, HANG};
+use edgecloud::cloud::CloudConfig;
+use edgecloud::harness::{
+    CancelResult, CloudBackend, Event, Harness, KeepRecent, LaneStatus, LocalBackend, Policy,
+    RunOptions, RunStatus,
+};
+use edgecloud::local::LocalConfig;
+use edgecloud::{ChatMessage, Lane, Request, Sampling};
+use std::time::Duration;
+
+pub(super) fn local_backend() -> LocalBackend {
+    LocalBackend::start(LocalConfig {
+        threads: Some(2),
+        ..LocalConfig::new(tiny_model())
+    })
+    .expect("the tiny model loads")
+}
+
+pub(super) fn request(text: &str, max_tokens: u32) -> Request {
+    let mut r = Request::user(text);
+    r.sampling = Sampling {
+        max_tokens,
+        seed: Some(7),
+        ..Sampling::default()
+    };
+    r
+}
+
+#[test]
+fn local_lane_under_the_harness_reports_tokens_signals_and_score() {
+    let h = Harness::builder()
+        .local(local_backend())
+        .policy(Policy::LocalOnly)
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut run = h
+        .start(request("Hello there", 8), RunOptions::new().stream())
+        .unwrap();
+    let mut streamed = String::new();
+    while let Some(p) = run.next_token_blocking().unwrap() {
+        streamed.push_str(&p);
+    }
+    let out = run.wait().unwrap();
+    assert_eq!(out.status, RunStatus::Ok, "{out:#?}");
+    assert_eq!(out.text.as_deref(), Some(streamed.as_str()));
+    let l = out.lane(Lane::Local);
+    assert_eq!(l.backend.as_deref(), Some("llama.cpp"));
+    assert!(l.prompt_tokens.unwrap() > 0);
+    assert!(l.completion_tokens.unwrap() >= 1);
+    assert!(
+        l.tokens.provider_prompt.is_none(),
+        "no provider on this lane"
+    );
+    assert!(l.score.is_some() && l.signals.contains_key("mean_logprob"));
+    let c = out.completion.clone().unwrap();
+    assert!(c.signals.unwrap().token_logprobs.len() as u64 == l.completion_tokens.unwrap());
+    assert!(c.timings.prompt_eval.is_some());
+}
+
+#[test]
+fn local_diagnostic_goes_through_the_harness() {
+    let h = Harness::builder().local(local_backend()).build().unwrap();
+    let d = h.local_only(request("Hi", 4)).unwrap();
+    assert_eq!(d.lane, Lane::Local);
+    assert!(d.backend.load_time.is_some());
+    assert!(d.completion.tokens.local_prompt.unwrap() > 0);
+    assert!(d.completion.timings.total.is_some());
+}
+
+#[test]
+fn the_deadline_stops_a_long_prompt_and_the_lane_recovers() {
+    let rec = Recorder::new();
+    let h = Harness::builder()
+        .local(local_backend())
+        .policy(Policy::LocalOnly)
+        .deadline(Duration::from_secs(60))
+        .observer(rec.clone())
+        .build()
+        .unwrap();
+    let long: String = (0..400).map(|i| format!("word{} ", i % 97)).collect();
+    let mut r = request(&long, 64);
+    r.deadline = Some(Duration::from_millis(1));
+    let out = h.run_blocking(r).unwrap();
+    assert_eq!(out.status, RunStatus::DeadlineExceeded, "{out:#?}");
+    let l = out.lane(Lane::Local);
+    match l.status {
+        // Still decoding at settlement: it stops inside llama.cpp and
+        // hands the lane back later.
+        LaneStatus::Late => {
+            assert_eq!(l.cancel, Some(CancelResult::StillRunning));
+            rec.wait_for(|e| matches!(e, Event::LateWorkerFinished { .. }));
+        }
+        LaneStatus::Cancelled => {}
+        other => panic!("unexpected {other:?}: {l:#?}"),
+    }
+    let again = h.run_blocking(request("again", 4)).unwrap();
+    assert_eq!(again.status, RunStatus::Ok, "{again:#?}");
+}
+
+#[test]
+fn real_local_lane_races_a_cloud_that_never_answers() {
+    let cloud = Scripted::new("silent-cloud");
+    let h = Harness::builder()
+        .local(local_backend())
+        .cloud(cloud.clone())
+        .policy(Policy::Race)
+        .deadline(Duration::from_secs(60))
+        .cancel_grace(HANG)
+        .build()
+        .unwrap();
+    let run = h.start(request("Hello", 6), RunOptions::new()).unwrap();
+    let ct = cloud.next_task();
+    let out = run.wait().unwrap();
+    assert_eq!(out.winner, Some(Lane::Local), "{out:#?}");
+    assert!(ct.is_cancelled());
+    assert_eq!(
+        out.lane(Lane::Cloud).cancel,
+        Some(CancelResult::StoppedInTime)
+    );
+}
+
+/// A runtime for loopback servers (they run on its threads while the test
+/// drives the harness through the blocking API).
+pub(super) fn server_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime for the test server")
+}
+
+fn cloud_backend(base_url: &str) -> CloudBackend {
+    let mut cfg = CloudConfig::new(base_url, "test-model");
+    cfg.api_key_env = "EDGECLOUD_HARNESS_TEST_NO_KEY".into();
+    CloudBackend::start(cfg).expect("loopback settings are valid")
+}
+
+const CLOUD_TEXT: &[&str] = &["Paris", " is the capital."];
+
+#[test]
+fn every_policy_end_to_end_with_the_real_local_lane_and_a_loopback_cloud() {
+    let rt = server_runtime();
+    let server = rt.block_on(TestServer::openai(Flavor::OpenAi, CLOUD_TEXT));
+    let local = local_backend();
+    let cloud = cloud_backend(&server.base_url());
+    // (policy, expected winner, whether the cloud is asked). The tiny
+    // model's answers are noise (score near 0), the cloud carries no
+    // log-probs (neutral confidence): best-of and a demanding cascade pick
+    // the cloud; a lenient cascade keeps the local answer.
+    let cases: [(Policy, Option<Lane>, Option<bool>); 8] = [
+        (Policy::LocalOnly, Some(Lane::Local), Some(false)),
+        (Policy::CloudOnly, Some(Lane::Cloud), Some(true)),
+        (Policy::Race, None, None),
+        (
+            Policy::hedge(Duration::from_secs(3600)),
+            Some(Lane::Local),
+            Some(false),
+        ),
+        (Policy::cascade(0.99), Some(Lane::Cloud), Some(true)),
+        (Policy::cascade(0.0), Some(Lane::Local), Some(false)),
+        (Policy::fallback(), Some(Lane::Cloud), Some(true)),
+        (Policy::BestOf, Some(Lane::Cloud), Some(true)),
+    ];
+    for (policy, winner, cloud_asked) in cases {
+        let h = Harness::builder()
+            .local(local.clone())
+            .cloud(cloud.clone())
+            .policy(policy.clone())
+            .deadline(Duration::from_secs(60))
+            .cancel_grace(HANG)
+            .build()
+            .unwrap();
+        let before = server.requests().len();
+        let mut run = h
+            .start(
+                request("What is the capital of France?", 6),
+                RunOptions::new().stream(),
+            )
+            .unwrap();
+        let mut streamed = String::new();
+        while let Some(p) = run.next_token_blocking().unwrap() {
+            streamed.push_str(&p);
+        }
+        let out = run.wait().unwrap();
+        assert_eq!(out.status, RunStatus::Ok, "{policy:?}: {out:#?}");
+        assert_eq!(out.text.as_deref(), Some(streamed.as_str()), "{policy:?}");
+        if let Some(w) = winner {
+            assert_eq!(out.winner, Some(w), "{policy:?}: {out:#?}");
+        }
+        if out.winner == Some(Lane::Cloud) {
+            assert_eq!(out.text.as_deref(), Some("Paris is the capital."));
+            let c = out.lane(Lane::Cloud);
+            assert_eq!(c.backend.as_deref(), Some("openai-compatible"));
+            assert_eq!(c.prompt_tokens, Some(9), "provider usage");
+            assert!(c.tokens.local_prompt.is_none());
+        }
+        if let Some(asked) = cloud_asked {
+            assert_eq!(server.requests().len() > before, asked, "{policy:?}");
+        }
+        // Both lanes are free for the next policy.
+        assert!(h.shutdown_blocking(HANG).unwrap().is_clean(), "{policy:?}");
+    }
+}
+
+#[test]
+fn fallback_survives_a_failing_cloud_with_the_real_local_lane() {
+    let rt = server_runtime();
+    let server = rt.block_on(TestServer::start(|mut conn| async move {
+        while conn.read_request().await.is_some() {
+            if conn
+                .json(503, r#"{"error":{"message":"overloaded"}}"#)
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }));
+    let h = Harness::builder()
+        .local(local_backend())
+        .cloud(cloud_backend(&server.base_url()))
+        .policy(Policy::fallback())
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let out = h.run_blocking(request("Hi", 4)).unwrap();
+    assert_eq!(out.winner, Some(Lane::Local), "{out:#?}");
+    let c = out.lane(Lane::Cloud);
+    assert_eq!(c.status, LaneStatus::Failed);
+    assert!(
+        c.error.as_deref().unwrap().starts_with("server_error"),
+        "{c:#?}"
+    );
+}
+
+#[test]
+fn the_cloud_receives_the_compressed_prompt() {
+    let rt = server_runtime();
+    let server = rt.block_on(TestServer::openai(Flavor::Vllm, CLOUD_TEXT));
+    let h = Harness::builder()
+        .cloud(cloud_backend(&server.base_url()))
+        .policy(Policy::CloudOnly)
+        .compressor(KeepRecent::new(20))
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut r = request("the question", 8);
+    r.messages
+        .insert(0, ChatMessage::assistant("an old answer ".repeat(20)));
+    r.messages
+        .insert(0, ChatMessage::user("an old question ".repeat(20)));
+    r.messages.insert(0, ChatMessage::system("be brief"));
+    let out = h.run_blocking(r).unwrap();
+    assert_eq!(out.winner, Some(Lane::Cloud));
+    let sent = server.requests()[0].json();
+    let contents: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["be brief", "the question"]);
+    let t = &out.lane(Lane::Cloud).tokens;
+    assert!(t.compressor_before > t.compressor_after);
+    assert_eq!(t.provider_prompt, Some(9));
+}
