@@ -31,6 +31,7 @@
 mod compare;
 mod env;
 mod error;
+mod harness_exec;
 mod record;
 mod report;
 mod runner;
@@ -45,6 +46,7 @@ pub use compare::{
 };
 pub use env::{BuildInfo, MachineInfo, ModelFileInfo};
 pub use error::BenchError;
+pub use harness_exec::{record_from_outcome, CurrentRun, HarnessExecutor, LateWorkerLog};
 pub use record::{LaneRecord, LaneState, RunRecord, RunStatus, TokensSaved};
 pub use report::{
     read_runs, read_summary, render_charts, render_markdown, write_report, RunsWriter, CHART_FILES,
@@ -52,8 +54,9 @@ pub use report::{
 };
 pub use runner::{run_bench, BenchPlan, BenchResult, Executor, Job, Progress};
 pub use summary::{
-    summarize, Accuracy, BenchSettings, CloudSetup, Environment, GroupSummary, LaneSummary,
-    LocalSetup, ProviderTokens, StatusCounts, Summary, WinShare, PERCENTILE_METHOD, SUMMARY_FORMAT,
+    summarize, utc_now, Accuracy, BenchSettings, CloudSetup, Environment, GroupSummary,
+    LaneSummary, LocalSetup, ProviderTokens, StatusCounts, Summary, WinShare, PERCENTILE_METHOD,
+    SUMMARY_FORMAT,
 };
 pub use workload::{Workload, WorkloadItem};
 

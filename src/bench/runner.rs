@@ -12,7 +12,7 @@
 //! bench ends), so `runs.jsonl` lines can come out of `seq` order.
 
 use super::error::BenchError;
-use super::record::RunRecord;
+use super::record::{RunRecord, RunStatus};
 use super::report::{write_report, RunsWriter};
 use super::summary::{BenchSettings, Environment, Summary};
 use super::workload::{Workload, WorkloadItem};
@@ -131,7 +131,9 @@ pub struct BenchResult {
 /// recorded as given (the plan's policies, deadlines and passes are filled
 /// in); `model` is fingerprinted for the report. `stop` is polled between
 /// runs: once set, the bench stops, keeps what it measured and writes the
-/// report with `interrupted: true`.
+/// report with `interrupted: true`. A run the executor reports as
+/// `aborted` after `stop` was set (a Ctrl-C handler aborting the run in
+/// flight) is not recorded.
 pub fn run_bench(
     plan: &BenchPlan,
     mut settings: BenchSettings,
@@ -189,6 +191,11 @@ pub fn run_bench(
                     };
                     seq += 1;
                     let record = executor.run(&job);
+                    if record.status == RunStatus::Aborted && stop.load(Ordering::SeqCst) {
+                        // Cut short by the stop itself: not a measurement.
+                        interrupted = true;
+                        break 'outer;
+                    }
                     done += 1;
                     if warmup {
                         warmup_done += 1;

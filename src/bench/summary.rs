@@ -402,7 +402,7 @@ impl Environment {
 }
 
 /// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (no date dependency).
-pub(crate) fn utc_now() -> String {
+pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

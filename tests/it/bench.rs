@@ -594,3 +594,380 @@ fn compare_and_report_through_the_binary() {
     check_output_files(&a);
     assert_eq!(read_json(&a.join(SUMMARY_FILE))["groups"], before["groups"]);
 }
+
+// ---- The real binary, the tiny local model and a loopback cloud ----------
+
+mod e2e {
+    use super::{check_output_files, check_summary_against_runs, read_json, read_lines};
+    use crate::support::http::{Flavor, TestServer};
+    use crate::support::models::{fresh_path, tiny_model};
+    use edgecloud::bench::{RUNS_FILE, SUMMARY_FILE};
+    use serde_json::Value;
+    use std::io::{BufRead as _, BufReader};
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Output, Stdio};
+
+    const KEY_VAR: &str = "EDGECLOUD_BENCH_TEST_KEY";
+    const KEY: &str = "sk-bench-test-0123456789abcdef";
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a test runtime")
+    }
+
+    fn bench_cmd(args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_edgecloud"));
+        c.arg("bench")
+            .args(args)
+            .env_remove("EDGECLOUD_LOG")
+            .env(KEY_VAR, KEY);
+        c
+    }
+
+    fn bench(args: &[&str]) -> Output {
+        bench_cmd(args).output().expect("the edgecloud binary runs")
+    }
+
+    fn text(b: &[u8]) -> String {
+        String::from_utf8_lossy(b).into_owned()
+    }
+
+    fn cloud_args(url: &str) -> Vec<String> {
+        [
+            "--base-url",
+            url,
+            "--cloud-model",
+            "test-model",
+            "--api-key-env",
+            KEY_VAR,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn local_args() -> Vec<String> {
+        ["--model", tiny_model().to_str().unwrap(), "--threads", "2"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    fn workload() -> PathBuf {
+        let path = fresh_path("bench-e2e.jsonl");
+        std::fs::write(
+            &path,
+            "{\"id\": \"capital\", \"prompt\": \"Capital of France?\", \"expected\": \"Paris\", \"tag\": \"qa\", \"sampling\": {\"max_tokens\": 6, \"temperature\": 0}}\n\
+             {\"id\": \"chat\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hello\"}], \"sampling\": {\"max_tokens\": 6, \"seed\": 3}}\n\
+             {\"prompt\": \"Name a colour.\", \"sampling\": {\"max_tokens\": 4}}\n",
+        )
+        .unwrap();
+        path
+    }
+
+    fn run_bench(out: &Path, extra: &[&str], url: &str) -> Output {
+        let wl = workload();
+        let mut args: Vec<String> = vec![
+            "--workload".into(),
+            wl.to_str().unwrap().into(),
+            "--out".into(),
+            out.to_str().unwrap().into(),
+        ];
+        args.extend(local_args());
+        args.extend(cloud_args(url));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        bench(&refs)
+    }
+
+    fn sha256sum(path: &Path) -> Option<String> {
+        let out = Command::new("sha256sum").arg(path).output().ok()?;
+        out.status.success().then(|| {
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+    }
+
+    #[test]
+    fn bench_runs_every_combination_and_writes_a_consistent_report() {
+        let rt = runtime();
+        let server = rt.block_on(TestServer::openai(Flavor::OpenAi, &["Paris", "."]));
+        let out = fresh_path("bench-e2e");
+        let res = run_bench(
+            &out,
+            &[
+                "--policies",
+                "local-only,cloud-only,race,cascade",
+                "--deadlines-ms",
+                "3000,8000",
+                "--runs",
+                "2",
+                "--warmup",
+                "1",
+            ],
+            &server.base_url(),
+        );
+        let stderr = text(&res.stderr);
+        assert!(res.status.success(), "stderr: {stderr}");
+        // Progress on stderr (not a terminal here: whole lines) with an ETA.
+        assert!(stderr.contains("72/72 runs (24 warm-up)"), "{stderr}");
+        assert!(stderr.contains("ETA"), "{stderr}");
+
+        check_output_files(&out);
+        check_summary_against_runs(&out);
+        let runs = read_lines(&out.join(RUNS_FILE));
+        assert_eq!(
+            runs.len(),
+            4 * 2 * 3 * 2,
+            "policies x deadlines x items x runs"
+        );
+        let summary = read_json(&out.join(SUMMARY_FILE));
+        assert_eq!(summary["interrupted"], false);
+        assert_eq!(
+            summary["settings"]["policies"],
+            serde_json::json!(["local-only", "cloud-only", "race", "cascade"])
+        );
+        assert_eq!(
+            summary["settings"]["deadlines_ms"],
+            serde_json::json!([3000, 8000])
+        );
+        assert_eq!(summary["settings"]["local"]["threads"], 2);
+        assert_eq!(summary["settings"]["cloud"]["model"], "test-model");
+        assert!(summary["settings"]["cloud"]["endpoint"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:"));
+        assert_eq!(summary["groups"].as_array().unwrap().len(), 8);
+
+        // Machine, build and model are recorded.
+        for key in ["cpu_model", "physical_cores", "logical_cpus", "os", "arch"] {
+            assert!(!summary["machine"][key].is_null(), "machine.{key}");
+        }
+        assert_eq!(
+            summary["build"]["edgecloud_version"],
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(summary["build"]["native_cpu_build"].is_boolean());
+        assert!(summary["build"]["llama_cpp_sys_version"].is_string());
+        let model = &summary["model"];
+        assert_eq!(model["file_name"], "tiny.gguf");
+        assert_eq!(
+            model["size_bytes"].as_u64().unwrap(),
+            std::fs::metadata(tiny_model()).unwrap().len()
+        );
+        assert_eq!(model["quantization"], "F32");
+        if let Some(want) = sha256sum(tiny_model()) {
+            assert_eq!(model["sha256"], want.as_str());
+        }
+
+        // Every run of every item under every combination, and the
+        // cloud-only runs carry the provider's usage.
+        for r in &runs {
+            let lanes = r["lanes"].as_array().unwrap();
+            assert_eq!(lanes.len(), 2);
+            if r["policy"] == "cloud-only" && r["status"] == "ok" {
+                assert_eq!(r["winner"], "cloud");
+                let cloud = &lanes[1];
+                assert_eq!(cloud["provider_prompt_tokens"], 9, "{r}");
+                assert_eq!(cloud["provider_completion_tokens"], 2, "{r}");
+                if r["item"] == "capital" {
+                    assert_eq!(r["expected_match"], true, "{r}");
+                }
+            }
+            if r["policy"] == "local-only" {
+                assert_eq!(lanes[1]["state"], "not_started");
+            }
+        }
+        assert!(
+            runs.iter()
+                .any(|r| r["policy"] == "cloud-only" && r["status"] == "ok"),
+            "a loopback cloud answers within 3 s"
+        );
+
+        // The key never reaches a report file.
+        for entry in std::fs::read_dir(&out).unwrap() {
+            let body = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            assert!(!body.contains(KEY));
+        }
+        assert!(!stderr.contains(KEY) && !text(&res.stdout).contains(KEY));
+    }
+
+    #[test]
+    fn compare_works_on_two_real_outputs() {
+        let rt = runtime();
+        let server = rt.block_on(TestServer::openai(Flavor::Vllm, &["from", " cloud"]));
+        let a = fresh_path("bench-real-a");
+        let b = fresh_path("bench-real-b");
+        for dir in [&a, &b] {
+            let res = run_bench(
+                dir,
+                &[
+                    "--policies",
+                    "cloud-only,race",
+                    "--deadlines-ms",
+                    "5000",
+                    "--runs",
+                    "2",
+                    "--warmup",
+                    "0",
+                    "--quiet",
+                ],
+                &server.base_url(),
+            );
+            assert!(res.status.success(), "stderr: {}", text(&res.stderr));
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_edgecloud"))
+            .args([
+                "bench",
+                "compare",
+                a.to_str().unwrap(),
+                b.to_str().unwrap(),
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (sa, sb) = (
+            read_json(&a.join(SUMMARY_FILE)),
+            read_json(&b.join(SUMMARY_FILE)),
+        );
+        let groups = c["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 2);
+        for (i, g) in groups.iter().enumerate() {
+            assert_eq!(g["policy"], sa["groups"][i]["policy"]);
+            let fig = |name: &str| {
+                g["figures"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|f| f["figure"] == name)
+                    .cloned()
+                    .unwrap()
+            };
+            let lat = fig("latency p95 ms");
+            let (va, vb) = (
+                sa["groups"][i]["latency_ms"]["p95"].as_f64().unwrap(),
+                sb["groups"][i]["latency_ms"]["p95"].as_f64().unwrap(),
+            );
+            assert_eq!(lat["a"].as_f64().unwrap(), va);
+            assert_eq!(lat["b"].as_f64().unwrap(), vb);
+            assert!((lat["ratio"].as_f64().unwrap() - vb / va).abs() < 1e-9);
+            assert_eq!(fig("runs")["ratio"].as_f64().unwrap(), 1.0);
+        }
+        // Same machine, model and workload: only the commit-free settings
+        // are compared, so nothing differs but the workload file name.
+        let env = c["environment"].as_array().unwrap();
+        let differs = |what: &str| {
+            env.iter()
+                .find(|e| e["what"] == what)
+                .map(|e| e["a"] != e["b"])
+                .unwrap()
+        };
+        assert!(!differs("CPU"));
+        assert!(!differs("model sha256"));
+
+        let out = Command::new(env!("CARGO_BIN_EXE_edgecloud"))
+            .args(["bench", "compare", a.to_str().unwrap(), b.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let t = text(&out.stdout);
+        assert!(
+            t.contains("cloud-only @ 5000 ms") && t.contains("race @ 5000 ms"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn malformed_workload_is_reported_with_its_line_number() {
+        let path = fresh_path("bench-bad.jsonl");
+        std::fs::write(
+            &path,
+            "{\"prompt\": \"ok\"}\n{\"prompt\": \"ok too\"}\n{\"prompt\": \"broken\",\n",
+        )
+        .unwrap();
+        let mut args = vec!["--workload".to_string(), path.to_str().unwrap().to_string()];
+        args.extend(local_args());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = bench(&refs);
+        assert!(!out.status.success());
+        let err = text(&out.stderr);
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("bench-bad.jsonl"), "{err}");
+
+        let out = bench(&["--workload", "builtin:nope", "--model", "x.gguf"]);
+        assert!(!out.status.success());
+        assert!(
+            text(&out.stderr).contains("builtin:short"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn ctrl_c_stops_cleanly_and_keeps_what_was_measured() {
+        let rt = runtime();
+        let server = rt.block_on(TestServer::openai(Flavor::OpenAi, &["ok"]));
+        let out = fresh_path("bench-ctrl-c");
+        let mut args: Vec<String> = [
+            "--workload",
+            "builtin:short:50",
+            "--policies",
+            "cloud-only",
+            "--deadlines-ms",
+            "5000",
+            "--runs",
+            "100",
+            "--warmup",
+            "0",
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(cloud_args(&server.base_url()));
+        let mut child = bench_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Progress lines (stderr is a pipe: one line per tenth). The first
+        // is printed before any run; the second after a tenth of them.
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut progress = 0;
+        for line in lines.by_ref() {
+            if line.unwrap().contains("/5000 runs") {
+                progress += 1;
+                if progress == 2 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(progress, 2, "the bench printed its progress");
+        let kill = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+        let status = child.wait().unwrap();
+        assert_eq!(
+            status.code(),
+            Some(130),
+            "stderr after the signal: {rest:?}"
+        );
+        assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");
+
+        let summary = read_json(&out.join(SUMMARY_FILE));
+        assert_eq!(summary["interrupted"], true);
+        let kept = summary["total_runs"].as_u64().unwrap();
+        assert!((500..5000).contains(&kept), "kept {kept}");
+        assert_eq!(read_lines(&out.join(RUNS_FILE)).len() as u64, kept);
+        check_summary_against_runs(&out);
+        check_output_files(&out);
+    }
+}
