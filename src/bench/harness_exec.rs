@@ -72,8 +72,9 @@ impl LateWorkerLog {
         std::mem::take(&mut s.fresh)
     }
 
-    /// Waits until `count` events were seen in all, or `timeout` passed.
-    fn wait_for(&self, count: u64, timeout: Duration) {
+    /// Waits until `count` events were seen in all, or `timeout` passed;
+    /// returns how many were seen.
+    fn wait_for(&self, count: u64, timeout: Duration) -> u64 {
         let (lock, cv) = &*self.inner;
         let end = Instant::now() + timeout;
         let mut s = lock.lock().expect("the late-worker log is never poisoned");
@@ -87,6 +88,7 @@ impl LateWorkerLog {
                 .expect("the late-worker log is never poisoned")
                 .0;
         }
+        s.seen
     }
 }
 
@@ -117,6 +119,9 @@ pub struct HarnessExecutor {
     policies: HashMap<String, Policy>,
     seq_of_run: HashMap<u64, u64>,
     late_expected: u64,
+    /// Late workers that did not return within a grace before a run: not
+    /// waited for again before later runs (their lane shows as busy).
+    late_given_up: u64,
     grace: Duration,
     current: CurrentRun,
     back_to_back: bool,
@@ -150,6 +155,7 @@ impl HarnessExecutor {
                 .collect(),
             seq_of_run: HashMap::new(),
             late_expected: 0,
+            late_given_up: 0,
             grace,
             current: CurrentRun::default(),
             back_to_back: false,
@@ -187,7 +193,15 @@ impl Executor for HarnessExecutor {
         if !self.back_to_back {
             // A late worker reports after its lane is free again, so once
             // every one has reported, both lanes are idle.
-            self.late.wait_for(self.late_expected, self.grace);
+            let target = self.late_expected - self.late_given_up;
+            let seen = self.late.wait_for(target, self.grace);
+            if seen < target {
+                tracing::warn!(
+                    missing = target - seen,
+                    "late workers did not return within the grace; later runs may find their lane busy"
+                );
+                self.late_given_up += target - seen;
+            }
         }
         let mut request = job.item.request.clone();
         request.deadline = Some(Duration::from_millis(job.deadline_ms));
@@ -233,7 +247,7 @@ impl Executor for HarnessExecutor {
         }
         // Events travel through the observer thread: give the last ones a
         // moment to arrive.
-        self.late.wait_for(self.late_expected, self.grace);
+        let _ = self.late.wait_for(self.late_expected, self.grace);
     }
 }
 
