@@ -429,7 +429,8 @@ pub fn render_markdown(s: &Summary) -> String {
          held (usually by a late worker of an earlier run).\n\
          - **late workers**: workers still running when their run settled; **overrun**: how long \
          after settlement they returned.\n\
-         - **tok/s**: the local lane's own measurement of prompt processing and generation.\n\
+         - **tok/s**: the winning lane's own measurement (lane reports carry no engine timings): \
+         prompt processing and generation for the local lane, generation for the cloud.\n\
          - **cloud tokens**: provider-reported usage only. **saved**: prompt tokens not sent to \
          the cloud, as the compressor or the local tokenizer estimated them.\n\
          - **percentiles**: {}.",

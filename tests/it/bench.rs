@@ -883,6 +883,60 @@ mod e2e {
     }
 
     #[test]
+    fn config_file_sets_the_defaults_and_compression_savings_are_counted() {
+        let rt = runtime();
+        let server = rt.block_on(TestServer::openai(Flavor::OpenAi, &["fine"]));
+        let config = fresh_path("bench.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[cloud]\nbase_url = \"{}\"\nmodel = \"test-model\"\napi_key_env = \"{KEY_VAR}\"\n\n\
+                 [harness]\npolicy = \"cloud-only\"\ndeadline_ms = 4000\ncompress_max_tokens = 20\n",
+                server.base_url()
+            ),
+        )
+        .unwrap();
+        let out = fresh_path("bench-config");
+        let res = bench(&[
+            "--workload",
+            "builtin:chat:4",
+            "--config",
+            config.to_str().unwrap(),
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(res.status.success(), "stderr: {}", text(&res.stderr));
+        let summary = read_json(&out.join(SUMMARY_FILE));
+        assert_eq!(
+            summary["settings"]["policies"],
+            serde_json::json!(["cloud-only"])
+        );
+        assert_eq!(
+            summary["settings"]["deadlines_ms"],
+            serde_json::json!([4000])
+        );
+        assert!(summary["model"].is_null(), "no local lane, no model");
+        let runs = read_lines(&out.join(RUNS_FILE));
+        assert_eq!(runs.len(), 4);
+        for r in &runs {
+            let saved = r["tokens_saved"]["compression"].as_u64().unwrap();
+            // The first turn is the system prompt and one question: nothing
+            // to drop. Later turns carry history the compressor drops.
+            if r["item"].as_str().unwrap().ends_with("turn-0") {
+                assert_eq!(saved, 0, "{r}");
+            } else {
+                assert!(saved > 0, "{r}");
+            }
+        }
+        check_summary_against_runs(&out);
+    }
+
+    #[test]
     fn malformed_workload_is_reported_with_its_line_number() {
         let path = fresh_path("bench-bad.jsonl");
         std::fs::write(
