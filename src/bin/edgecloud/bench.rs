@@ -11,7 +11,7 @@ use edgecloud::bench::{
     BenchPlan, BenchSettings, CloudSetup, CurrentRun, Environment, HarnessExecutor, LateWorkerLog,
     LocalSetup, Progress, Summary, Workload,
 };
-use edgecloud::harness::{Harness, PolicyKind};
+use edgecloud::harness::{Harness, PolicyKind, EXAMPLE_CONFIG};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,8 +29,10 @@ fn after_help() -> String {
      {\"messages\": [...]}, optional \"sampling\", \"id\", \"tag\", \"expected\"), \
      or builtin:short, builtin:long, builtin:chat (optionally :COUNT).\n\n\
      Lanes: --model starts the local lane, --base-url with --cloud-model the \
-     cloud lane; flags override --config, as for `edgecloud run`."
+     cloud lane; flags override --config, as for `edgecloud run`.\n\n\
+     Example config (edgecloud.toml):\n\n"
         .to_string()
+        + EXAMPLE_CONFIG
 }
 
 /// Arguments of `edgecloud bench`.
