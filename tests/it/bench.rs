@@ -1002,8 +1002,9 @@ mod e2e {
             }
         }
         assert_eq!(progress, 2, "the bench printed its progress");
-        let kill = Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
+        // The shell's own `kill`: no extra package needed.
+        let kill = Command::new("sh")
+            .args(["-c", &format!("kill -INT {}", child.id())])
             .status()
             .unwrap();
         assert!(kill.success());
