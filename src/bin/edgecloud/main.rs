@@ -1,6 +1,7 @@
 //! The `edgecloud` command: a thin CLI over the library's public API.
 //! Each subcommand lives in its own module; `main` only parses and dispatches.
 
+mod bench;
 mod cloud;
 mod local;
 mod model;
@@ -29,6 +30,8 @@ enum Command {
     /// Inspect, validate or generate GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Benchmark policies and deadlines over a workload; compare reports.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Cloud(args) => cloud::run(args),
         Command::Model(cmd) => model::run(cmd),
         Command::Run(args) => run::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => code,
