@@ -236,7 +236,7 @@ fn local_figures() {
         .expect("harness builds");
     let deadline = Duration::from_millis(150);
     let (mut settle, mut caller, mut release) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..30 {
+    for i in 0..100 {
         // A different start each time: no prompt prefix to reuse.
         let body: String = (0..500)
             .map(|w| format!("w{} ", (w * 13 + i) % 101))

@@ -8,9 +8,11 @@
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
 //! - [`harness`]: both lanes under one deadline: admission, policies,
 //!   scoring, arbitration, outcomes.
+//! - [`bench`](mod@bench): benchmark runs, reports and their comparison.
 //! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 
+pub mod bench;
 pub mod cloud;
 pub mod gguf;
 pub mod harness;

@@ -22,7 +22,17 @@ impl LocalBackend {
     }
 
     /// Starts a lane (loads the model; blocking) and wraps it.
-    pub fn start(config: LocalConfig) -> Result<Self, LocalError> {
+    ///
+    /// Unless `config.threads` is set, the lane gets one thread fewer than
+    /// the machine's physical cores (at least one): llama.cpp's compute
+    /// threads spin, and with every core taken the harness's own timer and
+    /// coordinator wait for a time slice, so settlement at the deadline goes
+    /// from sub-millisecond to tens of milliseconds at p99. Set `threads`
+    /// to trade that for local throughput.
+    pub fn start(mut config: LocalConfig) -> Result<Self, LocalError> {
+        if config.threads.is_none() {
+            config.threads = Some(harness_local_threads());
+        }
         LocalLane::start(config).map(Self::new)
     }
 
@@ -30,6 +40,12 @@ impl LocalBackend {
     pub fn lane(&self) -> &LocalLane {
         &self.lane
     }
+}
+
+/// The local lane's default thread count under the harness: physical cores
+/// minus one, at least one (see [`LocalBackend::start`]).
+pub(crate) fn harness_local_threads() -> usize {
+    crate::local::physical_cores().saturating_sub(1).max(1)
 }
 
 impl Backend for LocalBackend {

@@ -25,6 +25,17 @@ use tokio::sync::mpsc;
 
 /// Both lanes under one deadline. Cheap to clone (shared inside); usable
 /// from any thread. See the [module docs](super) for a tour.
+///
+/// Lane slots belong to the harness: clones share them, but two harnesses
+/// built over the same backend each have their own slot, so the
+/// one-task-per-lane promise holds per harness. Build one harness per
+/// engine and share it.
+///
+/// By default the harness runs on a small runtime of its own (2 worker
+/// threads, plus tokio's blocking pool for user callbacks), so it works
+/// from code with no runtime and from inside any tokio runtime alike;
+/// [`HarnessBuilder::runtime`](super::HarnessBuilder::runtime) puts it on
+/// an existing one instead.
 #[derive(Clone)]
 pub struct Harness {
     pub(crate) inner: Arc<Inner>,

@@ -25,6 +25,14 @@ pub type BackendFuture =
 /// drops a running backend future early: a backend that ignores the token
 /// is never forcibly interrupted; it just keeps its lane busy until it
 /// returns.
+///
+/// The lane stays busy until both the returned future has completed and
+/// the job's permit is dropped. Work that outlives the future (a thread of
+/// the backend's own) must therefore keep the whole job, or at least its
+/// permit, until it ends. Beware: an `async move` block that names only
+/// `job.cancel` captures just that field (edition 2021 disjoint captures)
+/// and drops the rest of the job, permit included, when the future is
+/// created; write `let job = job;` first when the job must live on.
 pub trait Backend: Send + Sync + 'static {
     /// What this backend is, for reports and diagnostics.
     fn info(&self) -> BackendInfo;

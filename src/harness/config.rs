@@ -93,24 +93,43 @@ pub struct HarnessConfig {
 /// docs for each key).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct RouteConfig {
+    /// `local-only`, `cloud-only`, `race`, `hedge`, `cascade`, `fallback`
+    /// or `best-of`.
     pub policy: Option<String>,
+    /// The run's time budget, in milliseconds.
     pub deadline_ms: Option<u64>,
+    /// `first_token` or `completion`: when a streaming run commits.
     pub commit: Option<CommitMode>,
+    /// Lowest score any candidate needs to be acceptable.
     pub min_score: Option<f64>,
+    /// `hedge`: when the second lane starts (default: adaptive p95).
     pub hedge_delay_ms: Option<u64>,
+    /// `hedge`: the lane that starts first (default `local`).
     pub hedge_primary: Option<Lane>,
+    /// `cascade`: lowest acceptable local score (default 0.4).
     pub cascade_threshold: Option<f64>,
+    /// `cascade`: the local lane's share of the deadline (default 0.5).
     pub local_share: Option<f64>,
+    /// `fallback`: the cloud lane's share of the deadline (default 0.5).
     pub cloud_share: Option<f64>,
+    /// `default`, `generic`, `confidence`, `none`, or a registered name.
     pub scorer: Option<String>,
+    /// `highest` (the built-in rule) or a registered name.
     pub arbiter: Option<String>,
+    /// `none` or a registered name.
     pub pre_score: Option<String>,
+    /// `none`, `keep-recent` or a registered name.
     pub compressor: Option<String>,
+    /// Budget of the built-in `keep-recent` compressor, in estimated
+    /// tokens (implies `keep-recent`).
     pub compress_max_tokens: Option<u64>,
+    /// Time a callback may take before a `tracing` warning.
     pub callback_budget_ms: Option<f64>,
+    /// How long a run that cancels workers before its deadline waits for
+    /// them.
     pub cancel_grace_ms: Option<f64>,
+    /// `[harness]` only: the route used when a run names none.
     pub default_route: Option<String>,
 }
 

@@ -159,6 +159,11 @@ impl RunHandle {
     }
 
     /// Blocks until the outcome, for code without a runtime.
+    ///
+    /// Refused with [`HarnessError::BlockingInAsync`] on any thread inside a
+    /// tokio runtime context (`spawn_blocking` threads included, since they
+    /// cannot be told apart cheaply); there, await
+    /// [`outcome`](Self::outcome) or use `Handle::block_on` on it.
     pub fn wait(self) -> Result<Outcome, HarnessError> {
         ensure_blocking_allowed()?;
         self.outcome

@@ -106,7 +106,8 @@ pub struct LaneReport {
     pub backend: Option<String>,
     /// When its worker was admitted, from the run's start.
     pub started_ms: Option<f64>,
-    /// Admission to its first token, as the harness saw it.
+    /// Admission to its first token, as the harness saw it (the backend's
+    /// own figure when it streamed nothing).
     pub ttft_ms: Option<f64>,
     /// Admission to its return (absent while late).
     pub total_ms: Option<f64>,

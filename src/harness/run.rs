@@ -705,7 +705,14 @@ impl Coordinator {
                     piece: piece.to_string(),
                 });
             });
-        job.permit = Some(Box::new(permit));
+        // The slot frees when both halves are gone: the job's (which the
+        // backend drops when its work really ends, wherever that runs) and
+        // the worker's (held until the backend's future has returned). The
+        // second half keeps the promise for a backend that drops its job
+        // early: an `async move` block naming only `job.cancel` captures
+        // just that field (edition 2021) and drops the rest at once.
+        let hold = Arc::new(permit);
+        job.permit = Some(Box::new(hold.clone()));
         let guard = self.registry.worker_started(run_id, lane);
         r.worker_id = Some(guard.id());
         r.phase = Phase::Running;
@@ -715,6 +722,7 @@ impl Coordinator {
             let cancel = job.cancel.clone();
             let started = Instant::now();
             let result = call_backend(&*slot.backend, job).await;
+            drop(hold);
             let at = Instant::now();
             if matches!(&result, Ok(c) if c.finish_reason.is_complete()) {
                 slot.record_latency(at - started);

@@ -297,6 +297,45 @@ impl Backend for PanicsInRun {
     }
 }
 
+/// Drops its job (and the permit in it) as soon as its future is made:
+/// the `async move` block names only `job.cancel`.
+struct DropsItsJobEarly;
+impl Backend for DropsItsJobEarly {
+    fn info(&self) -> BackendInfo {
+        BackendInfo::named("drops-job")
+    }
+    fn run(&self, job: LaneJob) -> BackendFuture {
+        Box::pin(async move {
+            job.cancel.cancelled().await;
+            Ok(Candidate::new("", FinishReason::Cancelled))
+        })
+    }
+}
+
+#[test]
+fn p2_the_lane_stays_busy_while_the_backend_future_runs() {
+    let rec = Recorder::new();
+    let h = Harness::builder()
+        .local(DropsItsJobEarly)
+        .policy(Policy::LocalOnly)
+        .deadline(LONG)
+        .cancel_grace(HANG)
+        .observer(rec.clone())
+        .build()
+        .unwrap();
+    let a = h.start(req("a"), RunOptions::new()).unwrap();
+    rec.wait_for(|e| matches!(e, Event::LaneAdmitted { run_id: 1, .. }));
+    let b = h.run_blocking(req("b")).unwrap();
+    assert_eq!(b.lane(Lane::Local).status, LaneStatus::Busy);
+    assert_eq!(a.abort(), AbortResult::Accepted);
+    let a = a.wait().unwrap();
+    assert_eq!(
+        a.lane(Lane::Local).cancel,
+        Some(CancelResult::StoppedInTime)
+    );
+    assert!(!h.is_busy(Lane::Local));
+}
+
 #[test]
 fn p2_a_backend_panicking_before_its_future_frees_the_lane() {
     let h = Harness::builder()

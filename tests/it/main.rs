@@ -1,5 +1,6 @@
 //! edgecloud's integration tests: one binary, one shared `support` module.
 
+mod bench;
 mod cli;
 mod cloud;
 mod gguf;

@@ -1,6 +1,7 @@
 //! The `edgecloud` command: a thin CLI over the library's public API.
 //! Each subcommand lives in its own module; `main` only parses and dispatches.
 
+mod bench;
 mod cloud;
 mod local;
 mod model;
@@ -32,6 +33,8 @@ enum Command {
     /// Inspect, validate or generate GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Benchmark policies and deadlines over a workload; compare reports.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Model(cmd) => model::run(cmd),
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,69 @@
+//! Benchmark runs on target hardware: workloads in, readable and
+//! comparable reports out. This module owns the workload format, the
+//! per-run record (`runs.jsonl`), the summary figures (`summary.json`),
+//! the Markdown report and SVG charts, machine and build detection, and
+//! report comparison. It must not orchestrate lanes itself: runs go
+//! through the harness, and printing (progress bars) belongs to the CLI.
+//!
+//! ```text
+//!  Workload (JSONL | builtin:NAME)
+//!      | every policy x deadline x pass x item
+//!      v
+//!  harness run --> RunRecord --> runs.jsonl (flushed per run)
+//!                      |
+//!                      v
+//!  Summary (per policy and deadline) --> summary.json, report.md, *.svg
+//!                      |
+//!  compare(A, B) <-----+  figure by figure, with ratios
+//! ```
+//!
+//! # Example
+//! ```
+//! use edgecloud::bench::{stats::Distribution, Workload};
+//!
+//! let w = Workload::load("builtin:short:4")?;
+//! assert_eq!(w.items.len(), 4);
+//! let d = Distribution::of([3.0, 1.0, 2.0]).unwrap();
+//! assert_eq!(d.p50, 2.0);
+//! # Ok::<(), edgecloud::bench::BenchError>(())
+//! ```
+
+mod compare;
+mod env;
+mod error;
+mod harness_exec;
+mod record;
+mod report;
+mod runner;
+mod sha256;
+pub mod stats;
+mod summary;
+mod svg;
+mod workload;
+
+pub use compare::{
+    compare, figures, render_comparison, Comparison, EnvDiff, FigureDiff, GroupDiff,
+};
+pub use env::{BuildInfo, MachineInfo, ModelFileInfo};
+pub use error::BenchError;
+pub use harness_exec::{record_from_outcome, CurrentRun, HarnessExecutor, LateWorkerLog};
+pub use record::{LaneRecord, LaneState, RunRecord, RunStatus, TokensSaved};
+pub use report::{
+    read_runs, read_summary, render_charts, render_markdown, write_report, RunsWriter, CHART_FILES,
+    REPORT_FILE, RUNS_FILE, SUMMARY_FILE,
+};
+pub use runner::{run_bench, BenchPlan, BenchResult, Executor, Job, Progress};
+pub use summary::{
+    summarize, utc_now, Accuracy, BenchSettings, CloudSetup, Environment, GroupSummary,
+    LaneSummary, LocalSetup, ProviderTokens, StatusCounts, Summary, WinShare, PERCENTILE_METHOD,
+    SUMMARY_FORMAT,
+};
+pub use workload::{Workload, WorkloadItem};
+
+/// SHA-256 of a file, as lower-case hex (edgecloud's own implementation;
+/// used for the model fingerprint in reports).
+pub fn sha256_file(path: &std::path::Path) -> Result<String, BenchError> {
+    let file = std::fs::File::open(path).map_err(|e| BenchError::io("reading", path, e))?;
+    sha256::sha256_reader(std::io::BufReader::new(file))
+        .map_err(|e| BenchError::io("reading", path, e))
+}

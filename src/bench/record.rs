@@ -1,0 +1,211 @@
+//! One benchmark run as a plain serde record ([`RunRecord`]): the line
+//! format of `runs.jsonl`. It holds figures only; it must not compute
+//! summaries (see `summary`) nor run anything.
+//!
+//! Times are milliseconds as floats. A lane's `ttft_ms` and `total_ms`
+//! count from that lane's admission; the run's `elapsed_ms` and `ttft_ms`
+//! count from the run's start, as the caller saw them.
+
+use crate::lane::Lane;
+use serde::{Deserialize, Serialize};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// It settled with an answer by its deadline.
+    Ok,
+    /// The deadline came before a usable answer.
+    DeadlineExceeded,
+    /// Every lane that could run failed, was busy, or gave nothing usable.
+    Failed,
+    /// It was aborted.
+    Aborted,
+}
+
+impl RunStatus {
+    /// Snake-case name, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::DeadlineExceeded => "deadline_exceeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Aborted => "aborted",
+        }
+    }
+}
+
+/// What happened to one lane in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LaneState {
+    /// The plan never started it.
+    NotStarted,
+    /// Its slot was held by another worker (often a late one); it was
+    /// absent from the run.
+    Busy,
+    /// The pre-score callback said it was not needed.
+    Skipped,
+    /// It returned a whole answer.
+    Completed,
+    /// It returned an error.
+    Failed,
+    /// It returned early, cut by cancellation or its deadline.
+    Cancelled,
+    /// It was still running when the run settled.
+    Late,
+}
+
+impl LaneState {
+    /// Snake-case name, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LaneState::NotStarted => "not_started",
+            LaneState::Busy => "busy",
+            LaneState::Skipped => "skipped",
+            LaneState::Completed => "completed",
+            LaneState::Failed => "failed",
+            LaneState::Cancelled => "cancelled",
+            LaneState::Late => "late",
+        }
+    }
+}
+
+/// One lane's part in one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaneRecord {
+    /// Which lane.
+    pub lane: Lane,
+    /// What happened to it.
+    pub state: LaneState,
+    /// Admission to its first token.
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// Admission to its return.
+    #[serde(default)]
+    pub total_ms: Option<f64>,
+    /// Prompt tokens (provider's count, else the local tokenizer's).
+    #[serde(default)]
+    pub prompt_tokens: Option<u64>,
+    /// Prompt tokens the local lane reused from its context (not decoded).
+    #[serde(default)]
+    pub reused_prompt_tokens: Option<u64>,
+    /// Completion tokens (provider's count, else the local tokenizer's).
+    #[serde(default)]
+    pub completion_tokens: Option<u64>,
+    /// Prompt processing speed the lane measured (local).
+    #[serde(default)]
+    pub prompt_tokens_per_s: Option<f64>,
+    /// Generation speed the lane measured (local).
+    #[serde(default)]
+    pub gen_tokens_per_s: Option<f64>,
+    /// Prompt tokens the cloud provider reported (never estimated).
+    #[serde(default)]
+    pub provider_prompt_tokens: Option<u64>,
+    /// Completion tokens the cloud provider reported (never estimated).
+    #[serde(default)]
+    pub provider_completion_tokens: Option<u64>,
+    /// Its error, when it failed.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl LaneRecord {
+    /// A record with only the lane and its state.
+    pub fn new(lane: Lane, state: LaneState) -> Self {
+        Self {
+            lane,
+            state,
+            ttft_ms: None,
+            total_ms: None,
+            prompt_tokens: None,
+            reused_prompt_tokens: None,
+            completion_tokens: None,
+            prompt_tokens_per_s: None,
+            gen_tokens_per_s: None,
+            provider_prompt_tokens: None,
+            provider_completion_tokens: None,
+            error: None,
+        }
+    }
+}
+
+/// Tokens a run did not send to the cloud thanks to a callback. These are
+/// estimates and are kept apart from provider counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokensSaved {
+    /// Prompt tokens the compressor removed (its own before/after
+    /// estimates).
+    #[serde(default)]
+    pub compression: u64,
+    /// Prompt tokens not sent because the pre-score callback skipped the
+    /// cloud (the prompt size as the local tokenizer or the compressor
+    /// counted it).
+    #[serde(default)]
+    pub pre_score: u64,
+}
+
+/// One run of one workload item under one policy and deadline: one line
+/// of `runs.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Position in the bench (0-based, in start order). Lines of
+    /// `runs.jsonl` may be out of order when late workers delayed one.
+    pub seq: u64,
+    /// The policy's name (`race`, `cascade`, ...).
+    pub policy: String,
+    /// The run's time budget.
+    pub deadline_ms: u64,
+    /// The workload item's id.
+    pub item: String,
+    /// The workload item's tag.
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// Which pass over the workload (0-based, warm-up excluded).
+    pub repeat: u32,
+    /// How the run ended.
+    pub status: RunStatus,
+    /// The winning lane.
+    #[serde(default)]
+    pub winner: Option<Lane>,
+    /// Start to settlement, as the caller saw it.
+    pub elapsed_ms: f64,
+    /// Start to the first token the caller received.
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// How far settlement came after the deadline (0 when before).
+    #[serde(default)]
+    pub overshoot_ms: f64,
+    /// One record per lane: local, then cloud.
+    pub lanes: Vec<LaneRecord>,
+    /// Workers still running when the run settled.
+    #[serde(default)]
+    pub late_workers: u32,
+    /// For each late worker that came back: how long after settlement.
+    #[serde(default)]
+    pub late_overrun_ms: Vec<f64>,
+    /// Tokens saved by compression and pre-scoring.
+    #[serde(default)]
+    pub tokens_saved: TokensSaved,
+    /// Whether the answer contained the item's expected answer (absent
+    /// when the item has none or the run has no answer).
+    #[serde(default)]
+    pub expected_match: Option<bool>,
+    /// Why the run did not succeed.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl RunRecord {
+    /// The record of one lane, when present.
+    pub fn lane(&self, lane: Lane) -> Option<&LaneRecord> {
+        self.lanes.iter().find(|r| r.lane == lane)
+    }
+
+    /// True when some lane was absent because its slot was busy.
+    pub fn had_busy_lane(&self) -> bool {
+        self.lanes.iter().any(|l| l.state == LaneState::Busy)
+    }
+}

@@ -1,0 +1,543 @@
+//! The output directory of a bench: `runs.jsonl` (appended and flushed
+//! run by run, so an interrupted bench keeps what it measured),
+//! `summary.json`, `report.md` and the SVG charts; and reading them back.
+//! It renders what a [`Summary`] holds; it must not compute figures.
+
+use super::error::BenchError;
+use super::record::RunRecord;
+use super::stats::Distribution;
+use super::summary::{GroupSummary, Summary, SUMMARY_FORMAT};
+use super::svg::{self, RangeRow, Series, StackRow};
+use crate::lane::Lane;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Every run's record, one JSON object per line.
+pub const RUNS_FILE: &str = "runs.jsonl";
+/// The summary ([`Summary`] as JSON).
+pub const SUMMARY_FILE: &str = "summary.json";
+/// The report a person reads first.
+pub const REPORT_FILE: &str = "report.md";
+/// The charts, in the order the report shows them.
+pub const CHART_FILES: [&str; 6] = [
+    "latency.svg",
+    "latency_by_lane.svg",
+    "ttft.svg",
+    "deadline_hit_rate.svg",
+    "win_share.svg",
+    "late_overrun.svg",
+];
+
+/// Appends run records to `runs.jsonl`, flushing each line so that a
+/// bench stopped at any moment keeps every finished run.
+#[derive(Debug)]
+pub struct RunsWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl RunsWriter {
+    /// Creates `dir` (and parents) and an empty `runs.jsonl` in it
+    /// (replacing an earlier one).
+    pub fn create(dir: &Path) -> Result<Self, BenchError> {
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
+        let path = dir.join(RUNS_FILE);
+        let file = File::create(&path).map_err(|e| BenchError::io("creating", &path, e))?;
+        Ok(Self {
+            path,
+            out: BufWriter::new(file),
+        })
+    }
+
+    /// Writes one record as one line and flushes it.
+    pub fn append(&mut self, record: &RunRecord) -> Result<(), BenchError> {
+        let line = serde_json::to_string(record).expect("a run record always serialises");
+        writeln!(self.out, "{line}")
+            .and_then(|()| self.out.flush())
+            .map_err(|e| BenchError::io("writing", &self.path, e))
+    }
+}
+
+fn write_atomically(path: &Path, contents: &str) -> Result<(), BenchError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).map_err(|e| BenchError::io("writing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| BenchError::io("writing", path, e))
+}
+
+/// Writes `summary.json`, `report.md` and the charts into `dir`.
+pub fn write_report(dir: &Path, summary: &Summary) -> Result<(), BenchError> {
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
+    let json = serde_json::to_string_pretty(summary).expect("a summary always serialises");
+    write_atomically(&dir.join(SUMMARY_FILE), &(json + "\n"))?;
+    for (name, svg) in render_charts(summary) {
+        write_atomically(&dir.join(name), &svg)?;
+    }
+    write_atomically(&dir.join(REPORT_FILE), &render_markdown(summary))
+}
+
+/// Reads `runs.jsonl` from `dir`; a bad line is an error naming it.
+pub fn read_runs(dir: &Path) -> Result<Vec<RunRecord>, BenchError> {
+    let path = dir.join(RUNS_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| BenchError::io("reading", &path, e))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| BenchError::BadReport {
+                path: path.clone(),
+                reason: format!("line {}: {e}", i + 1),
+            })
+        })
+        .collect()
+}
+
+/// Reads `summary.json` from `dir` (or from `dir` itself when it is the
+/// file).
+pub fn read_summary(dir: &Path) -> Result<Summary, BenchError> {
+    let path = if dir.is_file() {
+        dir.to_path_buf()
+    } else {
+        dir.join(SUMMARY_FILE)
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| BenchError::io("reading", &path, e))?;
+    let summary: Summary = serde_json::from_str(&text).map_err(|e| BenchError::BadReport {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    if summary.format != SUMMARY_FORMAT {
+        return Err(BenchError::BadReport {
+            path,
+            reason: format!("format `{}`, expected `{SUMMARY_FORMAT}`", summary.format),
+        });
+    }
+    Ok(summary)
+}
+
+pub(crate) fn num(v: Option<f64>) -> String {
+    match v {
+        None => "–".into(),
+        Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
+        Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+pub(crate) fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+fn three(d: Option<Distribution>) -> String {
+    match d {
+        None => "–".into(),
+        Some(d) => format!(
+            "{} / {} / {}",
+            num(Some(d.p50)),
+            num(Some(d.p95)),
+            num(Some(d.p99))
+        ),
+    }
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn label(g: &GroupSummary) -> String {
+    format!("{} @ {} ms", g.policy, g.deadline_ms)
+}
+
+/// The report in Markdown: tables first, then charts, machine and build,
+/// and the definitions.
+pub fn render_markdown(s: &Summary) -> String {
+    let mut md = String::new();
+    let st = &s.settings;
+    let _ = writeln!(md, "# edgecloud bench report\n");
+    if s.interrupted {
+        let _ = writeln!(
+            md,
+            "> **Interrupted**: the bench was stopped before the end; these figures cover the {} runs measured.\n",
+            s.total_runs
+        );
+    }
+    let _ = writeln!(
+        md,
+        "Workload `{}` ({} requests), {} measured pass(es) and {} warm-up pass(es) per combination; \
+         {} runs recorded. Started {}, wall time {:.1} s. Machine: {}, {} threads, {}.\n",
+        st.workload,
+        st.items,
+        st.runs,
+        st.warmup,
+        s.total_runs,
+        s.started_at,
+        s.wall_s,
+        s.machine.cpu_model,
+        st.local
+            .as_ref()
+            .and_then(|l| l.threads)
+            .map_or("–".into(), |t| t.to_string()),
+        if s.build.native_cpu_build {
+            "native CPU build"
+        } else {
+            "portable (non-native) build"
+        }
+    );
+
+    let _ = writeln!(md, "## Results per policy and deadline\n");
+    let _ = writeln!(
+        md,
+        "| policy | deadline ms | runs | deadline hit | latency p50 / p95 / p99 ms | TTFT p50 / p95 / p99 ms | wins local / cloud / none | busy skips | late workers | overrun p99 ms |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for g in &s.groups {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} / {} / {} | {} | {} | {} |",
+            g.policy,
+            g.deadline_ms,
+            g.runs,
+            pct(g.deadline_hit_rate),
+            three(g.latency_ms),
+            three(g.ttft_ms),
+            pct(g.win_share.local),
+            pct(g.win_share.cloud),
+            pct(g.win_share.none),
+            pct(g.busy_skip_rate),
+            g.late_workers,
+            num(g.late_overrun_ms.map(|d| d.p99)),
+        );
+    }
+
+    let _ = writeln!(md, "\n## Lanes\n");
+    let _ = writeln!(
+        md,
+        "| policy | deadline ms | lane | started | completed | failed | cancelled | late | busy | skipped | wins | lane total p50 / p95 / p99 ms | lane TTFT p50 ms | prompt tok/s p50 | gen tok/s p50 |"
+    );
+    let _ = writeln!(
+        md,
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for g in &s.groups {
+        for l in &g.lanes {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                g.policy,
+                g.deadline_ms,
+                l.lane,
+                l.started,
+                l.completed,
+                l.failed,
+                l.cancelled,
+                l.late,
+                l.busy,
+                l.skipped,
+                l.wins,
+                three(l.total_ms),
+                num(l.ttft_ms.map(|d| d.p50)),
+                num(l.prompt_tokens_per_s.map(|d| d.p50)),
+                num(l.gen_tokens_per_s.map(|d| d.p50)),
+            );
+        }
+    }
+
+    let _ = writeln!(md, "\n## Tokens and answers\n");
+    let _ = writeln!(
+        md,
+        "| policy | deadline ms | cloud prompt tokens (provider) | cloud completion tokens (provider) | runs with provider usage | saved by compression (est.) | saved by pre-scoring (est.) | expected answers matched |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for g in &s.groups {
+        let acc = if g.accuracy.checked == 0 {
+            "–".to_string()
+        } else {
+            format!("{} / {}", g.accuracy.matched, g.accuracy.checked)
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            g.policy,
+            g.deadline_ms,
+            g.cloud_tokens.prompt,
+            g.cloud_tokens.completion,
+            g.cloud_tokens.runs_reporting,
+            g.tokens_saved.compression,
+            g.tokens_saved.pre_score,
+            acc
+        );
+    }
+
+    let _ = writeln!(md, "\n## Charts\n");
+    for (name, title) in CHART_FILES.iter().zip([
+        "Latency per policy and deadline",
+        "Lane time per lane",
+        "Time to first token",
+        "Deadline-hit rate per deadline",
+        "Lane win share",
+        "Late-worker overruns",
+    ]) {
+        let _ = writeln!(md, "![{title}]({name})\n");
+    }
+
+    let m = &s.machine;
+    let b = &s.build;
+    let _ = writeln!(md, "## Machine and build\n");
+    let _ = writeln!(md, "| | |\n|---|---|");
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(md, "| {k} | {} |", v.replace('|', "\\|"));
+    };
+    row("CPU", m.cpu_model.clone());
+    row(
+        "cores",
+        format!(
+            "{} physical, {} logical available",
+            m.physical_cores, m.logical_cpus
+        ),
+    );
+    row(
+        "threads used (local)",
+        st.local
+            .as_ref()
+            .and_then(|l| l.threads)
+            .map_or("–".into(), |t| t.to_string()),
+    );
+    row("memory", m.memory_bytes.map_or("unknown".into(), bytes));
+    row(
+        "GPU offload",
+        match (&st.local, b.gpu_backends.is_empty()) {
+            (Some(l), _) if l.gpu_layers > 0 => format!(
+                "{} layers ({})",
+                l.gpu_layers,
+                if b.gpu_backends.is_empty() {
+                    "no GPU backend compiled in".into()
+                } else {
+                    b.gpu_backends.join(", ")
+                }
+            ),
+            (_, true) => "none (CPU only build)".into(),
+            (_, false) => format!("0 layers (compiled: {})", b.gpu_backends.join(", ")),
+        },
+    );
+    row(
+        "OS",
+        format!(
+            "{} {} ({}), kernel {}",
+            m.os_name.as_deref().unwrap_or(&m.os),
+            m.arch,
+            m.os,
+            m.kernel.as_deref().unwrap_or("unknown")
+        ),
+    );
+    row("CPU features", m.cpu_features.join(" "));
+    match &s.model {
+        Some(model) => {
+            row("model file", model.file_name.clone());
+            row(
+                "model size",
+                format!("{} ({} bytes)", bytes(model.size_bytes), model.size_bytes),
+            );
+            row(
+                "model sha256",
+                model.sha256.clone().unwrap_or_else(|| "unreadable".into()),
+            );
+            row(
+                "quantisation",
+                model
+                    .quantization
+                    .clone()
+                    .unwrap_or_else(|| "unknown".into()),
+            );
+            row(
+                "architecture / parameters",
+                format!(
+                    "{} / {}",
+                    model.architecture.as_deref().unwrap_or("unknown"),
+                    model.parameters.map_or("unknown".into(), |p| p.to_string())
+                ),
+            );
+        }
+        None => row("model", "no local lane".into()),
+    }
+    if let Some(c) = &st.cloud {
+        row("cloud", format!("{} at {}", c.model, c.endpoint));
+    }
+    row(
+        "edgecloud",
+        format!(
+            "{} (commit {}, {} profile, {})",
+            b.edgecloud_version,
+            b.git_commit.as_deref().unwrap_or("unknown"),
+            b.profile,
+            b.rustc.as_deref().unwrap_or("rustc unknown")
+        ),
+    );
+    row(
+        "llama.cpp",
+        format!(
+            "llama-cpp-sys-2 {}",
+            b.llama_cpp_sys_version.as_deref().unwrap_or("unknown")
+        ),
+    );
+    row(
+        "native CPU build",
+        format!(
+            "{} (target-cpu: {}; llama.cpp kernels: {}; unused on this CPU: {})",
+            if b.native_cpu_build { "yes" } else { "no" },
+            b.target_cpu.as_deref().unwrap_or("default"),
+            b.llama_cpu_kernels.join(" "),
+            if b.unused_cpu_features.is_empty() {
+                "none".into()
+            } else {
+                b.unused_cpu_features.join(" ")
+            }
+        ),
+    );
+    if let Some(cfg) = &st.config {
+        row("config", cfg.clone());
+    }
+    row("policies", st.policies.join(", "));
+    row(
+        "deadlines ms",
+        st.deadlines_ms
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+
+    let _ = writeln!(
+        md,
+        "\n## Definitions\n\n\
+         - **latency**: start of a run to its settlement, every run. **TTFT**: start to the first \
+         token the caller received (streaming runs). Lane times count from that lane's admission.\n\
+         - **deadline hit**: the run settled with an answer (status `ok`); the harness settles by \
+         the deadline, so this is an answer in time.\n\
+         - **wins**: share of runs each lane won; `none`: no answer.\n\
+         - **busy skips**: share of runs in which a lane was absent because its slot was still \
+         held (usually by a late worker of an earlier run).\n\
+         - **late workers**: workers still running when their run settled; **overrun**: how long \
+         after settlement they returned.\n\
+         - **tok/s**: the winning lane's own measurement (lane reports carry no engine timings): \
+         prompt processing and generation for the local lane, generation for the cloud.\n\
+         - **cloud tokens**: provider-reported usage only. **saved**: prompt tokens not sent to \
+         the cloud, as the compressor or the local tokenizer estimated them.\n\
+         - **percentiles**: {}.",
+        s.percentile_method
+    );
+    md
+}
+
+/// The charts, as (file name, SVG text), in [`CHART_FILES`] order.
+pub fn render_charts(s: &Summary) -> Vec<(&'static str, String)> {
+    let policies: Vec<&str> = {
+        let mut v: Vec<&str> = Vec::new();
+        for g in &s.groups {
+            if !v.contains(&g.policy.as_str()) {
+                v.push(&g.policy);
+            }
+        }
+        v
+    };
+    let color_of = |p: &str| policies.iter().position(|q| *q == p).unwrap_or(0);
+    let rows = |f: &dyn Fn(&GroupSummary) -> Option<Distribution>| -> Vec<RangeRow> {
+        s.groups
+            .iter()
+            .map(|g| RangeRow {
+                label: label(g),
+                dist: f(g),
+                marker: Some(g.deadline_ms as f64),
+                color: color_of(&g.policy),
+            })
+            .collect()
+    };
+    let latency = svg::range_chart(
+        "Latency per policy and deadline",
+        "milliseconds from run start to settlement",
+        &rows(&|g| g.latency_ms),
+    );
+    let by_lane: Vec<RangeRow> = s
+        .groups
+        .iter()
+        .flat_map(|g| {
+            g.lanes.iter().map(move |l| RangeRow {
+                label: format!("{} {}", label(g), l.lane),
+                dist: l.total_ms,
+                marker: Some(g.deadline_ms as f64),
+                color: if l.lane == Lane::Local { 0 } else { 1 },
+            })
+        })
+        .collect();
+    let by_lane = svg::range_chart(
+        "Lane time per lane (admission to return)",
+        "milliseconds (local: blue, cloud: orange)",
+        &by_lane,
+    );
+    let ttft = svg::range_chart(
+        "Time to first token (as the caller saw it)",
+        "milliseconds from run start to first token",
+        &rows(&|g| g.ttft_ms),
+    );
+    let mut deadlines: Vec<u64> = s.groups.iter().map(|g| g.deadline_ms).collect();
+    deadlines.sort_unstable();
+    deadlines.dedup();
+    let series: Vec<Series> = policies
+        .iter()
+        .map(|p| Series {
+            name: (*p).to_string(),
+            values: deadlines
+                .iter()
+                .map(|d| s.group(p, *d).map(|g| g.deadline_hit_rate))
+                .collect(),
+        })
+        .collect();
+    let hit = svg::line_chart(
+        "Deadline-hit rate per deadline",
+        "deadline (ms)",
+        "runs answered in time",
+        &deadlines.iter().map(u64::to_string).collect::<Vec<_>>(),
+        &series,
+        1.0,
+    );
+    let wins = svg::stacked_chart(
+        "Lane win share",
+        &["local", "cloud", "no winner"],
+        &s.groups
+            .iter()
+            .map(|g| StackRow {
+                label: label(g),
+                parts: vec![g.win_share.local, g.win_share.cloud, g.win_share.none],
+            })
+            .collect::<Vec<_>>(),
+    );
+    let overrun_rows: Vec<RangeRow> = s
+        .groups
+        .iter()
+        .map(|g| RangeRow {
+            label: format!("{} ({} late)", label(g), g.late_workers),
+            dist: g.late_overrun_ms,
+            marker: None,
+            color: color_of(&g.policy),
+        })
+        .collect();
+    let overrun = svg::range_chart(
+        "Late-worker overruns",
+        "milliseconds a late worker ran past its run's settlement",
+        &overrun_rows,
+    );
+    CHART_FILES
+        .into_iter()
+        .zip([latency, by_lane, ttft, hit, wins, overrun])
+        .collect()
+}

@@ -1,0 +1,504 @@
+//! Summaries: the figures of each (policy, deadline) group, computed from
+//! the run records alone, plus the settings and environment they came
+//! from ([`Summary`], the content of `summary.json`). Pure computation; it
+//! must not read or write files.
+//!
+//! Definitions (the report repeats them):
+//! - **latency**: a run's `elapsed_ms` (start to settlement), every run.
+//! - **TTFT**: a run's `ttft_ms` (start to the first token the caller got),
+//!   runs that have one.
+//! - **deadline-hit rate**: runs with status `ok` / runs. The harness
+//!   settles by the deadline, so `ok` means an answer in time.
+//! - **win share**: runs won by each lane / runs; `none` is the rest.
+//! - **busy-skip rate**: runs in which some lane was absent because its
+//!   slot was busy / runs.
+//! - **late workers**: workers still running at settlement; their overrun
+//!   is how long after settlement they came back.
+//! - **tokens/s**: as the local lane measured them, per run that has them.
+//! - **cloud tokens**: provider-reported only; never estimated.
+//! - Percentiles: nearest rank (see [`stats`](super::stats)).
+
+use super::env::{BuildInfo, MachineInfo, ModelFileInfo};
+use super::record::{LaneState, RunRecord, RunStatus, TokensSaved};
+use super::stats::{ratio, Distribution};
+use crate::lane::Lane;
+use serde::{Deserialize, Serialize};
+
+/// The format tag written in every `summary.json`.
+pub const SUMMARY_FORMAT: &str = "edgecloud-bench/1";
+
+/// The percentile method, in words, as written in reports.
+pub const PERCENTILE_METHOD: &str =
+    "nearest rank: the p-th percentile of n sorted values is the value at rank ceil(p*n/100)";
+
+/// The local lane's settings in a bench.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LocalSetup {
+    /// The model file (as given).
+    pub model: String,
+    /// Compute threads used.
+    pub threads: Option<usize>,
+    /// Layers offloaded to a GPU (0: CPU only).
+    pub gpu_layers: u32,
+    /// Context size in tokens.
+    pub context_size: Option<u32>,
+}
+
+/// The cloud lane's settings in a bench (never a key).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CloudSetup {
+    /// The endpoint's scheme, host and port (no path, query or user info).
+    pub endpoint: String,
+    /// The model asked for.
+    pub model: String,
+}
+
+/// What a bench was asked to do.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BenchSettings {
+    /// The workload's name (file path or `builtin:NAME`).
+    pub workload: String,
+    /// Requests in the workload.
+    pub items: usize,
+    /// Policies, in run order.
+    pub policies: Vec<String>,
+    /// Deadlines in milliseconds, in run order.
+    pub deadlines_ms: Vec<u64>,
+    /// Measured passes over the workload per combination.
+    pub runs: u32,
+    /// Unrecorded warm-up passes per combination.
+    pub warmup: u32,
+    /// The configuration file, if one was used.
+    pub config: Option<String>,
+    /// The local lane, if configured.
+    pub local: Option<LocalSetup>,
+    /// The cloud lane, if configured.
+    pub cloud: Option<CloudSetup>,
+}
+
+/// How many runs ended each way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusCounts {
+    /// Answered in time.
+    pub ok: u64,
+    /// No answer by the deadline.
+    pub deadline_exceeded: u64,
+    /// Every lane failed or was absent.
+    pub failed: u64,
+    /// Aborted.
+    pub aborted: u64,
+}
+
+/// Share of runs won by each lane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WinShare {
+    /// Won by the local lane.
+    pub local: f64,
+    /// Won by the cloud lane.
+    pub cloud: f64,
+    /// No winner.
+    pub none: f64,
+}
+
+/// Figures of one lane within a group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaneSummary {
+    /// Which lane.
+    pub lane: Lane,
+    /// Runs in which the lane's worker started.
+    pub started: u64,
+    /// Runs it completed.
+    pub completed: u64,
+    /// Runs it failed.
+    pub failed: u64,
+    /// Runs it was cancelled or cut by its deadline.
+    pub cancelled: u64,
+    /// Runs in which it was still running at settlement.
+    pub late: u64,
+    /// Runs in which it was absent because busy.
+    pub busy: u64,
+    /// Runs in which the pre-score callback skipped it.
+    pub skipped: u64,
+    /// Runs it won.
+    pub wins: u64,
+    /// Admission to return, of the runs where it returned.
+    pub total_ms: Option<Distribution>,
+    /// Admission to its first token.
+    pub ttft_ms: Option<Distribution>,
+    /// Prompt processing speed (local).
+    pub prompt_tokens_per_s: Option<Distribution>,
+    /// Generation speed (local).
+    pub gen_tokens_per_s: Option<Distribution>,
+}
+
+/// Tokens the cloud provider reported, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderTokens {
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Completion tokens.
+    pub completion: u64,
+    /// Runs whose cloud lane reported usage.
+    pub runs_reporting: u64,
+}
+
+/// Answers checked against a workload's expected answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    /// Runs whose item had an expected answer and which answered.
+    pub checked: u64,
+    /// Of those, answers containing the expected one.
+    pub matched: u64,
+}
+
+/// The figures of one (policy, deadline) combination.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupSummary {
+    /// The policy.
+    pub policy: String,
+    /// The deadline.
+    pub deadline_ms: u64,
+    /// Runs measured.
+    pub runs: u64,
+    /// How they ended.
+    pub status: StatusCounts,
+    /// Runs answered in time / runs.
+    pub deadline_hit_rate: f64,
+    /// Start to settlement, every run.
+    pub latency_ms: Option<Distribution>,
+    /// Start to the first token the caller got.
+    pub ttft_ms: Option<Distribution>,
+    /// Settlement past the deadline.
+    pub overshoot_ms: Option<Distribution>,
+    /// Share of runs each lane won.
+    pub win_share: WinShare,
+    /// Runs with a lane absent because busy / runs.
+    pub busy_skip_rate: f64,
+    /// Workers still running at settlement, summed.
+    pub late_workers: u64,
+    /// How long after settlement late workers came back.
+    pub late_overrun_ms: Option<Distribution>,
+    /// Per-lane figures: local, then cloud.
+    pub lanes: Vec<LaneSummary>,
+    /// Cloud tokens as the provider reported them.
+    pub cloud_tokens: ProviderTokens,
+    /// Tokens saved by compression and pre-scoring (estimates), summed.
+    pub tokens_saved: TokensSaved,
+    /// Expected-answer checks.
+    pub accuracy: Accuracy,
+}
+
+impl GroupSummary {
+    /// The figures of one lane.
+    pub fn lane(&self, lane: Lane) -> Option<&LaneSummary> {
+        self.lanes.iter().find(|l| l.lane == lane)
+    }
+
+    /// Computes the figures of `runs` (all of one policy and deadline).
+    pub fn of(policy: &str, deadline_ms: u64, runs: &[&RunRecord]) -> Self {
+        let n = runs.len() as u64;
+        let count = |f: &dyn Fn(&RunRecord) -> bool| runs.iter().filter(|r| f(r)).count() as u64;
+        let status = StatusCounts {
+            ok: count(&|r| r.status == RunStatus::Ok),
+            deadline_exceeded: count(&|r| r.status == RunStatus::DeadlineExceeded),
+            failed: count(&|r| r.status == RunStatus::Failed),
+            aborted: count(&|r| r.status == RunStatus::Aborted),
+        };
+        let share = |part| ratio(part, n).unwrap_or(0.0);
+        let wins_local = count(&|r| r.winner == Some(Lane::Local));
+        let wins_cloud = count(&|r| r.winner == Some(Lane::Cloud));
+        let lanes = [Lane::Local, Lane::Cloud]
+            .into_iter()
+            .map(|lane| lane_summary(lane, runs))
+            .collect();
+        let mut cloud_tokens = ProviderTokens::default();
+        for l in runs.iter().filter_map(|r| r.lane(Lane::Cloud)) {
+            if l.provider_prompt_tokens.is_some() || l.provider_completion_tokens.is_some() {
+                cloud_tokens.runs_reporting += 1;
+                cloud_tokens.prompt += l.provider_prompt_tokens.unwrap_or(0);
+                cloud_tokens.completion += l.provider_completion_tokens.unwrap_or(0);
+            }
+        }
+        let checked: Vec<bool> = runs.iter().filter_map(|r| r.expected_match).collect();
+        Self {
+            policy: policy.to_string(),
+            deadline_ms,
+            runs: n,
+            deadline_hit_rate: share(status.ok),
+            status,
+            latency_ms: Distribution::of(runs.iter().map(|r| r.elapsed_ms)),
+            ttft_ms: Distribution::of(runs.iter().filter_map(|r| r.ttft_ms)),
+            overshoot_ms: Distribution::of(runs.iter().map(|r| r.overshoot_ms)),
+            win_share: WinShare {
+                local: share(wins_local),
+                cloud: share(wins_cloud),
+                none: share(n - wins_local - wins_cloud),
+            },
+            busy_skip_rate: share(count(&|r| r.had_busy_lane())),
+            late_workers: runs.iter().map(|r| u64::from(r.late_workers)).sum(),
+            late_overrun_ms: Distribution::of(
+                runs.iter().flat_map(|r| r.late_overrun_ms.iter().copied()),
+            ),
+            lanes,
+            cloud_tokens,
+            tokens_saved: TokensSaved {
+                compression: runs.iter().map(|r| r.tokens_saved.compression).sum(),
+                pre_score: runs.iter().map(|r| r.tokens_saved.pre_score).sum(),
+            },
+            accuracy: Accuracy {
+                checked: checked.len() as u64,
+                matched: checked.iter().filter(|m| **m).count() as u64,
+            },
+        }
+    }
+}
+
+fn lane_summary(lane: Lane, runs: &[&RunRecord]) -> LaneSummary {
+    let recs: Vec<_> = runs.iter().filter_map(|r| r.lane(lane)).collect();
+    let state = |s: LaneState| recs.iter().filter(|l| l.state == s).count() as u64;
+    let started = recs
+        .iter()
+        .filter(|l| {
+            !matches!(
+                l.state,
+                LaneState::NotStarted | LaneState::Busy | LaneState::Skipped
+            )
+        })
+        .count() as u64;
+    LaneSummary {
+        lane,
+        started,
+        completed: state(LaneState::Completed),
+        failed: state(LaneState::Failed),
+        cancelled: state(LaneState::Cancelled),
+        late: state(LaneState::Late),
+        busy: state(LaneState::Busy),
+        skipped: state(LaneState::Skipped),
+        wins: runs.iter().filter(|r| r.winner == Some(lane)).count() as u64,
+        total_ms: Distribution::of(recs.iter().filter_map(|l| l.total_ms)),
+        ttft_ms: Distribution::of(recs.iter().filter_map(|l| l.ttft_ms)),
+        prompt_tokens_per_s: Distribution::of(recs.iter().filter_map(|l| l.prompt_tokens_per_s)),
+        gen_tokens_per_s: Distribution::of(recs.iter().filter_map(|l| l.gen_tokens_per_s)),
+    }
+}
+
+/// Groups `runs` by (policy, deadline): first in the order of `policies`
+/// and `deadlines_ms`, then any other combination in order of appearance.
+/// Combinations without runs are left out.
+pub fn summarize(
+    runs: &[RunRecord],
+    policies: &[String],
+    deadlines_ms: &[u64],
+) -> Vec<GroupSummary> {
+    let mut keys: Vec<(String, u64)> = Vec::new();
+    for p in policies {
+        for d in deadlines_ms {
+            keys.push((p.clone(), *d));
+        }
+    }
+    for r in runs {
+        let key = (r.policy.clone(), r.deadline_ms);
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys.into_iter()
+        .filter_map(|(policy, deadline)| {
+            let group: Vec<&RunRecord> = runs
+                .iter()
+                .filter(|r| r.policy == policy && r.deadline_ms == deadline)
+                .collect();
+            (!group.is_empty()).then(|| GroupSummary::of(&policy, deadline, &group))
+        })
+        .collect()
+}
+
+/// Everything `summary.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Always [`SUMMARY_FORMAT`].
+    pub format: String,
+    /// When the bench started (UTC, ISO 8601).
+    pub started_at: String,
+    /// Wall time of the whole bench, warm-up and model load included.
+    pub wall_s: f64,
+    /// True when the bench was stopped (Ctrl-C) before the end.
+    pub interrupted: bool,
+    /// The percentile method, in words.
+    pub percentile_method: String,
+    /// What the bench was asked to do.
+    pub settings: BenchSettings,
+    /// Where it ran.
+    pub machine: MachineInfo,
+    /// What binary ran it.
+    pub build: BuildInfo,
+    /// The local model file, when there is one.
+    pub model: Option<ModelFileInfo>,
+    /// Runs recorded.
+    pub total_runs: u64,
+    /// One entry per (policy, deadline) that has runs.
+    pub groups: Vec<GroupSummary>,
+}
+
+impl Summary {
+    /// Summarises `runs`.
+    pub fn new(
+        settings: BenchSettings,
+        env: Environment,
+        runs: &[RunRecord],
+        interrupted: bool,
+    ) -> Self {
+        let groups = summarize(runs, &settings.policies, &settings.deadlines_ms);
+        Self {
+            format: SUMMARY_FORMAT.into(),
+            started_at: env.started_at,
+            wall_s: env.wall_s,
+            interrupted,
+            percentile_method: PERCENTILE_METHOD.into(),
+            settings,
+            machine: env.machine,
+            build: env.build,
+            model: env.model,
+            total_runs: runs.len() as u64,
+            groups,
+        }
+    }
+
+    /// The group of one combination.
+    pub fn group(&self, policy: &str, deadline_ms: u64) -> Option<&GroupSummary> {
+        self.groups
+            .iter()
+            .find(|g| g.policy == policy && g.deadline_ms == deadline_ms)
+    }
+}
+
+/// Where and when a bench ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Environment {
+    /// When it started (UTC, ISO 8601).
+    pub started_at: String,
+    /// Its wall time in seconds.
+    pub wall_s: f64,
+    /// The machine.
+    pub machine: MachineInfo,
+    /// The build.
+    pub build: BuildInfo,
+    /// The local model file.
+    pub model: Option<ModelFileInfo>,
+}
+
+impl Environment {
+    /// This machine and build, now; `model` is hashed here (it reads the
+    /// whole file).
+    pub fn detect(model: Option<&std::path::Path>) -> Self {
+        Self {
+            started_at: utc_now(),
+            wall_s: 0.0,
+            machine: MachineInfo::detect(),
+            build: BuildInfo::current(),
+            model: model.map(ModelFileInfo::of),
+        }
+    }
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (no date dependency).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_from_unix(secs)
+}
+
+/// Howard Hinnant's days-to-civil algorithm.
+pub(crate) fn utc_from_unix(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::record::LaneRecord;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(utc_from_unix(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_from_unix(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_from_unix(1_798_761_599), "2026-12-31T23:59:59Z");
+    }
+
+    fn run(policy: &str, winner: Option<Lane>, elapsed: f64, busy: bool) -> RunRecord {
+        let mut local = LaneRecord::new(Lane::Local, LaneState::Completed);
+        local.total_ms = Some(elapsed);
+        local.gen_tokens_per_s = Some(100.0);
+        let cloud = LaneRecord::new(
+            Lane::Cloud,
+            if busy {
+                LaneState::Busy
+            } else {
+                LaneState::NotStarted
+            },
+        );
+        RunRecord {
+            seq: 0,
+            policy: policy.into(),
+            deadline_ms: 100,
+            item: "a".into(),
+            tag: None,
+            repeat: 0,
+            status: if winner.is_some() {
+                RunStatus::Ok
+            } else {
+                RunStatus::DeadlineExceeded
+            },
+            winner,
+            elapsed_ms: elapsed,
+            ttft_ms: None,
+            overshoot_ms: 0.0,
+            lanes: vec![local, cloud],
+            late_workers: 0,
+            late_overrun_ms: vec![],
+            tokens_saved: TokensSaved::default(),
+            expected_match: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn groups_follow_the_settings_order_and_count() {
+        let runs = vec![
+            run("race", Some(Lane::Local), 10.0, false),
+            run("local-only", None, 100.0, true),
+            run("race", None, 100.0, false),
+            run("race", Some(Lane::Local), 30.0, true),
+        ];
+        let groups = summarize(&runs, &["local-only".into(), "race".into()], &[100]);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0].policy, "local-only");
+        let race = &groups[1];
+        assert_eq!(race.runs, 3);
+        assert_eq!(race.status.ok, 2);
+        assert!((race.deadline_hit_rate - 2.0 / 3.0).abs() < 1e-12);
+        assert!((race.win_share.none - 1.0 / 3.0).abs() < 1e-12);
+        assert!((race.busy_skip_rate - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(race.latency_ms.unwrap().p50, 30.0);
+        assert_eq!(race.lane(Lane::Local).unwrap().wins, 2);
+        assert_eq!(race.lane(Lane::Cloud).unwrap().busy, 1);
+        assert!(race.ttft_ms.is_none());
+    }
+}

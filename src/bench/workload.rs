@@ -1,0 +1,519 @@
+//! Workloads: the requests a benchmark runs. Parses the JSON Lines format
+//! (errors name the line) and generates the built-in workloads
+//! deterministically. It must not run anything.
+//!
+//! # Format
+//! One JSON object per line; blank lines are skipped (line numbers still
+//! count them). Fields:
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `messages` | `[{"role": "system"\|"user"\|"assistant", "content": "..."}]` |
+//! | `prompt` | shorthand for one user message (instead of `messages`) |
+//! | `system` | with `prompt`: a system message before it |
+//! | `sampling` | `{"max_tokens", "temperature", "top_p", "top_k", "seed", "stop"}`, each optional |
+//! | `id` | the item's name in reports (default `line-N`); unique |
+//! | `tag` | a label to group items by (`short`, `rag`, ...) |
+//! | `expected` | an answer the reply should contain (case-insensitive) |
+//!
+//! Unknown fields are errors, so a typo never passes silently.
+
+use super::error::BenchError;
+use crate::request::{ChatMessage, Request, Sampling};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// One request of a workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadItem {
+    /// Its name in reports.
+    pub id: String,
+    /// Its group label.
+    pub tag: Option<String>,
+    /// The request (its `id` is the item's id).
+    pub request: Request,
+    /// An answer the reply should contain.
+    pub expected: Option<String>,
+}
+
+impl WorkloadItem {
+    /// Whether `answer` contains the expected answer (case-insensitive,
+    /// surrounding whitespace ignored); `None` without an expected answer.
+    pub fn matches(&self, answer: &str) -> Option<bool> {
+        let expected = self.expected.as_deref()?.trim().to_lowercase();
+        Some(answer.to_lowercase().contains(&expected))
+    }
+}
+
+/// A named list of requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Where it came from: a file path or `builtin:NAME`.
+    pub name: String,
+    /// Its requests, in run order.
+    pub items: Vec<WorkloadItem>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    id: Option<String>,
+    tag: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    prompt: Option<String>,
+    system: Option<String>,
+    #[serde(default)]
+    sampling: Sampling,
+    expected: Option<String>,
+}
+
+impl Workload {
+    /// Loads `spec`: `builtin:NAME[:COUNT]` or a path to a JSON Lines file.
+    pub fn load(spec: &str) -> Result<Self, BenchError> {
+        match spec.strip_prefix("builtin:") {
+            Some(name) => Self::builtin(name),
+            None => Self::from_file(Path::new(spec)),
+        }
+    }
+
+    /// Reads a JSON Lines file.
+    pub fn from_file(path: &Path) -> Result<Self, BenchError> {
+        let text = std::fs::read_to_string(path).map_err(|e| BenchError::io("reading", path, e))?;
+        Self::parse(&path.display().to_string(), &text)
+    }
+
+    /// Parses JSON Lines text; `name` is used in errors and reports.
+    pub fn parse(name: &str, text: &str) -> Result<Self, BenchError> {
+        let err = |line: usize, reason: String| BenchError::WorkloadLine {
+            source_name: name.to_string(),
+            line,
+            reason,
+        };
+        let mut items = Vec::new();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for (i, raw) in text.lines().enumerate() {
+            let n = i + 1;
+            if raw.trim().is_empty() {
+                continue;
+            }
+            let line: Line = serde_json::from_str(raw).map_err(|e| err(n, e.to_string()))?;
+            let messages = match (line.messages, line.prompt) {
+                (Some(_), Some(_)) => {
+                    return Err(err(
+                        n,
+                        "give either `messages` or `prompt`, not both".into(),
+                    ))
+                }
+                (None, None) => return Err(err(n, "missing `messages` (or `prompt`)".into())),
+                (Some(m), None) if line.system.is_some() => {
+                    drop(m);
+                    return Err(err(
+                        n,
+                        "`system` goes with `prompt`; put it in `messages`".into(),
+                    ));
+                }
+                (Some(m), None) => m,
+                (None, Some(p)) => {
+                    let mut m = Vec::new();
+                    if let Some(s) = line.system {
+                        m.push(ChatMessage::system(s));
+                    }
+                    m.push(ChatMessage::user(p));
+                    m
+                }
+            };
+            let id = line.id.unwrap_or_else(|| format!("line-{n}"));
+            if let Some(first) = seen.insert(id.clone(), n) {
+                return Err(err(n, format!("id `{id}` already used on line {first}")));
+            }
+            let request = Request {
+                id: Some(id.clone()),
+                messages,
+                sampling: line.sampling,
+                deadline: None,
+            };
+            request.validate().map_err(|e| err(n, e.reason))?;
+            items.push(WorkloadItem {
+                id,
+                tag: line.tag,
+                request,
+                expected: line.expected,
+            });
+        }
+        if items.is_empty() {
+            return Err(BenchError::EmptyWorkload {
+                source_name: name.to_string(),
+            });
+        }
+        Ok(Self {
+            name: name.to_string(),
+            items,
+        })
+    }
+
+    /// Writes the workload back as JSON Lines (the format [`Workload::parse`]
+    /// reads), e.g. to start a custom workload from a built-in one.
+    pub fn to_jsonl(&self) -> String {
+        let mut out = String::new();
+        for item in &self.items {
+            let mut obj = serde_json::json!({
+                "id": item.id,
+                "messages": item.request.messages,
+                "sampling": item.request.sampling,
+            });
+            if let Some(tag) = &item.tag {
+                obj["tag"] = tag.clone().into();
+            }
+            if let Some(expected) = &item.expected {
+                obj["expected"] = expected.clone().into();
+            }
+            out.push_str(&obj.to_string());
+            out.push('\n');
+        }
+        out
+    }
+
+    /// A built-in workload: `short`, `long` or `chat`, with an optional
+    /// `:COUNT` (number of items; for `chat`, of turns in all).
+    pub fn builtin(spec: &str) -> Result<Self, BenchError> {
+        let unknown = || BenchError::UnknownBuiltin {
+            name: spec.to_string(),
+        };
+        let (name, count) = match spec.split_once(':') {
+            Some((name, count)) => {
+                let count: usize = count.parse().map_err(|_| unknown())?;
+                if count == 0 || count > 10_000 {
+                    return Err(unknown());
+                }
+                (name, Some(count))
+            }
+            None => (spec, None),
+        };
+        let items = match name {
+            "short" => builtin::short(count.unwrap_or(16)),
+            "long" => builtin::long(count.unwrap_or(6)),
+            "chat" => builtin::chat(count.unwrap_or(12)),
+            _ => return Err(unknown()),
+        };
+        Ok(Self {
+            name: format!("builtin:{spec}"),
+            items,
+        })
+    }
+}
+
+/// The built-in workloads. Everything comes from a fixed seed and word
+/// lists, so a workload is the same on every machine and every release
+/// that does not change this module.
+mod builtin {
+    use super::WorkloadItem;
+    use crate::request::{ChatMessage, Request, Sampling};
+
+    /// A small, fixed pseudo-random generator (SplitMix64): deterministic
+    /// everywhere, no dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn pick<'a>(&mut self, list: &[&'a str]) -> &'a str {
+            list[(self.next() % list.len() as u64) as usize]
+        }
+    }
+
+    const CAPITALS: &[(&str, &str)] = &[
+        ("France", "Paris"),
+        ("Japan", "Tokyo"),
+        ("Italy", "Rome"),
+        ("Spain", "Madrid"),
+        ("Canada", "Ottawa"),
+        ("Kenya", "Nairobi"),
+        ("Peru", "Lima"),
+        ("Norway", "Oslo"),
+    ];
+    const SUBJECTS: &[&str] = &[
+        "the river",
+        "a small robot",
+        "the old library",
+        "our team",
+        "the harbour",
+        "a quiet village",
+        "the weather station",
+        "the night train",
+        "a new battery",
+        "the city council",
+    ];
+    const VERBS: &[&str] = &[
+        "measured",
+        "recorded",
+        "described",
+        "repaired",
+        "ignored",
+        "planned",
+        "compared",
+        "reported",
+        "delayed",
+        "improved",
+    ];
+    const OBJECTS: &[&str] = &[
+        "the water level",
+        "every signal",
+        "the long report",
+        "three lamps",
+        "the morning schedule",
+        "a broken sensor",
+        "the shared budget",
+        "the winter road",
+        "its own mistakes",
+        "the final result",
+    ];
+    const CLOSINGS: &[&str] = &[
+        "before noon",
+        "after the storm",
+        "without a word",
+        "for the second time",
+        "with great care",
+        "in the cold",
+        "as expected",
+        "despite the noise",
+    ];
+
+    fn sampling(max_tokens: u32) -> Sampling {
+        Sampling {
+            max_tokens,
+            temperature: 0.0,
+            seed: Some(7),
+            ..Sampling::default()
+        }
+    }
+
+    fn sentence(rng: &mut Rng) -> String {
+        format!(
+            "{} {} {} {}.",
+            rng.pick(SUBJECTS),
+            rng.pick(VERBS),
+            rng.pick(OBJECTS),
+            rng.pick(CLOSINGS)
+        )
+    }
+
+    fn item(id: String, tag: &str, messages: Vec<ChatMessage>, max_tokens: u32) -> WorkloadItem {
+        WorkloadItem {
+            id: id.clone(),
+            tag: Some(tag.into()),
+            request: Request {
+                id: Some(id),
+                messages,
+                sampling: sampling(max_tokens),
+                deadline: None,
+            },
+            expected: None,
+        }
+    }
+
+    /// Short questions: a one-line question each, short answers; the
+    /// capital questions carry an expected answer.
+    pub(super) fn short(count: usize) -> Vec<WorkloadItem> {
+        let mut rng = Rng(1);
+        (0..count)
+            .map(|i| {
+                if i % 2 == 0 {
+                    let (country, capital) = CAPITALS[(i / 2) % CAPITALS.len()];
+                    let mut it = item(
+                        format!("short-{i:03}"),
+                        "short",
+                        vec![ChatMessage::user(format!(
+                            "What is the capital of {country}? Answer in one word."
+                        ))],
+                        16,
+                    );
+                    it.expected = Some(capital.into());
+                    it
+                } else {
+                    let s = sentence(&mut rng);
+                    item(
+                        format!("short-{i:03}"),
+                        "short",
+                        vec![ChatMessage::user(format!(
+                            "In five words, what happened here: {s}"
+                        ))],
+                        16,
+                    )
+                }
+            })
+            .collect()
+    }
+
+    /// Long context: about 2,500 characters of generated text (several
+    /// hundred tokens with a real tokenizer) and one question about it; the
+    /// prompt dominates the cost.
+    pub(super) fn long(count: usize) -> Vec<WorkloadItem> {
+        let mut rng = Rng(2);
+        (0..count)
+            .map(|i| {
+                let mut doc = String::new();
+                while doc.len() < 2_500 {
+                    doc.push_str(&sentence(&mut rng));
+                    doc.push(' ');
+                }
+                item(
+                    format!("long-{i:03}"),
+                    "long",
+                    vec![
+                        ChatMessage::system("Answer using only the document."),
+                        ChatMessage::user(format!(
+                            "Document:\n{}\n\nQuestion: what did {} do?",
+                            doc.trim_end(),
+                            rng.pick(SUBJECTS)
+                        )),
+                    ],
+                    16,
+                )
+            })
+            .collect()
+    }
+
+    /// Multi-turn chats sharing a prefix: conversations of four user turns
+    /// under one long shared system prompt; each item is the whole
+    /// conversation so far, so every request extends an earlier one (the
+    /// local lane's prefix reuse shows in its time to first token).
+    pub(super) fn chat(count: usize) -> Vec<WorkloadItem> {
+        const TURNS: usize = 4;
+        let mut rng = Rng(3);
+        let mut system = String::from(
+            "You are a careful assistant for a field team. Keep answers short. Facts: ",
+        );
+        for _ in 0..12 {
+            system.push_str(&sentence(&mut rng));
+            system.push(' ');
+        }
+        let system = system.trim_end().to_string();
+        let mut items = Vec::with_capacity(count);
+        let mut conversation = 0;
+        while items.len() < count {
+            let mut messages = vec![ChatMessage::system(system.clone())];
+            for turn in 0..TURNS {
+                if items.len() == count {
+                    break;
+                }
+                messages.push(ChatMessage::user(format!(
+                    "Tell me more about this: {}",
+                    sentence(&mut rng)
+                )));
+                items.push(item(
+                    format!("chat-{conversation:02}-turn-{turn}"),
+                    "chat",
+                    messages.clone(),
+                    24,
+                ));
+                // A fixed assistant reply stands in for the model's, so the
+                // next turn's prefix is known in advance on every lane.
+                messages.push(ChatMessage::assistant(format!(
+                    "Noted: {}",
+                    sentence(&mut rng)
+                )));
+            }
+            conversation += 1;
+        }
+        items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_are_deterministic_and_sized() {
+        for name in ["short", "long", "chat", "short:3", "chat:5"] {
+            let a = Workload::builtin(name).unwrap();
+            assert_eq!(a, Workload::builtin(name).unwrap(), "{name}");
+            for item in &a.items {
+                item.request.validate().unwrap();
+            }
+        }
+        assert_eq!(Workload::builtin("short:3").unwrap().items.len(), 3);
+        assert_eq!(Workload::builtin("chat:5").unwrap().items.len(), 5);
+        assert!(
+            Workload::builtin("long").unwrap().items[0].request.messages[1]
+                .content
+                .len()
+                > 2_500
+        );
+        assert!(matches!(
+            Workload::builtin("nope"),
+            Err(BenchError::UnknownBuiltin { .. })
+        ));
+        assert!(Workload::builtin("short:0").is_err());
+        assert!(Workload::builtin("short:x").is_err());
+    }
+
+    #[test]
+    fn chat_turns_extend_the_previous_turn() {
+        let w = Workload::builtin("chat:4").unwrap();
+        for pair in w.items.windows(2) {
+            let (a, b) = (&pair[0].request.messages, &pair[1].request.messages);
+            assert_eq!(
+                &b[..a.len()],
+                &a[..],
+                "each turn starts with the previous one"
+            );
+            assert!(b.len() > a.len());
+        }
+    }
+
+    #[test]
+    fn jsonl_round_trip() {
+        let w = Workload::builtin("short:4").unwrap();
+        let back = Workload::parse("builtin:short:4", &w.to_jsonl()).unwrap();
+        assert_eq!(back.items, w.items);
+    }
+
+    #[test]
+    fn prompt_shorthand_and_defaults() {
+        let w = Workload::parse(
+            "t",
+            "\n{\"prompt\": \"hi\", \"system\": \"be brief\", \"expected\": \"Hello\"}\n",
+        )
+        .unwrap();
+        let item = &w.items[0];
+        assert_eq!(item.id, "line-2");
+        assert_eq!(item.request.messages.len(), 2);
+        assert_eq!(item.matches("well, hello there"), Some(true));
+        assert_eq!(item.matches("bye"), Some(false));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases = [
+            ("{\"prompt\": \"a\"}\nnot json\n", 2),
+            ("{\"prompt\": \"a\"}\n\n{\"promt\": \"b\"}\n", 3),
+            ("{\"messages\": []}\n", 1),
+            (
+                "{\"prompt\": \"a\", \"sampling\": {\"max_tokens\": 0}}\n",
+                1,
+            ),
+            (
+                "{\"id\": \"x\", \"prompt\": \"a\"}\n{\"id\": \"x\", \"prompt\": \"b\"}\n",
+                2,
+            ),
+            ("{\"prompt\": \"a\", \"messages\": []}\n", 1),
+        ];
+        for (text, want) in cases {
+            match Workload::parse("w.jsonl", text) {
+                Err(BenchError::WorkloadLine { line, .. }) => assert_eq!(line, want, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            Workload::parse("w", "\n \n"),
+            Err(BenchError::EmptyWorkload { .. })
+        ));
+    }
+}

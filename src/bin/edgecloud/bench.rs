@@ -1,0 +1,432 @@
+//! `edgecloud bench`: every policy x deadline over a workload through the
+//! harness, with a progress bar and clean Ctrl-C; `bench compare` and
+//! `bench report` over output directories. Drawing progress and handling
+//! signals live here; everything measured and written comes from
+//! `edgecloud::bench`.
+
+use crate::run::HarnessArgs;
+use anyhow::{bail, Context as _};
+use edgecloud::bench::{
+    compare, read_runs, read_summary, render_comparison, run_bench, utc_now, write_report,
+    BenchPlan, BenchSettings, CloudSetup, CurrentRun, Environment, HarnessExecutor, LateWorkerLog,
+    LocalSetup, Progress, Summary, Workload,
+};
+use edgecloud::harness::{Harness, PolicyKind, EXAMPLE_CONFIG};
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn after_help() -> String {
+    "Runs every policy x deadline combination over the workload (--warmup \
+     unrecorded passes, then --runs measured passes) and writes DIR/runs.jsonl \
+     (flushed run by run), DIR/summary.json, DIR/report.md and SVG charts. \
+     Ctrl-C stops after the run in flight is aborted and keeps what was \
+     measured; a second Ctrl-C exits at once.\n\n\
+     Workloads: a JSON Lines file (one request per line: {\"prompt\": \"...\"} or \
+     {\"messages\": [...]}, optional \"sampling\", \"id\", \"tag\", \"expected\"), \
+     or builtin:short, builtin:long, builtin:chat (optionally :COUNT).\n\n\
+     Lanes: --model starts the local lane, --base-url with --cloud-model the \
+     cloud lane; flags override --config, as for `edgecloud run`.\n\n\
+     Example config (edgecloud.toml):\n\n"
+        .to_string()
+        + EXAMPLE_CONFIG
+}
+
+/// Arguments of `edgecloud bench`.
+#[derive(Debug, clap::Args)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_long_help = after_help()
+)]
+pub(crate) struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    /// The requests: a JSON Lines file, or builtin:short, builtin:long,
+    /// builtin:chat (optionally with :COUNT).
+    #[arg(long, value_name = "FILE|builtin:NAME", required = true)]
+    workload: Option<String>,
+    /// Policies to run, comma-separated (default: --policy or the config's
+    /// policy; without one, every policy the configured lanes allow).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    policies: Vec<PolicyKind>,
+    /// Deadlines in milliseconds, comma-separated (default: --deadline-ms
+    /// or the config's, else 5000).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    deadlines_ms: Vec<u64>,
+    /// Measured passes over the workload per combination.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    runs: u32,
+    /// Unrecorded warm-up passes per combination, before the measured ones.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    warmup: u32,
+    /// Output directory (default: bench-results/<UTC time>).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// How long to wait for late workers, before a run and at the end, in
+    /// milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    grace_ms: u64,
+    /// Start each run at once, even while a late worker of the previous
+    /// run still holds a lane (absent for that run: a busy skip), as under
+    /// sustained load. By default each run waits (up to --grace-ms) for
+    /// earlier late workers to return, so it starts with idle lanes.
+    #[arg(long)]
+    back_to_back: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    lanes: HarnessArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BenchCommand {
+    /// Print the differences between two bench reports, figure by figure,
+    /// with ratios (B / A).
+    Compare {
+        /// The first output directory (A), or its summary.json.
+        a: PathBuf,
+        /// The second output directory (B), or its summary.json.
+        b: PathBuf,
+        /// Print the comparison as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild summary.json, report.md and the charts of an output
+    /// directory from its runs.jsonl (after a crash, or after editing).
+    Report {
+        /// The output directory.
+        dir: PathBuf,
+    },
+}
+
+pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Some(BenchCommand::Compare { a, b, json }) => compare_cmd(a, b, json),
+        Some(BenchCommand::Report { dir }) => report_cmd(dir),
+        None => bench_cmd(args),
+    }
+}
+
+fn compare_cmd(a: PathBuf, b: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
+    let sa = read_summary(&a).with_context(|| format!("reading report A ({})", a.display()))?;
+    let sb = read_summary(&b).with_context(|| format!("reading report B ({})", b.display()))?;
+    let c = compare(&sa, &sb);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        print!(
+            "{}",
+            render_comparison(&c, &a.display().to_string(), &b.display().to_string())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report_cmd(dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let runs = read_runs(&dir)?;
+    // Settings and environment come from the summary written when the
+    // bench started; without one, this machine stands in.
+    let summary = match read_summary(&dir) {
+        Ok(old) => Summary::new(
+            old.settings,
+            Environment {
+                started_at: old.started_at,
+                wall_s: old.wall_s,
+                machine: old.machine,
+                build: old.build,
+                model: old.model,
+            },
+            &runs,
+            old.interrupted,
+        ),
+        Err(_) => Summary::new(
+            BenchSettings::default(),
+            Environment::detect(None),
+            &runs,
+            true,
+        ),
+    };
+    write_report(&dir, &summary)?;
+    eprintln!(
+        "wrote the summary, report and charts of {} runs to {}",
+        runs.len(),
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The endpoint's scheme, host and port: never a path, query or user info
+/// (which may hold secrets).
+fn endpoint_of(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    if scheme.is_empty() {
+        host.to_string()
+    } else {
+        format!("{scheme}://{host}")
+    }
+}
+
+fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let spec = args.workload.clone().expect("clap requires --workload");
+    let workload = Workload::load(&spec)?;
+    let cfg = args.lanes.load_config()?;
+    let has_local = cfg.local.is_some();
+    let has_cloud = cfg.cloud.is_some();
+
+    let config_policy = cfg.harness.resolved_policy("harness")?;
+    let policies: Vec<PolicyKind> = if !args.policies.is_empty() {
+        args.policies.clone()
+    } else if let Some(p) = &config_policy {
+        vec![p.kind()]
+    } else if has_local && has_cloud {
+        PolicyKind::ALL.to_vec()
+    } else if has_local {
+        vec![PolicyKind::LocalOnly]
+    } else {
+        vec![PolicyKind::CloudOnly]
+    };
+    if !has_local && !has_cloud {
+        bail!(
+            "no lane configured: give --model (local lane), --base-url with \
+             --cloud-model (cloud lane), or --config FILE"
+        );
+    }
+    for p in &policies {
+        if (*p == PolicyKind::LocalOnly && !has_local)
+            || (*p == PolicyKind::CloudOnly && !has_cloud)
+        {
+            bail!(
+                "policy {p} needs its lane (--model for local; --base-url and \
+                 --cloud-model for cloud)"
+            );
+        }
+    }
+    let deadlines_ms = if !args.deadlines_ms.is_empty() {
+        args.deadlines_ms.clone()
+    } else {
+        vec![cfg.harness.deadline_ms.unwrap_or(5000)]
+    };
+
+    let settings = BenchSettings {
+        local: cfg.local.as_ref().map(|l| LocalSetup {
+            model: l.model.display().to_string(),
+            threads: Some(l.threads.unwrap_or_else(edgecloud::local::physical_cores)),
+            gpu_layers: l.gpu_layers,
+            context_size: l.context_size,
+        }),
+        cloud: cfg.cloud.as_ref().map(|c| CloudSetup {
+            endpoint: endpoint_of(&c.base_url),
+            model: c.model.clone(),
+        }),
+        ..BenchSettings::default()
+    };
+    let plan = BenchPlan {
+        workload,
+        policies: policies.iter().map(|p| p.as_str().to_string()).collect(),
+        deadlines_ms,
+        runs: args.runs,
+        warmup: args.warmup,
+    };
+    plan.validate()?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench-results").join(utc_now().replace(':', "-")));
+
+    let late = LateWorkerLog::new();
+    if !args.quiet {
+        eprintln!("starting lanes...");
+    }
+    let harness: Harness = Harness::builder()
+        .config(&cfg)?
+        .lanes_from(&cfg)?
+        .observer(late.observer())
+        .build()
+        .context("building the harness")?;
+    // The config's own policy keeps its parameters (a cascade threshold,
+    // a hedge delay) when it is among those benchmarked.
+    let mut executor = HarnessExecutor::new(
+        harness,
+        late,
+        config_policy,
+        Duration::from_millis(args.grace_ms),
+    )
+    .back_to_back(args.back_to_back);
+    let stop = Arc::new(AtomicBool::new(false));
+    watch_ctrl_c(stop.clone(), executor.current_run());
+
+    let mut bar = Bar::new(!args.quiet);
+    let model = cfg.local.as_ref().map(|l| l.model.clone());
+    let result = run_bench(
+        &plan,
+        settings,
+        model.as_deref(),
+        &out,
+        &mut executor,
+        &stop,
+        &mut |p| bar.draw(p),
+    )?;
+    bar.finish();
+    let s = &result.summary;
+    if s.interrupted {
+        eprintln!("stopped: kept {} runs in {}", s.total_runs, out.display());
+    } else {
+        eprintln!("{} runs in {}", s.total_runs, out.display());
+    }
+    for g in &s.groups {
+        let p = |d: Option<edgecloud::bench::stats::Distribution>| {
+            d.map_or("-".to_string(), |d| format!("{:.1}", d.p50))
+        };
+        eprintln!(
+            "  {:<10} {:>6} ms  hit {:>5.1}%  latency p50 {:>8} ms  ttft p50 {:>8} ms",
+            g.policy,
+            g.deadline_ms,
+            g.deadline_hit_rate * 100.0,
+            p(g.latency_ms),
+            p(g.ttft_ms)
+        );
+    }
+    eprintln!(
+        "report: {}",
+        out.join(edgecloud::bench::REPORT_FILE).display()
+    );
+    Ok(if s.interrupted {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// First Ctrl-C: stop after aborting the run in flight (the bench keeps
+/// what it measured). Second: exit at once.
+fn watch_ctrl_c(stop: Arc<AtomicBool>, current: CurrentRun) {
+    let spawned = std::thread::Builder::new()
+        .name("edgecloud-ctrl-c".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    return;
+                }
+                eprintln!("\nstopping: writing what was measured (Ctrl-C again to quit now)");
+                stop.store(true, Ordering::SeqCst);
+                current.abort();
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            });
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no Ctrl-C handler; Ctrl-C will end the bench abruptly");
+    }
+}
+
+/// A one-line progress bar with an estimate of the time left, redrawn in
+/// place on a terminal and printed every ~10% otherwise (logs stay short).
+struct Bar {
+    enabled: bool,
+    tty: bool,
+    last_draw: Option<Instant>,
+    last_tenth: u64,
+}
+
+impl Bar {
+    fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            tty: std::io::stderr().is_terminal(),
+            last_draw: None,
+            last_tenth: u64::MAX,
+        }
+    }
+
+    fn draw(&mut self, p: Progress) {
+        if !self.enabled || p.total == 0 {
+            return;
+        }
+        let finished = p.done == p.total;
+        let tenth = p.done * 10 / p.total;
+        if self.tty {
+            // At most ~10 redraws a second.
+            if !finished
+                && self
+                    .last_draw
+                    .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+            {
+                return;
+            }
+        } else if tenth == self.last_tenth && !finished {
+            return;
+        }
+        self.last_draw = Some(Instant::now());
+        self.last_tenth = tenth;
+        const WIDTH: u64 = 30;
+        let filled = (p.done * WIDTH / p.total) as usize;
+        let eta = p.eta.map_or("--:--".to_string(), fmt_duration);
+        let line = format!(
+            "[{}{}] {}/{} runs ({} warm-up)  {} elapsed  ETA {}",
+            "#".repeat(filled),
+            "-".repeat(WIDTH as usize - filled),
+            p.done,
+            p.total,
+            p.warmup_done,
+            fmt_duration(p.elapsed),
+            eta
+        );
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[2K{line}");
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+        let _ = err.flush();
+    }
+
+    fn finish(&mut self) {
+        if self.enabled && self.tty && self.last_draw.is_some() {
+            eprintln!();
+        }
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_keep_no_secrets() {
+        assert_eq!(
+            endpoint_of("https://user:key@api.example.com:8443/v1?key=x"),
+            "https://api.example.com:8443"
+        );
+        assert_eq!(endpoint_of("http://127.0.0.1:9/v1"), "http://127.0.0.1:9");
+        assert_eq!(endpoint_of("localhost:8080/v1"), "localhost:8080");
+    }
+
+    #[test]
+    fn durations_read_as_clock_times() {
+        assert_eq!(fmt_duration(Duration::from_secs(75)), "01:15");
+        assert_eq!(fmt_duration(Duration::from_secs(3725)), "1:02:05");
+    }
+}
