@@ -204,6 +204,12 @@ impl ServeConfig {
         self
     }
 
+    /// Sets how long a client may take to send a request body.
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
     /// Sets `max_tokens` for requests that do not say.
     pub fn default_max_tokens(mut self, n: u32) -> Self {
         self.default_max_tokens = n;
@@ -491,7 +497,10 @@ impl ServerHandle {
         let _ = self.stop.send(());
         match self.task.await {
             Ok(report) => report,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Only a runtime shutting down cancels the task, and then
+            // nothing awaits this.
+            Err(e) => panic!("the server task was cancelled: {e}"),
         }
     }
 }

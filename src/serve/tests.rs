@@ -879,3 +879,42 @@ async fn shutdown_stops_accepting_and_lets_the_in_flight_stream_finish() {
     assert!(report.is_clean(), "{report:?}");
     assert!(fake.shutdown_called.load(Ordering::SeqCst));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stops_arriving_gets_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = ServeConfig::default().body_timeout(Duration::from_millis(50));
+    let (server, _fake) = start(config).await;
+    let mut conn = tokio::net::TcpStream::connect(server.local_addr())
+        .await
+        .unwrap();
+    conn.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\":",
+    )
+    .await
+    .unwrap();
+    // The rest never comes; the server's own timer answers.
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            let n = conn.read(&mut buf).await.unwrap();
+            response.extend_from_slice(&buf[..n]);
+            if n == 0 || response.windows(4).any(|w| w == b"}}") {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(HANG, read).await.expect("an answer");
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("request_timeout"), "{text}");
+    let (s, _, _) = post(
+        &server,
+        json!({"model": "edgecloud", "messages": user("fine")}),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200);
+    server.shutdown().await;
+}
