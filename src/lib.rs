@@ -9,6 +9,7 @@
 //! - [`harness`]: both lanes under one deadline: admission, policies,
 //!   scoring, arbitration, outcomes.
 //! - [`bench`](mod@bench): benchmark runs, reports and their comparison.
+//! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 
 pub mod bench;
@@ -18,6 +19,7 @@ pub mod harness;
 pub mod lane;
 pub mod local;
 pub mod request;
+pub mod serve;
 
 pub use harness::{
     Backend, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError, Outcome,

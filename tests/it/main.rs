@@ -6,4 +6,5 @@ mod cloud;
 mod gguf;
 mod harness;
 mod local;
+mod serve;
 mod support;

@@ -6,6 +6,7 @@ mod cloud;
 mod local;
 mod model;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ enum Command {
     Cloud(cloud::CloudArgs),
     /// Run one request through the harness: both lanes under one deadline.
     Run(run::RunArgs),
+    /// Serve an OpenAI-compatible HTTP API answered by the harness.
+    Serve(serve::ServeArgs),
     /// Inspect, validate or generate GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Model(cmd) => model::run(cmd),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,255 @@
+//! The seam between the HTTP front door and whatever answers a request:
+//! the server hands an [`Engine`] one validated request and gets back a
+//! [`Run`] (committed text as it comes, then a [`Summary`]). The harness
+//! implements it in `harness_engine`; the front door's own tests implement
+//! it with a script. This
+//! module must not know HTTP, and the server must not know the harness
+//! beyond this trait.
+
+use crate::lane::{FinishReason, Lane};
+use crate::request::Request;
+use serde::Serialize;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One request for the engine.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub(crate) request: Request,
+    /// The route the request's `model` selects (`None`: the default).
+    pub(crate) route: Option<String>,
+    /// A policy name overriding the route's.
+    pub(crate) policy: Option<String>,
+    /// Whether the caller wants committed text as it comes.
+    pub(crate) stream: bool,
+}
+
+/// Why a run could not start.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StartError {
+    /// The request is unusable as given (`param` names the field).
+    Invalid {
+        param: Option<String>,
+        message: String,
+    },
+    /// No new runs: the engine is shutting down.
+    ShuttingDown,
+    /// Anything else (an engine fault, not the caller's).
+    Internal(String),
+}
+
+/// A model name a request may put in `model`, and what it selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ModelEntry {
+    pub(crate) id: String,
+    /// The route it selects (`None`: the default route).
+    pub(crate) route: Option<String>,
+}
+
+/// A lane's state at a glance (for `/health` and gauges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct LaneState {
+    pub(crate) lane: Lane,
+    pub(crate) configured: bool,
+    pub(crate) busy: bool,
+}
+
+/// The engine's state at a glance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Health {
+    pub(crate) lanes: Vec<LaneState>,
+    pub(crate) runs_in_flight: u64,
+    pub(crate) late_workers_running: u64,
+}
+
+/// What a shutdown found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Drained {
+    pub(crate) waited_ms: f64,
+    pub(crate) runs_in_flight: u64,
+    pub(crate) workers_still_running: usize,
+}
+
+/// Whatever answers requests.
+pub(crate) trait Engine: Send + Sync + 'static {
+    /// The names a request may put in `model`.
+    fn models(&self) -> Vec<ModelEntry>;
+    /// Starts one run; never blocks.
+    fn start(&self, job: Job) -> Result<Box<dyn Run>, StartError>;
+    /// Lane and run state now.
+    fn health(&self) -> Health;
+    /// Stops new runs and waits up to `grace` for runs and late workers.
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained>;
+}
+
+/// A run in flight. Dropping it does not stop the run; `abort` does.
+pub(crate) trait Run: Send {
+    /// The run's id, route, policy and deadline, fixed at its start.
+    fn info(&self) -> &RunInfo;
+    /// The next piece of committed text; `None` once the run has settled
+    /// and everything was delivered (or when not streaming).
+    fn next_token(&mut self) -> BoxFuture<'_, Option<String>>;
+    /// Waits for the settled run.
+    fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>>;
+    /// Something that aborts the run from anywhere (the client went away).
+    fn aborter(&self) -> Box<dyn Fn() + Send + Sync>;
+}
+
+/// What the caller learns when a run starts (route and policy only when
+/// the request named them; the summary always has them).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RunInfo {
+    pub(crate) run_id: u64,
+    pub(crate) route: Option<String>,
+    pub(crate) policy: Option<String>,
+    pub(crate) deadline_ms: f64,
+}
+
+/// How a run ended, as far as the front door cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Status {
+    Ok,
+    DeadlineExceeded,
+    Failed,
+    Aborted,
+}
+
+impl Status {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::DeadlineExceeded => "deadline_exceeded",
+            Status::Failed => "failed",
+            Status::Aborted => "aborted",
+        }
+    }
+}
+
+/// What happened to one lane, as far as the front door cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LaneStatus {
+    NotStarted,
+    Busy,
+    Skipped,
+    Completed,
+    Failed,
+    Cancelled,
+    Late,
+}
+
+impl LaneStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LaneStatus::NotStarted => "not_started",
+            LaneStatus::Busy => "busy",
+            LaneStatus::Skipped => "skipped",
+            LaneStatus::Completed => "completed",
+            LaneStatus::Failed => "failed",
+            LaneStatus::Cancelled => "cancelled",
+            LaneStatus::Late => "late",
+        }
+    }
+
+    /// Whether a worker ran on the lane in this run.
+    pub(crate) fn ran(self) -> bool {
+        matches!(
+            self,
+            LaneStatus::Completed | LaneStatus::Failed | LaneStatus::Cancelled | LaneStatus::Late
+        )
+    }
+}
+
+/// Token counts by source (provider-reported and local counts apart).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Tokens {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) provider_prompt: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) provider_completion: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) local_prompt: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) local_completion: Option<u64>,
+}
+
+/// One lane's part in a run: the compact form the response carries.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct LaneSummary {
+    pub(crate) lane: Lane,
+    pub(crate) status: LaneStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) total_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) finish_reason: Option<FinishReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) score: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+    /// The error's stable kind (`connect`, `http_status`, `model`, ...).
+    #[serde(skip)]
+    pub(crate) error_kind: Option<String>,
+    pub(crate) tokens: Tokens,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<String>,
+}
+
+/// The settled run, compact: what the `edgecloud` response field carries,
+/// plus the winning text (not serialized; it is the answer itself).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) run_id: u64,
+    pub(crate) route: String,
+    pub(crate) policy: String,
+    pub(crate) status: Status,
+    /// The lane that answered.
+    pub(crate) lane: Option<Lane>,
+    /// The lane a streaming run committed to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) committed: Option<Lane>,
+    pub(crate) deadline_ms: f64,
+    pub(crate) elapsed_ms: f64,
+    pub(crate) overshoot_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ttft_ms: Option<f64>,
+    pub(crate) late_workers: u32,
+    pub(crate) decision: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+    pub(crate) lanes: Vec<LaneSummary>,
+    #[serde(skip)]
+    pub(crate) text: Option<String>,
+    #[serde(skip)]
+    pub(crate) finish_reason: Option<FinishReason>,
+}
+
+impl Summary {
+    /// The winner's report.
+    pub(crate) fn winner(&self) -> Option<&LaneSummary> {
+        let lane = self.lane?;
+        self.lanes.iter().find(|l| l.lane == lane)
+    }
+
+    /// True when no worker ran because every lane the plan wanted was
+    /// busy: the one case the caller should simply retry.
+    pub(crate) fn all_busy(&self) -> bool {
+        self.status != Status::Ok
+            && self.lanes.iter().any(|l| l.status == LaneStatus::Busy)
+            && !self.lanes.iter().any(|l| l.status.ran())
+    }
+
+    /// `lane=status` pairs, for a header.
+    pub(crate) fn lanes_header(&self) -> String {
+        self.lanes
+            .iter()
+            .map(|l| format!("{}={}", l.lane, l.status.as_str()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}

@@ -1,0 +1,282 @@
+//! The harness behind the front door: [`Engine`] for [`Harness`], and the
+//! translation of a harness [`Outcome`] into the compact [`Summary`] a
+//! response carries. Only translation here: the harness decides
+//! everything.
+
+use super::engine::{
+    BoxFuture, Drained, Engine, Health, Job, LaneState, LaneStatus, LaneSummary, ModelEntry, Run,
+    RunInfo, StartError, Status, Summary, Tokens,
+};
+use crate::harness::{
+    self, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions, RunStatus,
+};
+use crate::lane::Lane;
+use std::time::{Duration, Instant};
+
+/// The model name that selects the harness's default route.
+pub(crate) const DEFAULT_MODEL: &str = "edgecloud";
+
+pub(crate) struct HarnessEngine {
+    pub(crate) harness: Harness,
+    /// Parameters for policies a request names (e.g. the configured
+    /// cascade threshold); kinds not listed run with their defaults.
+    pub(crate) presets: Vec<Policy>,
+}
+
+impl HarnessEngine {
+    fn policy(&self, name: &str) -> Result<Policy, StartError> {
+        let kind: PolicyKind =
+            name.parse()
+                .map_err(|e: harness::UnknownPolicy| StartError::Invalid {
+                    param: Some("policy".into()),
+                    message: e.to_string(),
+                })?;
+        Ok(self
+            .presets
+            .iter()
+            .find(|p| p.kind() == kind)
+            .cloned()
+            .unwrap_or_else(|| Policy::from_kind(kind)))
+    }
+}
+
+impl Engine for HarnessEngine {
+    fn models(&self) -> Vec<ModelEntry> {
+        let mut models = vec![ModelEntry {
+            id: DEFAULT_MODEL.into(),
+            route: None,
+        }];
+        let routes = self.harness.routes();
+        // A harness without named routes has just `default`, which is what
+        // `edgecloud` selects already.
+        if routes.len() <= 1 {
+            return models;
+        }
+        models.extend(
+            routes
+                .into_iter()
+                .filter(|r| r != DEFAULT_MODEL)
+                .map(|r| ModelEntry {
+                    id: r.clone(),
+                    route: Some(r),
+                }),
+        );
+        models
+    }
+
+    fn start(&self, job: Job) -> Result<Box<dyn Run>, StartError> {
+        let mut options = RunOptions::new();
+        if let Some(route) = job.route {
+            options = options.route(route);
+        }
+        if let Some(name) = &job.policy {
+            options = options.policy(self.policy(name)?);
+        }
+        if job.stream {
+            options = options.stream();
+        }
+        let handle = self
+            .harness
+            .start(job.request, options)
+            .map_err(|e| match e {
+                HarnessError::InvalidRequest(r) => StartError::Invalid {
+                    param: None,
+                    message: r.reason,
+                },
+                HarnessError::UnknownRoute { .. } => StartError::Invalid {
+                    param: Some("model".into()),
+                    message: e.to_string(),
+                },
+                HarnessError::Config(c) => StartError::Invalid {
+                    param: Some("policy".into()),
+                    message: c.to_string(),
+                },
+                HarnessError::ShuttingDown => StartError::ShuttingDown,
+                other => StartError::Internal(other.to_string()),
+            })?;
+        let info = RunInfo {
+            run_id: handle.run_id(),
+            // Counted from now, a hair after the run's own start.
+            deadline_ms: handle
+                .deadline()
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64()
+                * 1e3,
+            route: None,
+            policy: job.policy,
+        };
+        Ok(Box::new(HarnessRun { info, handle }))
+    }
+
+    fn health(&self) -> Health {
+        let stats = self.harness.stats();
+        Health {
+            lanes: [Lane::Local, Lane::Cloud]
+                .into_iter()
+                .map(|lane| LaneState {
+                    lane,
+                    configured: self.harness.lane_info(lane).is_some(),
+                    busy: self.harness.is_busy(lane),
+                })
+                .collect(),
+            runs_in_flight: stats.runs_in_flight,
+            late_workers_running: stats.late_workers_running,
+        }
+    }
+
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained> {
+        let harness = self.harness.clone();
+        Box::pin(async move {
+            let r = harness.shutdown(grace).await;
+            Drained {
+                waited_ms: r.waited_ms,
+                runs_in_flight: r.runs_in_flight,
+                workers_still_running: r.still_running.len(),
+            }
+        })
+    }
+}
+
+struct HarnessRun {
+    info: RunInfo,
+    handle: RunHandle,
+}
+
+impl Run for HarnessRun {
+    fn info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    fn next_token(&mut self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(self.handle.next_token())
+    }
+
+    fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>> {
+        Box::pin(async move {
+            self.handle
+                .outcome()
+                .await
+                .map(|o| summarize(&o))
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn aborter(&self) -> Box<dyn Fn() + Send + Sync> {
+        let abort = self.handle.abort_handle();
+        Box::new(move || {
+            abort.abort();
+        })
+    }
+}
+
+/// The stable kind at the front of a lane error (`kind: message`, as
+/// backends report them), or `other`.
+fn error_kind(error: &str) -> String {
+    match error.split_once(": ") {
+        Some((kind, _))
+            if !kind.is_empty()
+                && kind
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
+        {
+            kind.to_string()
+        }
+        _ => "other".into(),
+    }
+}
+
+/// The compact summary of an outcome.
+pub(crate) fn summarize(o: &Outcome) -> Summary {
+    let status = match o.status {
+        RunStatus::Ok => Status::Ok,
+        RunStatus::DeadlineExceeded => Status::DeadlineExceeded,
+        RunStatus::Aborted => Status::Aborted,
+        _ => Status::Failed,
+    };
+    let lanes = o
+        .lanes
+        .iter()
+        .map(|r| LaneSummary {
+            lane: r.lane,
+            status: match r.status {
+                harness::LaneStatus::NotStarted => LaneStatus::NotStarted,
+                harness::LaneStatus::Busy => LaneStatus::Busy,
+                harness::LaneStatus::Skipped => LaneStatus::Skipped,
+                harness::LaneStatus::Completed => LaneStatus::Completed,
+                harness::LaneStatus::Cancelled => LaneStatus::Cancelled,
+                harness::LaneStatus::Late => LaneStatus::Late,
+                _ => LaneStatus::Failed,
+            },
+            ttft_ms: r.ttft_ms,
+            total_ms: r.total_ms,
+            finish_reason: r.finish_reason,
+            score: r.score,
+            error: r.error.clone(),
+            error_kind: r.error.as_deref().map(error_kind),
+            tokens: Tokens {
+                provider_prompt: r.tokens.provider_prompt,
+                provider_completion: r.tokens.provider_completion,
+                local_prompt: r.tokens.local_prompt,
+                local_completion: r.tokens.local_completion,
+            },
+            note: r.note.clone(),
+        })
+        .collect();
+    Summary {
+        run_id: o.run_id,
+        route: o.route.clone(),
+        policy: o.policy.as_str().to_string(),
+        status,
+        lane: o.winner,
+        committed: o.committed,
+        deadline_ms: o.deadline_ms,
+        elapsed_ms: o.elapsed_ms,
+        overshoot_ms: o.overshoot_ms,
+        ttft_ms: o.ttft_ms,
+        late_workers: o.late_workers,
+        decision: o.decision.reason.clone(),
+        error: o.error.clone(),
+        lanes,
+        text: o.text.clone(),
+        finish_reason: o.completion.as_ref().map(|c| c.finish_reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_policies_use_the_presets_else_their_defaults() {
+        let engine = HarnessEngine {
+            harness: Harness::builder().build().unwrap(),
+            presets: vec![Policy::cascade(0.9)],
+        };
+        assert_eq!(engine.policy("cascade"), Ok(Policy::cascade(0.9)));
+        assert_eq!(engine.policy("best_of"), Ok(Policy::BestOf));
+        assert_eq!(
+            engine.policy("hedge"),
+            Ok(Policy::from_kind(PolicyKind::Hedge))
+        );
+        match engine.policy("fastest") {
+            Err(StartError::Invalid { param, message }) => {
+                assert_eq!(param.as_deref(), Some("policy"));
+                assert!(message.contains("`fastest`"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let models: Vec<String> = engine.models().into_iter().map(|m| m.id).collect();
+        assert_eq!(models, ["edgecloud"]);
+    }
+
+    #[test]
+    fn error_kinds_come_from_the_backend_prefix() {
+        assert_eq!(
+            error_kind("connect_refused: connection refused"),
+            "connect_refused"
+        );
+        assert_eq!(error_kind("model: decode failed: 2"), "model");
+        assert_eq!(error_kind("Weird: thing"), "other");
+        assert_eq!(error_kind("no kind here"), "other");
+    }
+}
