@@ -233,7 +233,11 @@ impl Engine for Fake {
             "hold" => script = Script::Hold,
             "slow" => {
                 script = Script::Slow;
-                tokens = (0..10_000).map(|i| format!("t{i} ")).collect();
+                // Far more than the frames in flight: the pump must wait on the
+                // socket, where it sees the client is gone.
+                tokens = (0..10_000)
+                    .map(|i| format!("t{i} {} ", "x".repeat(1024)))
+                    .collect();
             }
             _ => {}
         }

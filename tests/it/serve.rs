@@ -642,8 +642,9 @@ impl ServeProcess {
     /// and its stderr.
     fn stop(mut self, signal: &str) -> (bool, String) {
         let mut child = self.child.take().unwrap();
-        let ok = Command::new("kill")
-            .args([signal, &child.id().to_string()])
+        // The shell's own `kill`: a minimal system may have no kill binary.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill {signal} {}", child.id())])
             .status()
             .unwrap()
             .success();
