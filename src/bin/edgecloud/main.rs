@@ -45,8 +45,8 @@ fn main() -> ExitCode {
         Command::Cloud(args) => cloud::run(args),
         Command::Model(cmd) => model::run(cmd),
         Command::Run(args) => run::run(args),
-        Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,
