@@ -7,11 +7,11 @@
 //! [`Event::LateWorkerFinished`] on the harness's observer thread; a
 //! [`LateWorkerLog`] added to the harness builder collects them.
 
-use super::record::{LaneRecord, LaneState, RunRecord, RunStatus, TokensSaved};
+use super::record::{LaneRecord, RunRecord, RunStatus, TokensSaved};
 use super::runner::{Executor, Job};
 use crate::harness::{
     AbortHandle, Event, Harness, LaneReport, LaneStatus, Observer, Outcome, Policy, PolicyKind,
-    RunOptions, RunStatus as HarnessStatus,
+    RunOptions,
 };
 use crate::lane::Lane;
 use std::collections::HashMap;
@@ -279,20 +279,8 @@ fn failed(job: &Job<'_>, error: String) -> RunRecord {
     r
 }
 
-fn lane_state(s: LaneStatus) -> LaneState {
-    match s {
-        LaneStatus::NotStarted => LaneState::NotStarted,
-        LaneStatus::Busy => LaneState::Busy,
-        LaneStatus::Skipped => LaneState::Skipped,
-        LaneStatus::Completed => LaneState::Completed,
-        LaneStatus::Failed => LaneState::Failed,
-        LaneStatus::Cancelled => LaneState::Cancelled,
-        LaneStatus::Late => LaneState::Late,
-    }
-}
-
 fn lane_record(r: &LaneReport, o: &Outcome) -> LaneRecord {
-    let mut l = LaneRecord::new(r.lane, lane_state(r.status));
+    let mut l = LaneRecord::new(r.lane, r.status);
     l.ttft_ms = r.ttft_ms;
     l.total_ms = r.total_ms;
     l.prompt_tokens = r.prompt_tokens;
@@ -313,13 +301,7 @@ fn lane_record(r: &LaneReport, o: &Outcome) -> LaneRecord {
 
 /// The record of one harness outcome for `job`.
 pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
-    let status = match o.status {
-        HarnessStatus::Ok => RunStatus::Ok,
-        HarnessStatus::DeadlineExceeded => RunStatus::DeadlineExceeded,
-        HarnessStatus::Failed => RunStatus::Failed,
-        HarnessStatus::Aborted => RunStatus::Aborted,
-    };
-    let mut r = base(job, status);
+    let mut r = base(job, o.status);
     r.winner = o.winner;
     r.elapsed_ms = o.elapsed_ms;
     r.ttft_ms = o.ttft_ms;

@@ -9,69 +9,9 @@
 use crate::lane::Lane;
 use serde::{Deserialize, Serialize};
 
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RunStatus {
-    /// It settled with an answer by its deadline.
-    Ok,
-    /// The deadline came before a usable answer.
-    DeadlineExceeded,
-    /// Every lane that could run failed, was busy, or gave nothing usable.
-    Failed,
-    /// It was aborted.
-    Aborted,
-}
-
-impl RunStatus {
-    /// Snake-case name, as in JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Ok => "ok",
-            RunStatus::DeadlineExceeded => "deadline_exceeded",
-            RunStatus::Failed => "failed",
-            RunStatus::Aborted => "aborted",
-        }
-    }
-}
-
-/// What happened to one lane in one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum LaneState {
-    /// The plan never started it.
-    NotStarted,
-    /// Its slot was held by another worker (often a late one); it was
-    /// absent from the run.
-    Busy,
-    /// The pre-score callback said it was not needed.
-    Skipped,
-    /// It returned a whole answer.
-    Completed,
-    /// It returned an error.
-    Failed,
-    /// It returned early, cut by cancellation or its deadline.
-    Cancelled,
-    /// It was still running when the run settled.
-    Late,
-}
-
-impl LaneState {
-    /// Snake-case name, as in JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LaneState::NotStarted => "not_started",
-            LaneState::Busy => "busy",
-            LaneState::Skipped => "skipped",
-            LaneState::Completed => "completed",
-            LaneState::Failed => "failed",
-            LaneState::Cancelled => "cancelled",
-            LaneState::Late => "late",
-        }
-    }
-}
+/// How a run ended, and what happened to each lane: the harness's own
+/// statuses, recorded as they are.
+pub use crate::harness::{LaneStatus as LaneState, RunStatus};
 
 /// One lane's part in one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
