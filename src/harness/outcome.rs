@@ -66,6 +66,14 @@ pub enum LaneStatus {
 }
 
 impl LaneStatus {
+    /// Whether a worker ran on the lane in this run.
+    pub fn ran(self) -> bool {
+        matches!(
+            self,
+            LaneStatus::Completed | LaneStatus::Failed | LaneStatus::Cancelled | LaneStatus::Late
+        )
+    }
+
     /// Snake-case name, as in JSON.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -108,61 +108,9 @@ pub(crate) struct RunInfo {
     pub(crate) deadline_ms: f64,
 }
 
-/// How a run ended, as far as the front door cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Status {
-    Ok,
-    DeadlineExceeded,
-    Failed,
-    Aborted,
-}
-
-impl Status {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::DeadlineExceeded => "deadline_exceeded",
-            Status::Failed => "failed",
-            Status::Aborted => "aborted",
-        }
-    }
-}
-
-/// What happened to one lane, as far as the front door cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum LaneStatus {
-    NotStarted,
-    Busy,
-    Skipped,
-    Completed,
-    Failed,
-    Cancelled,
-    Late,
-}
-
-impl LaneStatus {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            LaneStatus::NotStarted => "not_started",
-            LaneStatus::Busy => "busy",
-            LaneStatus::Skipped => "skipped",
-            LaneStatus::Completed => "completed",
-            LaneStatus::Failed => "failed",
-            LaneStatus::Cancelled => "cancelled",
-            LaneStatus::Late => "late",
-        }
-    }
-
-    /// Whether a worker ran on the lane in this run.
-    pub(crate) fn ran(self) -> bool {
-        matches!(
-            self,
-            LaneStatus::Completed | LaneStatus::Failed | LaneStatus::Cancelled | LaneStatus::Late
-        )
-    }
-}
+/// How a run ended and what happened to each lane: the harness's own
+/// statuses (the scripted engine in the tests speaks them too).
+pub(crate) use crate::harness::{LaneStatus, RunStatus as Status};
 
 /// Token counts by source (provider-reported and local counts apart).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -4,11 +4,11 @@
 //! everything.
 
 use super::engine::{
-    BoxFuture, Drained, Engine, Health, Job, LaneState, LaneStatus, LaneSummary, ModelEntry, Run,
-    RunInfo, StartError, Status, Summary, Tokens,
+    BoxFuture, Drained, Engine, Health, Job, LaneState, LaneSummary, ModelEntry, Run, RunInfo,
+    StartError, Summary, Tokens,
 };
 use crate::harness::{
-    self, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions, RunStatus,
+    self, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions,
 };
 use crate::lane::Lane;
 use std::time::{Duration, Instant};
@@ -187,26 +187,13 @@ fn error_kind(error: &str) -> String {
 
 /// The compact summary of an outcome.
 pub(crate) fn summarize(o: &Outcome) -> Summary {
-    let status = match o.status {
-        RunStatus::Ok => Status::Ok,
-        RunStatus::DeadlineExceeded => Status::DeadlineExceeded,
-        RunStatus::Aborted => Status::Aborted,
-        _ => Status::Failed,
-    };
+    let status = o.status;
     let lanes = o
         .lanes
         .iter()
         .map(|r| LaneSummary {
             lane: r.lane,
-            status: match r.status {
-                harness::LaneStatus::NotStarted => LaneStatus::NotStarted,
-                harness::LaneStatus::Busy => LaneStatus::Busy,
-                harness::LaneStatus::Skipped => LaneStatus::Skipped,
-                harness::LaneStatus::Completed => LaneStatus::Completed,
-                harness::LaneStatus::Cancelled => LaneStatus::Cancelled,
-                harness::LaneStatus::Late => LaneStatus::Late,
-                _ => LaneStatus::Failed,
-            },
+            status: r.status,
             ttft_ms: r.ttft_ms,
             total_ms: r.total_ms,
             finish_reason: r.finish_reason,
