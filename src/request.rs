@@ -59,6 +59,16 @@ impl ChatMessage {
     pub fn assistant(content: impl Into<String>) -> Self {
         Self::new(Role::Assistant, content)
     }
+
+    /// The usual one-shot conversation: an optional system message, then
+    /// the user's prompt.
+    pub fn conversation(system: Option<String>, user: impl Into<String>) -> Vec<Self> {
+        system
+            .map(Self::system)
+            .into_iter()
+            .chain([Self::user(user)])
+            .collect()
+    }
 }
 
 /// Sampling settings. Every lane honours all of them or says in its docs
@@ -182,5 +192,24 @@ mod opt_millis {
         d: D,
     ) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ChatMessage, Role};
+
+    #[test]
+    fn conversation_puts_the_system_message_first_when_given() {
+        let with = ChatMessage::conversation(Some("be brief".into()), "hi");
+        assert_eq!(
+            with.iter().map(|m| m.role).collect::<Vec<_>>(),
+            [Role::System, Role::User]
+        );
+        assert_eq!(with[1].content, "hi");
+        assert_eq!(
+            ChatMessage::conversation(None, "hi"),
+            [ChatMessage::user("hi")]
+        );
     }
 }

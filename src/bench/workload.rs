@@ -114,14 +114,7 @@ impl Workload {
                     ));
                 }
                 (Some(m), None) => m,
-                (None, Some(p)) => {
-                    let mut m = Vec::new();
-                    if let Some(s) = line.system {
-                        m.push(ChatMessage::system(s));
-                    }
-                    m.push(ChatMessage::user(p));
-                    m
-                }
+                (None, Some(p)) => ChatMessage::conversation(line.system, p),
             };
             let id = line.id.unwrap_or_else(|| format!("line-{n}"));
             if let Some(first) = seen.insert(id.clone(), n) {

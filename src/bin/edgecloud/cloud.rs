@@ -82,11 +82,7 @@ async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
-    let mut messages = Vec::new();
-    if let Some(system) = &args.system {
-        messages.push(ChatMessage::system(system.clone()));
-    }
-    messages.push(ChatMessage::user(args.prompt.clone()));
+    let messages = ChatMessage::conversation(args.system.clone(), args.prompt.clone());
     let sampling = Sampling {
         max_tokens: args.max_tokens,
         ..Sampling::default()

@@ -75,11 +75,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         Ok(lane) => lane,
         Err(err) => return report_failure(&args, &err, None),
     };
-    let mut messages = Vec::new();
-    if let Some(system) = &args.system {
-        messages.push(ChatMessage::system(system.clone()));
-    }
-    messages.push(ChatMessage::user(args.prompt.clone()));
+    let messages = ChatMessage::conversation(args.system.clone(), args.prompt.clone());
     let sampling = Sampling {
         max_tokens: args.max_tokens,
         temperature: args.temperature,

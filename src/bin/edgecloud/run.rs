@@ -154,11 +154,7 @@ pub(crate) struct RunArgs {
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.lanes.load_config()?;
     let harness = args.lanes.build(&cfg)?;
-    let mut messages = Vec::new();
-    if let Some(system) = &args.system {
-        messages.push(ChatMessage::system(system.clone()));
-    }
-    messages.push(ChatMessage::user(args.prompt.clone()));
+    let messages = ChatMessage::conversation(args.system.clone(), args.prompt.clone());
     let request = Request {
         id: None,
         messages,
