@@ -1,25 +1,15 @@
 //! Integration tests: the real `edgecloud` binary (local diagnostic).
 
+use crate::support::cli::{bin, json_of};
 use crate::support::models::tiny_model;
-use serde_json::Value;
 use std::process::{Command, Output};
 
 pub(crate) fn edgecloud(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_edgecloud"))
+    Command::new(bin())
         .args(args)
         .env_remove("EDGECLOUD_LOG")
         .output()
         .expect("the edgecloud binary runs")
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not one JSON object ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 fn model() -> &'static str {

@@ -1279,20 +1279,10 @@ async fn the_key_never_leaks_into_errors_debug_or_logs() {
 
 mod cli {
     use super::*;
-    use serde_json::Value;
+    use crate::support::cli::{bin, json_of};
     use std::process::{Command, Output, Stdio};
 
     const KEY_VAR: &str = "EDGECLOUD_CLI_TEST_KEY";
-
-    /// The binary under test. `EDGECLOUD_BIN` may point at a copy: in a
-    /// target directory shared by several checkouts, the uplifted
-    /// `target/release/edgecloud` can be replaced by another checkout's build
-    /// between cargo's build and this test's run.
-    fn bin() -> std::path::PathBuf {
-        std::env::var_os("EDGECLOUD_BIN")
-            .map(Into::into)
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_edgecloud").into())
-    }
 
     fn edgecloud(base_url: &str, extra: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
@@ -1329,16 +1319,6 @@ mod cli {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(!all.contains(KEY), "the key leaked into CLI output:\n{all}");
-    }
-
-    fn json_of(out: &Output) -> Value {
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not one JSON object ({e}):\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
     }
 
     #[tokio::test]

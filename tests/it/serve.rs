@@ -6,6 +6,7 @@
 //! (no sleeps), and, for the edgecloud-behind-edgecloud path, real
 //! `edgecloud` processes on loopback ports.
 
+use crate::support::cli::bin;
 use crate::support::models::tiny_model;
 use crate::support::scripted::{Auto, AutoEnd, Recorder, Scripted, HANG};
 use async_openai::config::OpenAIConfig;
@@ -590,14 +591,6 @@ async fn routes_become_model_names() {
 }
 
 // ---- edgecloud behind edgecloud, through the real binary ----------------
-
-/// The binary under test. `EDGECLOUD_BIN` may point at a copy (a target
-/// dir shared with other builds).
-fn bin() -> std::path::PathBuf {
-    std::env::var_os("EDGECLOUD_BIN")
-        .map(Into::into)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_edgecloud").into())
-}
 
 /// An `edgecloud serve` process; killed if the test ends without stopping
 /// it.

@@ -2,21 +2,13 @@
 //! loopback cloud.
 
 use super::e2e::server_runtime;
+use crate::support::cli::{bin, json_of};
 use crate::support::http::{Flavor, TestServer};
 use crate::support::models::{fresh_path, tiny_model};
-use serde_json::Value;
 use std::process::{Command, Output};
 
 const KEY_VAR: &str = "EDGECLOUD_RUN_TEST_KEY";
 const KEY: &str = "sk-run-test-0123456789abcdef";
-
-/// The binary under test. `EDGECLOUD_BIN` may point at a copy (a target
-/// directory shared by several checkouts can swap the uplifted binary).
-fn bin() -> std::path::PathBuf {
-    std::env::var_os("EDGECLOUD_BIN")
-        .map(Into::into)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_edgecloud").into())
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(bin())
@@ -30,16 +22,6 @@ fn run(args: &[&str]) -> Output {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not one JSON object ({e}): {}\nstderr: {}",
-            text(&out.stdout),
-            text(&out.stderr)
-        )
-    })
 }
 
 fn model() -> &'static str {

@@ -1,6 +1,7 @@
 //! Shared test support: generated models, loopback servers, scripted backends.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cli;
 pub mod http;
 pub mod models;
 pub mod scripted;
