@@ -217,11 +217,18 @@ fn local_figures() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(2);
+    let env_num = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let defaults = edgecloud::local::LocalConfig::new(&model);
     let local = LocalBackend::start(edgecloud::local::LocalConfig {
         threads: Some(threads),
-        ..edgecloud::local::LocalConfig::new(&model)
+        // Unset: the harness's defaults (what users get).
+        nice: env_num("EDGECLOUD_BENCH_NICE"),
+        batch_size: env_num("EDGECLOUD_BENCH_BATCH").unwrap_or(defaults.batch_size),
+        ..defaults
     })
     .expect("bench-135m loads");
+    let batch = local.lane().info().batch_size;
+    let tokenizer = local.lane().clone();
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     let h = Harness::builder()
@@ -261,10 +268,47 @@ fn local_figures() {
         };
         release.push(stop);
     }
+    // Cancel to return: abort runs at staggered points inside a
+    // ~2000-token prompt's decode; the time from abort() until the lane's
+    // worker has returned (llama.cpp stopped, the lane free again), from
+    // the harness's own clocks: settlement after the abort plus the late
+    // worker's overrun past settlement.
+    let long = Duration::from_secs(60);
+    let mut cancel = Vec::new();
+    let mut cancel_prompt = 0;
+    for i in 0..50u64 {
+        let body: String = (0..680)
+            .map(|w| format!("w{} ", (w * 13 + i) % 101))
+            .collect();
+        let text = format!("{i}: {body}");
+        cancel_prompt = tokenizer.count_tokens(&text);
+        let mut r = Request::user(text);
+        r.deadline = Some(long);
+        r.sampling.max_tokens = 4;
+        let run = h.start(r, RunOptions::new()).expect("starts");
+        let started = run.deadline() - long;
+        // Past the template and tokenizer, inside the prompt's decode.
+        std::thread::sleep(Duration::from_millis(60 + 23 * i));
+        let aborted_at = Instant::now();
+        run.abort();
+        let o = run.wait().expect("settles");
+        let settled = started + Duration::from_secs_f64(o.elapsed_ms / 1e3);
+        let overrun = match o.lane(Lane::Local).status {
+            LaneStatus::Late => rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("late worker"),
+            // Returned before settlement (the prompt was already done):
+            // not a cancel inside decode.
+            _ => continue,
+        };
+        cancel.push(settled.saturating_duration_since(aborted_at).as_secs_f64() * 1e3 + overrun);
+    }
     println!(
-        "# real local lane (bench-135m, {threads} threads), ~1500-token prompt, 150 ms deadline"
+        "# real local lane (bench-135m, {threads} threads, batch {batch}), ~1500-token prompt, 150 ms deadline"
     );
     println!("overshoot settle  local      {}", summary(&mut settle));
     println!("overshoot caller  local      {}", summary(&mut caller));
     println!("lane busy past the deadline  {}", summary(&mut release));
+    println!("# abort() during a ~{cancel_prompt}-token prompt's decode, to the lane free again");
+    println!("cancel to return  local      {}", summary(&mut cancel));
 }

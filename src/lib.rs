@@ -19,6 +19,7 @@ pub mod harness;
 pub mod lane;
 pub mod local;
 pub mod request;
+mod sched;
 pub mod serve;
 
 pub use harness::{

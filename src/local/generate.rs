@@ -3,6 +3,7 @@
 //! watch for stops, cancellation and the deadline.
 
 use super::ffi::AbortSignal;
+use super::simd;
 use super::stop::{StopMatcher, StopState};
 use super::utf8::Utf8Stream;
 use super::worker::template_from;
@@ -291,7 +292,10 @@ impl<'m> Session<'m> {
         out: &mut Progress,
     ) -> Result<(FinishReason, StopMatcher), LocalError> {
         let sampling = &job.sampling;
-        let mut sampler = build_sampler(sampling);
+        // Greedy picks the first largest logit, which the signals pass
+        // finds anyway: llama.cpp's sampler (a copy of the whole vocabulary
+        // per token) only runs when sampling is random.
+        let mut sampler = (sampling.temperature > 0.0).then(|| build_sampler(sampling));
         let mut stops = StopMatcher::new(&sampling.stop);
         let mut utf8 = Utf8Stream::default();
         let mut piece_bytes = Vec::with_capacity(32);
@@ -304,8 +308,13 @@ impl<'m> Session<'m> {
             if let Some(reason) = job.stop_reason() {
                 return Ok((reason, stops));
             }
-            let token = sampler.sample(&self.ctx, logits_index);
-            out.token_sampled(logprob(self.ctx.get_logits_ith(logits_index), token));
+            let logits = self.ctx.get_logits_ith(logits_index);
+            let scan = simd::scan(logits);
+            let token = match sampler.as_mut() {
+                None => LlamaToken(scan.argmax as i32),
+                Some(sampler) => sampler.sample(&self.ctx, logits_index),
+            };
+            out.token_sampled(logprob(logits, &scan, token));
             if vocab.is_eog(token) {
                 return Ok((FinishReason::Stop, stops));
             }
@@ -374,15 +383,15 @@ fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler {
     LlamaSampler::chain_simple(chain)
 }
 
-/// log softmax(logits)[token], in f64 for a stable sum.
-fn logprob(logits: &[f32], token: LlamaToken) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+/// log softmax(logits)[token]: the token's logit minus the log-sum-exp,
+/// from one vectorised pass over the logits (the maximum comes from `scan`).
+fn logprob(logits: &[f32], scan: &simd::Scan, token: LlamaToken) -> f32 {
+    let log_sum_exp = f64::from(scan.max) + simd::sum_exp(logits, scan.max).ln();
     let chosen = logits
         .get(token.0 as usize)
         .copied()
         .unwrap_or(f32::NEG_INFINITY);
-    (f64::from(chosen - max) - sum.ln()) as f32
+    (f64::from(chosen) - log_sum_exp) as f32
 }
 
 /// Counters and clocks of one job.
@@ -466,16 +475,58 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
-    use super::logprob;
+    use super::{logprob, simd};
+    use llama_cpp_2::sampling::LlamaSampler;
+    use llama_cpp_2::token::data::LlamaTokenData;
+    use llama_cpp_2::token::data_array::LlamaTokenDataArray;
     use llama_cpp_2::token::LlamaToken;
+
+    fn lp(logits: &[f32], token: i32) -> f32 {
+        logprob(logits, &simd::scan(logits), LlamaToken(token))
+    }
 
     #[test]
     fn logprob_is_log_softmax() {
-        let lp = logprob(&[0.0, 0.0], LlamaToken(1));
-        assert!((lp - (0.5f32).ln()).abs() < 1e-6);
-        let lps: f32 = (0..3)
-            .map(|t| logprob(&[1.0, 2.0, 3.0], LlamaToken(t)).exp())
-            .sum();
-        assert!((lps - 1.0).abs() < 1e-5);
+        assert!((lp(&[0.0, 0.0], 1) - (0.5f32).ln()).abs() < 1e-6);
+        let total: f32 = (0..3).map(|t| lp(&[1.0, 2.0, 3.0], t).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        // A wide range: the largest logit's probability is about 1.
+        assert!(lp(&[-1000.0, 0.0, 1000.0], 2).abs() < 1e-6);
+    }
+
+    /// The lane's own greedy choice (the first largest logit) is the one
+    /// llama.cpp's greedy sampler makes, ties included.
+    #[test]
+    fn greedy_picks_what_llama_cpp_greedy_picks() {
+        let mut x = 99u64;
+        for case in 0..50 {
+            let n = 1000 + case * 37;
+            let mut logits: Vec<f32> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Few distinct values: ties for the maximum are common.
+                    (x % 40) as f32 / 4.0
+                })
+                .collect();
+            if case % 5 == 0 {
+                logits[n - 1] = 100.0;
+            }
+            let mut data = LlamaTokenDataArray::from_iter(
+                logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+                false,
+            );
+            data.apply_sampler(&mut LlamaSampler::greedy());
+            let theirs = data.selected_token().expect("greedy selects a token");
+            assert_eq!(
+                LlamaToken(simd::scan(&logits).argmax as i32),
+                theirs,
+                "case {case}"
+            );
+        }
     }
 }

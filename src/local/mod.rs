@@ -25,6 +25,7 @@
 
 mod ffi;
 mod generate;
+mod simd;
 mod stop;
 mod utf8;
 mod worker;
@@ -41,6 +42,17 @@ use tokio::sync::oneshot;
 
 pub use worker::physical_cores;
 
+/// Not part of the API: the lane's per-token bookkeeping (the passes over
+/// the logits, streaming UTF-8, stop strings), public only so that
+/// `benches/bookkeeping.rs` can time it without llama.cpp. It may change
+/// in any release.
+#[doc(hidden)]
+pub mod bookkeeping {
+    pub use super::simd::{scan, sum_exp, Scan};
+    pub use super::stop::{StopMatcher, StopState};
+    pub use super::utf8::Utf8Stream;
+}
+
 /// How to run the local model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -53,12 +65,28 @@ pub struct LocalConfig {
     /// capped at 4096.
     pub context_size: Option<u32>,
     /// Most tokens decoded in one llama.cpp call (prompt processing).
+    ///
+    /// It sets how often cancellation and the deadline are looked at while
+    /// a long prompt is decoded: llama.cpp checks its abort callback
+    /// between graph nodes, and a node's work grows with the batch. The
+    /// default, 128, keeps the longest node of a 135M model near 2 ms on
+    /// two cores (512 took up to 12 ms) at no measurable cost in prompt
+    /// throughput on a CPU; raise it for a GPU, which wants large batches
+    /// and aborts only between them anyway.
     pub batch_size: u32,
     /// Layers offloaded to the GPU (needs a GPU feature; 0 = CPU only).
     pub gpu_layers: u32,
     /// Override the model's chat template: a name llama.cpp knows
     /// (`chatml`, `llama3`, `mistral-v7`, ...) or a full template text.
     pub chat_template: Option<String>,
+    /// How much lower than normal the priority of llama.cpp's compute
+    /// threads is: a Linux nice increment (0-19) applied to the worker
+    /// thread before llama.cpp starts its threads, which inherit it.
+    /// `None`: 0 for a lane on its own; under the harness
+    /// ([`crate::harness::LocalBackend::start`]) a few steps lower, so the
+    /// harness's timer and coordinator get a core at once when a deadline
+    /// comes while llama.cpp computes on every core. No effect elsewhere.
+    pub nice: Option<u8>,
 }
 
 impl Default for LocalConfig {
@@ -67,9 +95,10 @@ impl Default for LocalConfig {
             model: PathBuf::new(),
             threads: None,
             context_size: None,
-            batch_size: 512,
+            batch_size: 128,
             gpu_layers: 0,
             chat_template: None,
+            nice: None,
         }
     }
 }

@@ -51,8 +51,9 @@ pub(crate) struct LocalArgs {
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long)]
     context_size: Option<u32>,
-    /// Prompt batch size.
-    #[arg(long, default_value_t = 512)]
+    /// Prompt batch size (tokens per llama.cpp call; smaller stops sooner
+    /// on cancellation).
+    #[arg(long, default_value_t = LocalConfig::default().batch_size)]
     batch_size: u32,
     /// Layers to offload to a GPU.
     #[arg(long, default_value_t = 0)]
@@ -70,6 +71,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         batch_size: args.batch_size,
         gpu_layers: args.gpu_layers,
         chat_template: None,
+        nice: None,
     };
     let lane = match LocalLane::start(config) {
         Ok(lane) => lane,
