@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod cloud;
 mod gguf;
+mod gguf_catalogue;
 mod harness;
 mod local;
 mod serve;
