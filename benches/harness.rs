@@ -5,14 +5,17 @@
 //! answer at once, per policy, through the blocking and the async API, and
 //! the cost of a run refused because its lane is busy.
 //!
-//! `cargo bench --bench harness -- --figures [--local]` prints
+//! `cargo bench --bench harness -- --figures [--local [--only-local]]` prints
 //! distributions instead (`scripts/overshoot` wraps it): per-run overhead
 //! (median, p99) and the overshoot past the deadline (median, p99, max) over
 //! at least 1000 runs where both lanes overrun, alone and with four
 //! harnesses at once; with `--local`, also with the real local lane
 //! (bench-135m, generated into `target/bench-models/` unless
 //! `EDGECLOUD_BENCH_MODEL` names a file; threads: `EDGECLOUD_BENCH_THREADS`,
-//! default 2) decoding a long prompt when the deadline hits.
+//! default 2; `EDGECLOUD_BENCH_NICE` and `EDGECLOUD_BENCH_BATCH` override
+//! the harness's nice and batch defaults) decoding a long prompt when the
+//! deadline hits, and aborting runs inside a ~2000-token prompt's decode
+//! (`--only-local`: just these).
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -109,7 +112,11 @@ criterion_group!(benches, bench_runs);
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--figures") {
-        figures(args.iter().any(|a| a == "--local"));
+        if args.iter().any(|a| a == "--only-local") {
+            local_figures();
+        } else {
+            figures(args.iter().any(|a| a == "--local"));
+        }
         return;
     }
     benches();
@@ -217,7 +224,9 @@ fn local_figures() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(2);
-    let env_num = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+        std::env::var(name).ok().and_then(|v| v.parse().ok())
+    }
     let defaults = edgecloud::local::LocalConfig::new(&model);
     let local = LocalBackend::start(edgecloud::local::LocalConfig {
         threads: Some(threads),

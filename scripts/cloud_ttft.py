@@ -178,6 +178,20 @@ def main():
         out["cu_in_total"].append(float(w[1]))
         out["cu_in_connect"].append(float(w[2]))
         out["cu_in_pretransfer"].append(float(w[3]))
+    # Inside one long-lived process (where the harness runs): the lane's
+    # own example against curl fetching many URLs in one invocation (one
+    # kept-alive connection).
+    inproc = os.path.join(os.path.dirname(args.bin), "examples", "cloud_ttft_inprocess")
+    inproc_out = None
+    if os.path.exists(inproc):
+        inproc_out = subprocess.run([inproc, base, str(args.runs)], capture_output=True,
+                                    text=True, check=True).stdout
+        urls = []
+        for _ in range(args.runs + 1):
+            urls += ["-o", "/dev/null", base + "/chat/completions"]
+        w = subprocess.run(cu[:-1] + ["-w", "%{time_starttransfer}\n"] + urls,
+                           capture_output=True, text=True, check=True).stdout.split()
+        out["cu_pooled_ttfb"] = [float(x) for x in w[1:]]
     server.shutdown()
 
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cpus; "
@@ -203,6 +217,14 @@ def main():
     print(f"  request ready to send           {'-':>10}{med(out['cu_in_pretransfer']):>10.3f}")
     print(f"  first byte / headers            {med(out['ec_in_ttfb']):>10.3f}{med(out['cu_in_ttfb']):>10.3f}")
     print(f"  first token                     {med(out['ec_in_ttft']):>10.3f}{'-':>10}")
+    if inproc_out:
+        print(inproc_out.rstrip())
+        print(f"curl, one process, kept-alive connection: first byte median "
+              f"{med(out['cu_pooled_ttfb']):.3f} ms")
+        pooled = dict(kv.split("=") for kv in inproc_out.strip().splitlines()[-1].split()[1:])
+        print(f"RESULT2 pooled_ttft_ms={pooled['pooled_ttft_ms']} curl_pooled_ttfb_ms="
+              f"{med(out['cu_pooled_ttfb']):.4f} first_ttft_ms={pooled['first_ttft_ms']} "
+              f"fresh_ttft_ms={pooled['fresh_ttft_ms']}")
     ttft, ttfb = sorted(out["ec_in_ttft"]), sorted(out["cu_in_ttfb"])
     p90 = lambda v: v[min(len(v) - 1, int(0.9 * len(v)))] * 1e3
     print(f"RESULT cloud_ttft_ms={med(out['ec_in_ttft']):.4f} curl_ttfb_ms={med(out['cu_in_ttfb']):.4f} "

@@ -22,6 +22,7 @@ pub enum StopState {
 }
 
 impl StopMatcher {
+    /// A matcher for `stops` (empty strings are ignored).
     pub fn new(stops: &[String]) -> Self {
         Self {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
@@ -75,6 +76,7 @@ impl StopMatcher {
         &self.text[start..]
     }
 
+    /// All the text kept (cut before a stop string that matched).
     pub fn into_text(self) -> String {
         self.text
     }
