@@ -5,7 +5,6 @@
 use super::ffi::AbortSignal;
 use super::stop::{StopMatcher, StopState};
 use super::utf8::Utf8Stream;
-use super::worker::template_from;
 use super::{LocalCompletion, LocalError, LocalTimings, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
@@ -29,6 +28,13 @@ pub(super) enum PromptFormat {
     },
     /// The model has no template: ChatML, rendered by us.
     ChatMlFallback,
+}
+
+/// Reads a chat template llama.cpp may know, by name or full text.
+fn template_from(text: &str) -> Result<LlamaChatTemplate, LocalError> {
+    LlamaChatTemplate::new(text).map_err(|e| LocalError::ChatTemplate {
+        detail: e.to_string(),
+    })
 }
 
 impl PromptFormat {

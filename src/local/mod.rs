@@ -39,7 +39,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-pub use worker::physical_cores;
+pub use crate::cores::physical_cores;
 
 /// How to run the local model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

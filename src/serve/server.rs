@@ -4,7 +4,8 @@
 //! (and so their runs) finish, then wait for late workers, all within one
 //! grace period. It must not look inside requests (`http` does).
 
-use super::http::{handle, App};
+use super::app::App;
+use super::http::handle;
 use super::ServeReport;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
