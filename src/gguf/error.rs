@@ -23,7 +23,7 @@ pub enum GgufError {
         path: PathBuf,
     },
     /// The operating system refused a read or write (permissions, disk full...).
-    #[error("{}: {source}", path.display())]
+    #[error("I/O error on {}", path.display())]
     Io {
         /// The file being read or written.
         path: PathBuf,

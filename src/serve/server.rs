@@ -93,7 +93,7 @@ pub(crate) async fn serve(
         .shutdown(until.saturating_duration_since(Instant::now()))
         .await;
     let report = ServeReport {
-        waited_ms: started.elapsed().as_secs_f64() * 1e3,
+        waited_ms: crate::millis::to_ms(started.elapsed()),
         connections_left: if http_drained {
             0
         } else {

@@ -3,8 +3,12 @@
 mod bench;
 mod cli;
 mod cloud;
+mod ensure_deps;
+mod error_chain;
+mod fetch;
 mod gguf;
 mod harness;
 mod local;
+mod real_model;
 mod serve;
 mod support;
