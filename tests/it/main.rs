@@ -7,6 +7,7 @@ mod ensure_deps;
 mod error_chain;
 mod fetch;
 mod gguf;
+mod gguf_catalogue;
 mod harness;
 mod local;
 mod real_model;
