@@ -8,8 +8,11 @@
 //!
 //! What a job gets (see [`LocalCompletion`]):
 //! - the model's chat template applied to the messages (a model without one
-//!   falls back to ChatML; an unknown template is [`LocalError::ChatTemplate`]
-//!   at start-up unless [`LocalConfig::chat_template`] names one llama.cpp
+//!   gets its architecture's conventional template where llama.cpp has one,
+//!   e.g. gemma, phi3, llama3 or mistral by the vocabulary's control tokens
+//!   for the `llama` architecture, else ChatML; [`LocalInfo::chat_template`]
+//!   says which; an unknown template is [`LocalError::ChatTemplate`] at
+//!   start-up unless [`LocalConfig::chat_template`] names one llama.cpp
 //!   knows);
 //! - tokens streamed to the job's sink as valid UTF-8, stop strings never
 //!   shown;
@@ -26,6 +29,7 @@
 mod ffi;
 mod generate;
 mod stop;
+mod template;
 mod utf8;
 mod worker;
 
@@ -102,8 +106,10 @@ pub struct LocalInfo {
     pub gpu_layers: u32,
     /// Model parameters, as llama.cpp counts them.
     pub parameters: u64,
-    /// How the chat is turned into a prompt (`model`, `chatml-fallback`, or
-    /// the configured override).
+    /// How the chat is turned into a prompt: `model` (its own
+    /// `tokenizer.chat_template`), `configured` (the override), `NAME (by
+    /// architecture)` (e.g. `gemma (by architecture)`), `NAME (by
+    /// vocabulary)` (e.g. `llama3 (by vocabulary)`) or `chatml (fallback)`.
     pub chat_template: String,
 }
 
