@@ -24,6 +24,10 @@
 //! `EDGECLOUD_SCHED_HINTS=off` turns the slice requests off, to measure
 //! what they bring (the nice value is `LocalConfig::nice`).
 //! This module must not decide which threads get what; its callers do.
+//! It is one of the three places the crate-wide `unsafe_code = "deny"` is
+//! lifted (plain libc calls on the calling thread).
+
+#![allow(unsafe_code)]
 
 /// The slice the latency-sensitive threads ask for: the kernel's minimum
 /// (0.1 ms). They run for microseconds at a time, so it costs them nothing.
