@@ -44,7 +44,7 @@ impl LocalBackend {
 /// How many nice steps below normal llama.cpp's compute threads run under
 /// the harness unless `LocalConfig::nice` says otherwise (see
 /// [`LocalBackend::start`]).
-pub const HARNESS_COMPUTE_NICE: u8 = 5;
+pub const HARNESS_COMPUTE_NICE: u8 = 0;
 
 impl Backend for LocalBackend {
     fn info(&self) -> BackendInfo {

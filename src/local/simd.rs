@@ -188,7 +188,7 @@ mod generic {
         let f = t - k;
         let p = 1.535_336_2e-4_f32;
         let p = p * f + 1.339_887_4e-3;
-        let p = p * f + 9.618_437_4e-3;
+        let p = p * f + 9.618_438e-3;
         let p = p * f + 5.550_332_5e-2;
         let p = p * f + 2.402_264_8e-1;
         let p = p * f + 6.931_472e-1;
