@@ -6,5 +6,6 @@ mod cloud;
 mod gguf;
 mod harness;
 mod local;
+mod quality;
 mod serve;
 mod support;
