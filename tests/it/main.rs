@@ -3,9 +3,14 @@
 mod bench;
 mod cli;
 mod cloud;
+mod ensure_deps;
+mod error_chain;
+mod fetch;
 mod gguf;
+mod gguf_catalogue;
 mod harness;
 mod local;
 mod quality;
+mod real_model;
 mod serve;
 mod support;

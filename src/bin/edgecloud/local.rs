@@ -211,10 +211,13 @@ fn report_failure(
             "min_logprob": Value::Null,
             "p10_logprob": Value::Null,
             "first_token_margin": Value::Null,
-            "error": { "kind": err.kind(), "message": err.to_string() },
+            "error": { "kind": err.kind(), "message": edgecloud::error_chain(err) },
         }))?;
     }
-    eprintln!("edgecloud: local lane failed: {err}");
+    eprintln!(
+        "edgecloud: local lane failed: {}",
+        edgecloud::error_chain(err)
+    );
     Ok(ExitCode::FAILURE)
 }
 
