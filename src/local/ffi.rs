@@ -1,5 +1,6 @@
-//! The only unsafe code of the local lane: the two llama.cpp hooks that the
-//! safe `llama-cpp-2` API (0.1.160) does not expose.
+//! The unsafe code of the local lane's context: the two llama.cpp hooks that
+//! the safe `llama-cpp-2` API (0.1.160) does not expose (the device listing's
+//! own unsafe calls live in `devices`).
 //!
 //! - **Abort callback.** llama.cpp polls `abort_callback(data)` during graph
 //!   compute (on CPU after every graph node); returning true makes
@@ -10,7 +11,8 @@
 //!   `llama.cpp`), and its recent error lines are kept so that an opaque load
 //!   failure can say what llama.cpp complained about.
 //!
-//! This module must stay small: everything else in the lane is safe code.
+//! This module must stay small: the rest of the lane is safe code (but the
+//! device listing in `devices`).
 
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_sys_2::llama_context_params;
