@@ -66,7 +66,7 @@ impl Backend for LocalBackend {
             ticket
                 .await
                 .map(candidate_from_local)
-                .map_err(|e| BackendError::new(e.kind(), e.to_string()))
+                .map_err(|e| BackendError::new(e.kind(), crate::error_chain(&e)))
         })
     }
 }
@@ -152,7 +152,7 @@ impl Backend for CloudBackend {
                     c.http_status = e.http_status();
                     Ok(c)
                 }
-                Err(e) => Err(BackendError::new(e.kind(), e.to_string())),
+                Err(e) => Err(BackendError::new(e.kind(), crate::error_chain(&e))),
             }
         })
     }

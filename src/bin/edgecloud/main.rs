@@ -4,6 +4,7 @@
 mod bench;
 mod cloud;
 mod doctor;
+mod fetch;
 mod local;
 mod model;
 mod run;
@@ -31,7 +32,7 @@ enum Command {
     Run(run::RunArgs),
     /// Serve an OpenAI-compatible HTTP API answered by the harness.
     Serve(serve::ServeArgs),
-    /// Inspect, validate or generate GGUF model files.
+    /// Inspect, validate, generate or fetch GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
     /// Benchmark policies and deadlines over a workload; compare reports.
