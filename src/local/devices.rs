@@ -24,12 +24,11 @@
 //! doctor` print it); [`check_gpu_layers`] turns "GPU offload asked, no GPU
 //! found" into an error instead of llama.cpp's silent fallback to the CPU.
 //!
-//! This module must not load models or measure anything. It holds the
-//! listing's unsafe calls (ggml's per-backend feature list is not in
-//! llama-cpp-2's safe API).
+//! This module must not load models or measure anything. Its two ggml calls
+//! that llama-cpp-2 does not wrap (loading a folder, the feature lists) are
+//! in `ffi`.
 
 use serde::{Deserialize, Serialize};
-use std::ffi::{c_char, CStr};
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the folder of the portable build's
@@ -237,11 +236,9 @@ pub fn search_dirs() -> Vec<PathBuf> {
 #[cfg(feature = "portable")]
 fn load_portable() -> Option<PathBuf> {
     let dir = search_dirs().into_iter().find(|d| holds_cpu_backend(d))?;
-    let c_dir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: a valid NUL-terminated path; ggml copies what it needs. It
-    // dlopens every `libggml-<name>-*.so` there, keeps the best-scoring one
-    // per backend and registers it, once (this runs once per process).
-    unsafe { llama_cpp_sys_2::ggml_backend_load_all_from_path(c_dir.as_ptr()) };
+    if !super::ffi::load_ggml_backends(&dir) {
+        return None;
+    }
     tracing::debug!(dir = %dir.display(), "loaded ggml backends");
     Some(dir)
 }
@@ -286,7 +283,7 @@ pub fn inventory() -> Inventory {
             }
         })
         .collect();
-    let backends = registries()
+    let backends = super::ffi::ggml_backend_registries()
         .into_iter()
         .map(|(name, features)| {
             let library = module_for(&modules, &name);
@@ -371,62 +368,6 @@ fn no_gpu_hint(inv: &Inventory) -> String {
               or use the portable build with a GPU backend library beside it, or use 0 GPU \
               layers"
             .into(),
-    }
-}
-
-/// Every backend registry's name and compiled-in features.
-fn registries() -> Vec<(String, Vec<String>)> {
-    let mut out = Vec::new();
-    // SAFETY: ggml's registry functions take no pointers from us except the
-    // index below its own count and the registry handle it returned; the
-    // names and features it returns are static strings owned by the
-    // backend, valid while it is loaded (backends are never unloaded here).
-    unsafe {
-        for i in 0..llama_cpp_sys_2::ggml_backend_reg_count() {
-            let reg = llama_cpp_sys_2::ggml_backend_reg_get(i);
-            if reg.is_null() {
-                continue;
-            }
-            let name = string_of(llama_cpp_sys_2::ggml_backend_reg_name(reg));
-            let mut features = Vec::new();
-            let proc = llama_cpp_sys_2::ggml_backend_reg_get_proc_address(
-                reg,
-                c"ggml_backend_get_features".as_ptr(),
-            );
-            if !proc.is_null() {
-                // The documented type of this entry point (ggml-backend.h:
-                // `ggml_backend_get_features_t`).
-                let get: unsafe extern "C" fn(
-                    llama_cpp_sys_2::ggml_backend_reg_t,
-                )
-                    -> *mut llama_cpp_sys_2::ggml_backend_feature = std::mem::transmute(proc);
-                let mut f = get(reg);
-                // The list ends with an entry whose name is NULL.
-                while !f.is_null() && !(*f).name.is_null() {
-                    let key = string_of((*f).name);
-                    let value = string_of((*f).value);
-                    features.push(if value == "1" {
-                        key
-                    } else {
-                        format!("{key}={value}")
-                    });
-                    f = f.add(1);
-                }
-            }
-            out.push((name, features));
-        }
-    }
-    out
-}
-
-/// # Safety
-/// `p` is null or a NUL-terminated string.
-unsafe fn string_of(p: *const c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        // SAFETY: non-null and NUL-terminated, per the caller.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 }
 
