@@ -17,7 +17,7 @@
 #![allow(missing_docs)]
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use edgecloud::local::bookkeeping::{scan, sum_exp, StopMatcher, Utf8Stream};
+use edgecloud::local::bookkeeping::{from_pass, scan, sum_exp, StopMatcher, Utf8Stream};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;

@@ -3,10 +3,10 @@
 //! watch for stops, cancellation and the deadline.
 
 use super::ffi::AbortSignal;
-use super::simd;
 use super::stop::{StopMatcher, StopState};
 use super::template::{self, Origin};
 use super::utf8::Utf8Stream;
+use super::{signals, simd};
 use super::{LocalCompletion, LocalError, LocalTimings, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
@@ -346,12 +346,12 @@ impl<'m> Session<'m> {
                 return Ok((reason, stops));
             }
             let logits = self.ctx.get_logits_ith(logits_index);
-            let scan = simd::scan(logits);
+            let pass = simd::scan(logits);
             let token = match sampler.as_mut() {
-                None => LlamaToken(scan.argmax as i32),
+                None => LlamaToken(pass.argmax as i32),
                 Some(sampler) => sampler.sample(&self.ctx, logits_index),
             };
-            out.token_sampled(logprob(logits, &scan, token));
+            out.token_sampled(signals::from_pass(logits, &pass, token.0 as usize));
             if vocab.is_eog(token) {
                 return Ok((FinishReason::Stop, stops));
             }
@@ -420,17 +420,6 @@ fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler {
     LlamaSampler::chain_simple(chain)
 }
 
-/// log softmax(logits)[token]: the token's logit minus the log-sum-exp,
-/// from one vectorised pass over the logits (the maximum comes from `scan`).
-fn logprob(logits: &[f32], scan: &simd::Scan, token: LlamaToken) -> f32 {
-    let log_sum_exp = f64::from(scan.max) + simd::sum_exp(logits, scan.max).ln();
-    let chosen = logits
-        .get(token.0 as usize)
-        .copied()
-        .unwrap_or(f32::NEG_INFINITY);
-    (f64::from(chosen) - log_sum_exp) as f32
-}
-
 /// Counters and clocks of one job.
 struct Progress {
     submitted_at: Instant,
@@ -442,6 +431,7 @@ struct Progress {
     first_token_at: Option<Instant>,
     completion_tokens: usize,
     logprobs: Vec<f32>,
+    first_token_margin: Option<f32>,
 }
 
 impl Progress {
@@ -456,13 +446,15 @@ impl Progress {
             first_token_at: None,
             completion_tokens: 0,
             logprobs: Vec::with_capacity(job.sampling.max_tokens.min(4096) as usize),
+            first_token_margin: None,
         }
     }
 
-    fn token_sampled(&mut self, logprob: f32) {
+    fn token_sampled(&mut self, scan: signals::TokenScan) {
         self.first_token_at.get_or_insert_with(Instant::now);
+        self.first_token_margin.get_or_insert(scan.margin);
         self.completion_tokens += 1;
-        self.logprobs.push(logprob);
+        self.logprobs.push(scan.logprob);
     }
 
     fn finish(
@@ -495,6 +487,8 @@ impl Progress {
             completion_tokens: self.completion_tokens as u32,
             mean_logprob: mean,
             min_logprob: min,
+            p10_logprob: signals::low_quantile(&self.logprobs, 0.1),
+            first_token_margin: self.first_token_margin,
             token_logprobs: self.logprobs,
             aborted_in_decode,
             timings: LocalTimings {
@@ -512,24 +506,11 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
-    use super::{logprob, simd};
+    use super::simd;
     use llama_cpp_2::sampling::LlamaSampler;
     use llama_cpp_2::token::data::LlamaTokenData;
     use llama_cpp_2::token::data_array::LlamaTokenDataArray;
     use llama_cpp_2::token::LlamaToken;
-
-    fn lp(logits: &[f32], token: i32) -> f32 {
-        logprob(logits, &simd::scan(logits), LlamaToken(token))
-    }
-
-    #[test]
-    fn logprob_is_log_softmax() {
-        assert!((lp(&[0.0, 0.0], 1) - (0.5f32).ln()).abs() < 1e-6);
-        let total: f32 = (0..3).map(|t| lp(&[1.0, 2.0, 3.0], t).exp()).sum();
-        assert!((total - 1.0).abs() < 1e-5);
-        // A wide range: the largest logit's probability is about 1.
-        assert!(lp(&[-1000.0, 0.0, 1000.0], 2).abs() < 1e-6);
-    }
 
     /// The lane's own greedy choice (the first largest logit) is the one
     /// llama.cpp's greedy sampler makes, ties included.
