@@ -56,15 +56,15 @@ fn bench_logits(c: &mut Criterion) {
             let max = scan(v).max;
             b.iter(|| sum_exp(black_box(v), max))
         });
-        // The whole per-token pass of a greedy request: pick and logprob.
+        // What the lane runs per token of a greedy request: the pick and
+        // the signals (log-probability, top-1/top-2 margin).
         g.bench_with_input(
-            BenchmarkId::new("greedy_token_and_logprob", n),
+            BenchmarkId::new("greedy_token_and_signals", n),
             &v,
             |b, v| {
                 b.iter(|| {
-                    let s = scan(black_box(v));
-                    let lse = f64::from(s.max) + sum_exp(v, s.max).ln();
-                    (s.argmax, f64::from(v[s.argmax]) - lse)
+                    let pass = scan(black_box(v));
+                    (pass.argmax, from_pass(v, &pass, pass.argmax))
                 })
             },
         );
