@@ -6,7 +6,6 @@ use super::ffi::AbortSignal;
 use super::stop::{StopMatcher, StopState};
 use super::template::{self, Origin};
 use super::utf8::Utf8Stream;
-use super::worker::template_from;
 use super::{LocalCompletion, LocalError, LocalTimings, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
@@ -31,6 +30,13 @@ pub(super) enum PromptFormat {
     },
     /// Nothing names a template: ChatML, rendered by us.
     ChatMlFallback,
+}
+
+/// Reads a chat template llama.cpp may know, by name or full text.
+fn template_from(text: &str) -> Result<LlamaChatTemplate, LocalError> {
+    LlamaChatTemplate::new(text).map_err(|e| LocalError::ChatTemplate {
+        detail: e.to_string(),
+    })
 }
 
 impl PromptFormat {

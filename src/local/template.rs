@@ -111,7 +111,10 @@ mod tests {
             "exaone4",
         ] {
             let name = for_architecture(arch).unwrap();
-            assert!(llama_cpp_knows(name), "{arch} -> {name}");
+            assert!(
+                super::super::ffi::llama_cpp_knows_template(name),
+                "{arch} -> {name}"
+            );
         }
     }
 
@@ -129,7 +132,7 @@ mod tests {
         );
         assert_eq!(for_llama_vocabulary(vocab(&["<|im_start|>"])), None);
         for name in ["llama3", "mistral-v3", "mistral-v7"] {
-            assert!(llama_cpp_knows(name), "{name}");
+            assert!(super::super::ffi::llama_cpp_knows_template(name), "{name}");
         }
     }
 
@@ -141,31 +144,5 @@ mod tests {
         );
         assert_eq!(Origin::Fallback.describe(), "chatml (fallback)");
         assert_eq!(Origin::Model.describe(), "model");
-    }
-
-    /// Whether llama.cpp's built-in matcher renders a template by this name
-    /// (asked of llama.cpp itself, no model needed).
-    fn llama_cpp_knows(name: &str) -> bool {
-        let tmpl = std::ffi::CString::new(name).unwrap();
-        let role = std::ffi::CString::new("user").unwrap();
-        let content = std::ffi::CString::new("hi").unwrap();
-        let msg = llama_cpp_sys_2::llama_chat_message {
-            role: role.as_ptr(),
-            content: content.as_ptr(),
-        };
-        let mut buf = vec![0 as std::ffi::c_char; 4096];
-        // SAFETY: every pointer is valid for the call; the buffer length is
-        // passed, and llama.cpp writes at most that many bytes.
-        let n = unsafe {
-            llama_cpp_sys_2::llama_chat_apply_template(
-                tmpl.as_ptr(),
-                &msg,
-                1,
-                true,
-                buf.as_mut_ptr(),
-                buf.len() as i32,
-            )
-        };
-        n > 0
     }
 }
