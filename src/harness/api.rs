@@ -289,6 +289,14 @@ impl Harness {
             .is_some_and(|s| s.is_busy())
     }
 
+    /// The lane's reachability, when its backend tracks one (the cloud
+    /// lane does: down after connect-level failures, probing, counts).
+    pub fn lane_health(&self, lane: Lane) -> Option<super::LaneHealth> {
+        self.inner.slots[lane_ix(lane)]
+            .as_ref()
+            .and_then(|s| s.backend.health())
+    }
+
     /// The lane's backend description, when configured.
     pub fn lane_info(&self, lane: Lane) -> Option<BackendInfo> {
         self.inner.slots[lane_ix(lane)]
