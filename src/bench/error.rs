@@ -38,7 +38,7 @@ pub enum BenchError {
         reason: String,
     },
     /// A file could not be read or written.
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}", path.display())]
     Io {
         /// What was being done ("reading", "writing", "creating").
         action: &'static str,

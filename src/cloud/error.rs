@@ -58,7 +58,7 @@ pub enum CloudError {
     },
     /// The TCP connection opened but the TLS handshake failed (bad or
     /// untrusted certificate, a peer that does not speak TLS...).
-    #[error("TLS handshake with {addr} failed: {detail}")]
+    #[error("TLS handshake with {addr} failed")]
     Tls {
         /// `host:port`.
         addr: String,
@@ -69,7 +69,7 @@ pub enum CloudError {
         source: BoxError,
     },
     /// Any other failure to open a connection (unreachable network...).
-    #[error("cannot connect to {addr}: {detail}")]
+    #[error("cannot connect to {addr}")]
     Connect {
         /// `host:port`.
         addr: String,
@@ -82,7 +82,7 @@ pub enum CloudError {
     /// The connection opened but the HTTP exchange failed before response
     /// headers (the server closed the connection, answered with something
     /// that is not HTTP...).
-    #[error("HTTP exchange with {addr} failed before a response: {detail}")]
+    #[error("HTTP exchange with {addr} failed before a response")]
     Transport {
         /// `host:port`.
         addr: String,

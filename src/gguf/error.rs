@@ -23,7 +23,7 @@ pub enum GgufError {
         path: PathBuf,
     },
     /// The operating system refused a read or write (permissions, disk full...).
-    #[error("{}: {source}", path.display())]
+    #[error("I/O error on {}", path.display())]
     Io {
         /// The file being read or written.
         path: PathBuf,
@@ -228,6 +228,106 @@ pub enum GgufError {
         /// The number of tokens.
         vocab_size: u64,
     },
+    /// `<arch>.context_length` is 0: the load looks fine, then llama.cpp
+    /// sizes its batch from it and aborts on the first request
+    /// (`GGML_ASSERT(n_tokens_all <= n_batch)`).
+    #[error(
+        "'{key}' is 0: llama.cpp would size every batch to 0 tokens and abort on the first request"
+    )]
+    ZeroContextLength {
+        /// The key.
+        key: String,
+    },
+    /// `<arch>.block_count` (or a count of layers tied to it) is out of the
+    /// range llama.cpp asserts on at load.
+    #[error("'{key}' is {count}: {reason}")]
+    BadLayerCount {
+        /// The key.
+        key: String,
+        /// The value found.
+        count: u64,
+        /// The range llama.cpp requires.
+        reason: String,
+    },
+    /// Expert counts that contradict each other (llama.cpp asserts on them
+    /// at load).
+    #[error("mixture-of-experts keys disagree: {reason}")]
+    InconsistentExperts {
+        /// Which keys and values disagree.
+        reason: String,
+    },
+    /// The KV head count is 0 or does not divide the head count: grouped
+    /// attention cannot share KV heads evenly and llama.cpp aborts in
+    /// `ggml_can_mul_mat` when it builds the first graph.
+    #[error("{layer_note}{heads} attention heads and {kv_heads} KV heads: {reason}")]
+    HeadCountMismatch {
+        /// Heads (`<arch>.attention.head_count`).
+        heads: u64,
+        /// KV heads (`<arch>.attention.head_count_kv`).
+        kv_heads: u64,
+        /// "layer N: " when the counts are per layer, else empty.
+        layer_note: String,
+        /// What llama.cpp needs.
+        reason: String,
+    },
+    /// Key and value head sizes differ where the architecture's graph
+    /// asserts they are equal.
+    #[error("attention key head size {key_length} differs from value head size {value_length}; llama.cpp's {architecture} graph asserts they are equal")]
+    HeadSizeMismatch {
+        /// The architecture.
+        architecture: String,
+        /// Key head size.
+        key_length: u64,
+        /// Value head size.
+        value_length: u64,
+    },
+    /// `<arch>.rope.scaling.type` names a scaling llama.cpp does not know
+    /// (it asserts at load).
+    #[error("'{key}' is {value:?}; llama.cpp knows only \"none\", \"linear\", \"yarn\" and \"longrope\"")]
+    UnknownRopeScaling {
+        /// The key.
+        key: String,
+        /// The value found (shortened when long).
+        value: String,
+    },
+    /// A normalisation epsilon that is NaN, infinite or negative: llama.cpp
+    /// asserts `eps >= 0` at the first compute (NaN fails it too).
+    #[error("'{key}' is {}; a norm epsilon must be finite and not negative", short_float(*value))]
+    BadNormEpsilon {
+        /// The key.
+        key: String,
+        /// The value found.
+        value: f64,
+    },
+    /// A tensor is stored in a type llama.cpp cannot compute with in its
+    /// role: a matrix weight in a type without a matrix-multiply kernel
+    /// (I8, I32, Q8_K, ... crash in `mul_mat`), or a norm or bias vector
+    /// that is not F32 (llama.cpp aborts in the elementwise op).
+    #[error("tensor '{tensor}' is stored as {ty}, which llama.cpp cannot use for a {role} (expected {expected})")]
+    UnsupportedTensorType {
+        /// The tensor.
+        tensor: String,
+        /// Its ggml type.
+        ty: String,
+        /// What the tensor is for ("matrix weight", "norm or bias vector").
+        role: &'static str,
+        /// The types that work in that role.
+        expected: &'static str,
+    },
+    /// `tokenizer.ggml.model` names a tokenizer llama.cpp does not know.
+    #[error("unknown tokenizer model {model:?} in tokenizer.ggml.model")]
+    UnknownTokenizer {
+        /// The value found (shortened when long).
+        model: String,
+    },
+    /// `tokenizer.ggml.model` is `no_vocab` or `none`: llama.cpp loads the
+    /// model without a tokenizer and aborts on the first tokenization, so
+    /// such a model cannot answer a chat request.
+    #[error("tokenizer.ggml.model is {model:?}: the model has no vocabulary, and llama.cpp aborts on the first tokenization")]
+    NoVocabulary {
+        /// The value found.
+        model: String,
+    },
     /// A tokenizer key has a value llama.cpp cannot use (unknown tokenizer,
     /// missing merges, ...).
     #[error("tokenizer: {reason}")]
@@ -268,6 +368,16 @@ impl GgufError {
             Self::DuplicateToken { .. } => "duplicate_token",
             Self::TokenIdOutOfRange { .. } => "token_id_out_of_range",
             Self::BadTokenizer { .. } => "bad_tokenizer",
+            Self::ZeroContextLength { .. } => "zero_context_length",
+            Self::BadLayerCount { .. } => "bad_layer_count",
+            Self::InconsistentExperts { .. } => "inconsistent_experts",
+            Self::HeadCountMismatch { .. } => "head_count_mismatch",
+            Self::HeadSizeMismatch { .. } => "head_size_mismatch",
+            Self::UnknownRopeScaling { .. } => "unknown_rope_scaling",
+            Self::BadNormEpsilon { .. } => "bad_norm_epsilon",
+            Self::UnsupportedTensorType { .. } => "unsupported_tensor_type",
+            Self::UnknownTokenizer { .. } => "unknown_tokenizer",
+            Self::NoVocabulary { .. } => "no_vocabulary",
         }
     }
 
@@ -288,5 +398,16 @@ impl GgufError {
                 source,
             }
         }
+    }
+}
+
+/// A float as short as it reads back: an f32 from the file shows as
+/// `-0.00001`, not as its f64 widening `-0.000009999999747378752`.
+fn short_float(v: f64) -> String {
+    let narrow = v as f32;
+    if f64::from(narrow) == v || v.is_nan() {
+        narrow.to_string()
+    } else {
+        v.to_string()
     }
 }

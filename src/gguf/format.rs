@@ -171,6 +171,14 @@ const TYPES: &[(u32, &str, u64, u64)] = &[
 ];
 
 impl GgmlType {
+    /// The type llama.cpp prints as `name` ("Q8_0", "F32").
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
+        TYPES
+            .iter()
+            .find(|t| t.1 == name)
+            .and_then(|t| Self::from_id(t.0))
+    }
+
     pub(crate) fn from_id(id: u32) -> Option<Self> {
         TYPES
             .iter()

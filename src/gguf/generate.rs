@@ -106,14 +106,55 @@ struct Shape {
     file_type: u32,
 }
 
+/// One deliberate change to a generated model, for testing what a loader
+/// does with a file that is well-formed GGUF but wrong in one value (the
+/// validator's catalogue of llama.cpp crashes is built from these).
+/// Tweaks apply in order, after the preset's own values.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Tweak {
+    /// Sets a metadata key (added when absent) to a u32.
+    SetU32(String, u32),
+    /// Sets a metadata key (added when absent) to an f32.
+    SetF32(String, f32),
+    /// Sets a metadata key (added when absent) to a string.
+    SetStr(String, String),
+    /// Removes a metadata key.
+    Remove(String),
+    /// Sets `llama.attention.head_count_kv` and sizes every `attn_k` and
+    /// `attn_v` tensor to match, so only the head arithmetic is wrong.
+    KvHeads(u64),
+    /// Stores one tensor in another ggml type, named as llama.cpp prints it
+    /// ("I8", "F16", "Q8_0"...), with data of that type's size: random
+    /// values for F32, F16, Q8_0 and I8, zero bytes for other types.
+    TensorType {
+        /// The tensor's name (`blk.0.attn_q.weight`).
+        tensor: String,
+        /// The ggml type name.
+        ty: String,
+    },
+}
+
 /// Writes a random-weight llama model of the given preset to `path`
 /// (the parent directory must exist; an existing file is replaced).
 ///
 /// The same `preset` and `seed` always produce a byte-identical file.
 pub fn write_model(path: &Path, preset: Preset, seed: u64) -> Result<(), GgufError> {
+    write_model_with(path, preset, seed, &[])
+}
+
+/// [`write_model`] with [`Tweak`]s applied. A tweak that cannot apply (an
+/// unknown type name, a tensor that does not exist, a row length the
+/// type's block does not divide) is an `Io` error of kind `InvalidInput`.
+pub fn write_model_with(
+    path: &Path,
+    preset: Preset,
+    seed: u64,
+    tweaks: &[Tweak],
+) -> Result<(), GgufError> {
     let file = File::create(path).map_err(|e| GgufError::io(path, e))?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
-    write_model_to(&mut out, preset, seed).map_err(|e| GgufError::io(path, e))?;
+    write_tweaked_to(&mut out, preset, seed, tweaks).map_err(|e| GgufError::io(path, e))?;
     // No fsync: callers read the file back through the page cache, and
     // tests write many of these.
     out.into_inner()
@@ -122,9 +163,28 @@ pub fn write_model(path: &Path, preset: Preset, seed: u64) -> Result<(), GgufErr
     Ok(())
 }
 
-/// Writes the model to any writer (used by `write_model` and the tests).
+/// Writes the model to any writer (for the in-memory unit tests).
+#[cfg(test)]
 pub(crate) fn write_model_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result<()> {
-    let s = preset.shape();
+    write_tweaked_to(out, preset, seed, &[])
+}
+
+fn invalid_tweak(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+fn write_tweaked_to<W: Write>(
+    out: &mut W,
+    preset: Preset,
+    seed: u64,
+    tweaks: &[Tweak],
+) -> io::Result<()> {
+    let mut s = preset.shape();
+    for t in tweaks {
+        if let Tweak::KvHeads(n) = t {
+            s.n_head_kv = *n;
+        }
+    }
     let vocab = vocab::build(s.n_vocab as usize);
     let head_dim = s.n_embd / s.n_head;
     let n_embd_kv = head_dim * s.n_head_kv;
@@ -181,6 +241,24 @@ pub(crate) fn write_model_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -
     if s.file_type != 0 {
         metadata.push(("general.quantization_version", Value::U32(2)));
     }
+    for t in tweaks {
+        let (key, value) = match t {
+            Tweak::SetU32(k, v) => (k, Some(Value::U32(*v))),
+            Tweak::SetF32(k, v) => (k, Some(Value::F32(*v))),
+            Tweak::SetStr(k, v) => (k, Some(Value::Str(v.clone()))),
+            Tweak::Remove(k) => (k, None),
+            Tweak::KvHeads(_) | Tweak::TensorType { .. } => continue,
+        };
+        let at = metadata.iter().position(|(name, _)| *name == key.as_str());
+        match (at, value) {
+            (Some(i), Some(v)) => metadata[i].1 = v,
+            (None, Some(v)) => metadata.push((key.as_str(), v)),
+            (Some(i), None) => {
+                metadata.remove(i);
+            }
+            (None, None) => {}
+        }
+    }
 
     let matrix = |name: String, cols: u64, rows: u64| TensorSpec {
         name,
@@ -217,6 +295,24 @@ pub(crate) fn write_model_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -
         tensors.push(matrix(format!("blk.{i}.ffn_down.weight"), s.n_ff, s.n_embd));
     }
     tensors.push(norm("output_norm.weight".into()));
+    for t in tweaks {
+        let Tweak::TensorType { tensor, ty } = t else {
+            continue;
+        };
+        let new_ty = GgmlType::from_name(ty)
+            .ok_or_else(|| invalid_tweak(format!("unknown ggml type {ty:?}")))?;
+        let spec = tensors
+            .iter_mut()
+            .find(|t| t.name == *tensor)
+            .ok_or_else(|| invalid_tweak(format!("no tensor {tensor:?} in the model")))?;
+        if spec.dims[0] % new_ty.block != 0 {
+            return Err(invalid_tweak(format!(
+                "tensor {tensor:?} has rows of {} values, not a multiple of {}'s block of {}",
+                spec.dims[0], new_ty.name, new_ty.block
+            )));
+        }
+        spec.ty = new_ty;
+    }
 
     write_gguf(
         out,
@@ -225,7 +321,7 @@ pub(crate) fn write_model_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -
         format::DEFAULT_ALIGNMENT,
         |i, w| {
             let t = &tensors[i];
-            if t.dims.len() == 1 {
+            if t.dims.len() == 1 && t.ty == format::F32 {
                 // RMS norm weights of 1.0 keep activations at a sane scale.
                 let ones: Vec<u8> = (0..t.dims[0]).flat_map(|_| 1.0f32.to_le_bytes()).collect();
                 return w.write_all(&ones);
@@ -257,7 +353,13 @@ fn write_random(w: &mut dyn Write, t: &TensorSpec, rng: &mut Rng) -> io::Result<
                 .iter()
                 .for_each(|v| buf.extend_from_slice(&v.to_le_bytes())),
             format::Q8_0 => quantize_q8_0(&values, &mut buf),
-            other => unreachable!("the generator only writes F32 and Q8_0, not {}", other.name),
+            ty if ty.name == "F16" => values
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&f32_to_f16_bits(*v).to_le_bytes())),
+            ty if ty.name == "I8" => buf.extend(values.iter().map(|v| (v * 1e3) as i8 as u8)),
+            // Only tweaked test files get here: zero bytes are a valid
+            // encoding of zeros in every ggml type.
+            ty => buf.resize((row_len as u64 / ty.block * ty.bytes) as usize, 0),
         }
         w.write_all(&buf)?;
     }

@@ -10,10 +10,19 @@
 //!
 //! What is checked, in order: tensor data inside the file and packed the way
 //! llama.cpp requires; `general.architecture` and the hyperparameters every
-//! architecture needs; for `llama` also its own keys and every tensor it
-//! asks for, with the shapes the hyperparameters imply; the tokenizer (model
-//! name, merges for BPE, tokens vs scores vs token types, no duplicate
-//! tokens, special-token ids in range).
+//! architecture needs; the values llama.cpp parses and then aborts on
+//! (`hparams`: context length 0, layer counts, expert counts, KV heads
+//! that do not divide the heads, unknown rope scaling, non-finite or
+//! negative norm epsilons, key/value head sizes); for `llama` also the
+//! tensor types each tensor's role can compute with (`tensor_roles`) and
+//! every tensor it asks for, with the shapes the hyperparameters imply; the
+//! tokenizer (a model name llama.cpp knows and initialises, merges for BPE,
+//! tokens vs scores vs token types, no duplicate tokens, special-token ids
+//! in range).
+//!
+//! A validator cannot know every assert of every llama.cpp release: the
+//! local lane also probes a model in a child process before it serves
+//! (`local::probe`), which catches what this module does not.
 //!
 //! Deliberately not checked (llama.cpp fails cleanly on them, and the lists
 //! change with every llama.cpp release, so checking would risk refusing
@@ -236,6 +245,12 @@ fn check_architecture(h: &Header, problems: &mut Vec<GgufError>) {
         // zero-sized attention and feed-forward shapes and refuses the file.
         required("attention.head_count", false);
         required("feed_forward_length", false);
+    }
+    // Values llama.cpp parses and then aborts on: before the tensor checks,
+    // whose shapes follow from them.
+    super::hparams::check_hyperparameters(h, arch, problems);
+    if arch == "llama" {
+        super::tensor_roles::check_llama_tensor_types(h, problems);
         check_llama_tensors(h, problems);
     }
 }
@@ -425,12 +440,17 @@ fn check_tokenizer(h: &Header, problems: &mut Vec<GgufError>) {
         },
     };
     if !KNOWN_TOKENIZERS.contains(&model) {
-        problems.push(GgufError::BadTokenizer {
-            reason: format!("unknown tokenizer model '{model}' in tokenizer.ggml.model"),
+        problems.push(GgufError::UnknownTokenizer {
+            model: shorten(model),
         });
         return;
     }
+    // llama.cpp loads these without a tokenizer, then asserts on the first
+    // tokenization; a chat lane always tokenizes.
     if model == "no_vocab" || model == "none" {
+        problems.push(GgufError::NoVocabulary {
+            model: model.into(),
+        });
         return;
     }
     let tokens = match h.get("tokenizer.ggml.tokens") {
@@ -449,6 +469,12 @@ fn check_tokenizer(h: &Header, problems: &mut Vec<GgufError>) {
         },
     };
     let n = tokens.len;
+    if n == 0 {
+        problems.push(GgufError::BadTokenizer {
+            reason: "tokenizer.ggml.tokens is empty".into(),
+        });
+        return;
+    }
 
     let lengths: [(&str, &[ValueType], &str); 2] = [
         (
@@ -532,7 +558,7 @@ fn wrong_type(kv: &Kv, expected: &'static str) -> GgufError {
 }
 
 /// Token texts can be long or full of control characters; keep messages short.
-fn shorten(s: &str) -> String {
+pub(super) fn shorten(s: &str) -> String {
     const MAX: usize = 64;
     match s.char_indices().nth(MAX) {
         None => s.to_string(),

@@ -67,7 +67,7 @@ impl Backend for LocalBackend {
             ticket
                 .await
                 .map(candidate_from_local)
-                .map_err(|e| BackendError::new(e.kind(), e.to_string()))
+                .map_err(|e| BackendError::new(e.kind(), crate::error_chain(&e)))
         })
     }
 }
@@ -176,7 +176,7 @@ impl Backend for CloudBackend {
                     c.http_status = e.http_status();
                     Ok(c)
                 }
-                Err(e) => Err(BackendError::new(e.kind(), e.to_string())),
+                Err(e) => Err(BackendError::new(e.kind(), crate::error_chain(&e))),
             }
         })
     }

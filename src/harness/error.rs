@@ -34,11 +34,11 @@ pub enum HarnessError {
     #[error("the harness's runtime shut down before the run settled")]
     RuntimeGone,
     /// The harness could not start its own runtime or observer thread.
-    #[error("could not start the harness: {0}")]
+    #[error("could not start the harness")]
     Start(#[source] std::io::Error),
     /// A lane described by the configuration could not be started (model
     /// load, cloud settings).
-    #[error("could not start the {lane} lane: {source}")]
+    #[error("could not start the {lane} lane")]
     LaneStart {
         /// The lane.
         lane: Lane,
@@ -62,7 +62,7 @@ pub enum HarnessError {
         lane: Lane,
     },
     /// A diagnostic's lane failed.
-    #[error("the {lane} lane failed: {error}")]
+    #[error("the {lane} lane failed")]
     Lane {
         /// The lane.
         lane: Lane,
@@ -88,7 +88,7 @@ pub enum HarnessError {
 #[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read {
         /// The file.
         path: PathBuf,

@@ -178,7 +178,7 @@ pub type ProgressSink = Box<dyn FnMut(PromptProgress) + Send + 'static>;
 #[non_exhaustive]
 pub enum LocalError {
     /// The model file failed validation before llama.cpp saw it.
-    #[error("invalid model file: {0}")]
+    #[error("invalid model file")]
     InvalidModel(#[from] crate::gguf::GgufError),
     /// llama.cpp refused a file that passed validation.
     #[error("llama.cpp could not load {path}: {detail}")]

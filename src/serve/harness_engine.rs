@@ -92,7 +92,7 @@ impl Engine for HarnessEngine {
                     message: c.to_string(),
                 },
                 HarnessError::ShuttingDown => StartError::ShuttingDown,
-                other => StartError::Internal(other.to_string()),
+                other => StartError::Internal(crate::error_chain(&other)),
             })?;
         let info = RunInfo {
             run_id: handle.run_id(),
@@ -158,7 +158,7 @@ impl Run for HarnessRun {
                 .outcome()
                 .await
                 .map(|o| summarize(&o))
-                .map_err(|e| e.to_string())
+                .map_err(|e| crate::error_chain(&e))
         })
     }
 

@@ -324,7 +324,7 @@ impl fmt::Display for BearerToken {
 #[non_exhaustive]
 pub enum ServeError {
     /// The address could not be bound (in use, not permitted, ...).
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

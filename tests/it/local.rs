@@ -331,7 +331,12 @@ fn an_oversized_prompt_is_a_clear_error() {
 fn a_missing_model_is_an_error_from_start() {
     let err = LocalLane::start(LocalConfig::new("/nonexistent/model.gguf")).unwrap_err();
     assert!(matches!(err, LocalError::InvalidModel(_)), "{err}");
-    assert!(err.to_string().contains("/nonexistent/model.gguf"));
+    // The message is in the lane's words; the cause is the source, once.
+    assert_eq!(err.to_string(), "invalid model file");
+    assert_eq!(
+        edgecloud::error_chain(&err),
+        "invalid model file: /nonexistent/model.gguf: no such file"
+    );
 }
 
 #[test]

@@ -203,7 +203,7 @@ fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> ExitCode
         error: match (status, error) {
             ("failed", Some(e)) => Some(ErrorReport {
                 kind: e.kind(),
-                message: e.to_string(),
+                message: edgecloud::error_chain(e),
             }),
             _ => None,
         },

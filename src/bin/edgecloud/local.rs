@@ -202,10 +202,13 @@ fn report_failure(
             "prompt_tokens_per_s": Value::Null,
             "gen_tokens_per_s": Value::Null,
             "mean_logprob": Value::Null,
-            "error": { "kind": err.kind(), "message": err.to_string() },
+            "error": { "kind": err.kind(), "message": edgecloud::error_chain(err) },
         }))?;
     }
-    eprintln!("edgecloud: local lane failed: {err}");
+    eprintln!(
+        "edgecloud: local lane failed: {}",
+        edgecloud::error_chain(err)
+    );
     Ok(ExitCode::FAILURE)
 }
 

