@@ -201,7 +201,7 @@ impl MachineInfo {
             .or_else(|| sysctl("kern.osrelease"));
         Self {
             cpu_model,
-            physical_cores: crate::local::physical_cores(),
+            physical_cores: crate::cores::physical_cores(),
             logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             memory_bytes,
             os: std::env::consts::OS.into(),

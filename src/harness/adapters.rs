@@ -46,7 +46,7 @@ impl LocalBackend {
 /// The local lane's default thread count under the harness: physical cores
 /// minus one, at least one (see [`LocalBackend::start`]).
 pub(crate) fn harness_local_threads() -> usize {
-    crate::local::physical_cores().saturating_sub(1).max(1)
+    crate::cores::physical_cores().saturating_sub(1).max(1)
 }
 
 impl Backend for LocalBackend {
@@ -157,7 +157,7 @@ impl Backend for CloudBackend {
         Some(LaneHealth {
             down: h.down,
             probing: h.probing,
-            retry_in_ms: h.retry_in.map(super::serde_ms::to_ms),
+            retry_in_ms: h.retry_in.map(crate::millis::to_ms),
             consecutive_failures: h.consecutive_failures,
             went_down: h.went_down,
             recovered: h.recovered,

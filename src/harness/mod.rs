@@ -89,7 +89,6 @@ mod registry;
 mod route;
 mod run;
 pub mod scoring;
-mod serde_ms;
 mod slot;
 mod timer;
 

@@ -11,6 +11,9 @@
 //!   failure can say what llama.cpp complained about.
 //!
 //! This module must stay small: everything else in the lane is safe code.
+//! It is the one place the crate-wide `unsafe_code = "deny"` is lifted.
+
+#![allow(unsafe_code)]
 
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_sys_2::llama_context_params;
@@ -154,4 +157,32 @@ pub(crate) fn install_log_hook() {
         llama_cpp_sys_2::llama_log_set(Some(log_trampoline), std::ptr::null_mut());
         llama_cpp_sys_2::ggml_log_set(Some(log_trampoline), std::ptr::null_mut());
     }
+}
+
+/// Test support: whether llama.cpp's built-in template matcher renders a
+/// template by this name (asked of llama.cpp itself, no model needed). Here
+/// because it is unsafe code.
+#[cfg(test)]
+pub(crate) fn llama_cpp_knows_template(name: &str) -> bool {
+    let tmpl = std::ffi::CString::new(name).unwrap();
+    let role = std::ffi::CString::new("user").unwrap();
+    let content = std::ffi::CString::new("hi").unwrap();
+    let msg = llama_cpp_sys_2::llama_chat_message {
+        role: role.as_ptr(),
+        content: content.as_ptr(),
+    };
+    let mut buf = vec![0 as std::ffi::c_char; 4096];
+    // SAFETY: every pointer is valid for the call; the buffer length is
+    // passed, and llama.cpp writes at most that many bytes.
+    let n = unsafe {
+        llama_cpp_sys_2::llama_chat_apply_template(
+            tmpl.as_ptr(),
+            &msg,
+            1,
+            true,
+            buf.as_mut_ptr(),
+            buf.len() as i32,
+        )
+    };
+    n > 0
 }

@@ -8,8 +8,11 @@
 //!
 //! What a job gets (see [`LocalCompletion`]):
 //! - the model's chat template applied to the messages (a model without one
-//!   falls back to ChatML; an unknown template is [`LocalError::ChatTemplate`]
-//!   at start-up unless [`LocalConfig::chat_template`] names one llama.cpp
+//!   gets its architecture's conventional template where llama.cpp has one,
+//!   e.g. gemma, phi3, llama3 or mistral by the vocabulary's control tokens
+//!   for the `llama` architecture, else ChatML; [`LocalInfo::chat_template`]
+//!   says which; an unknown template is [`LocalError::ChatTemplate`] at
+//!   start-up unless [`LocalConfig::chat_template`] names one llama.cpp
 //!   knows);
 //! - tokens streamed to the job's sink as valid UTF-8, stop strings never
 //!   shown;
@@ -26,6 +29,7 @@
 mod ffi;
 mod generate;
 mod stop;
+mod template;
 mod utf8;
 mod worker;
 
@@ -39,7 +43,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-pub use worker::physical_cores;
+pub use crate::cores::physical_cores;
 
 /// How to run the local model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,7 +94,7 @@ pub struct LocalInfo {
     /// The model file.
     pub model: PathBuf,
     /// Validation, model load and context creation, together.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub load_time: Duration,
     /// Context size in tokens.
     pub context_size: u32,
@@ -102,8 +106,10 @@ pub struct LocalInfo {
     pub gpu_layers: u32,
     /// Model parameters, as llama.cpp counts them.
     pub parameters: u64,
-    /// How the chat is turned into a prompt (`model`, `chatml-fallback`, or
-    /// the configured override).
+    /// How the chat is turned into a prompt: `model` (its own
+    /// `tokenizer.chat_template`), `configured` (the override), `NAME (by
+    /// architecture)` (e.g. `gemma (by architecture)`), `NAME (by
+    /// vocabulary)` (e.g. `llama3 (by vocabulary)`) or `chatml (fallback)`.
     pub chat_template: String,
 }
 
@@ -112,23 +118,23 @@ pub struct LocalInfo {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LocalTimings {
     /// Waiting for the worker (non-zero only when jobs were queued).
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub queued: Duration,
     /// Time spent decoding the prompt tokens that were not reused.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub prompt_eval: Duration,
     /// Prompt-eval speed over the tokens actually decoded.
     pub prompt_tokens_per_s: Option<f64>,
     /// Submission to the first sampled token.
-    #[serde(serialize_with = "opt_ms")]
+    #[serde(serialize_with = "crate::millis::optional::serialize")]
     pub ttft: Option<Duration>,
     /// First sampled token to the end of generation.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub generation: Duration,
     /// Tokens per second after the first one.
     pub gen_tokens_per_s: Option<f64>,
     /// Submission to the end of the job.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub total: Duration,
 }
 
@@ -395,16 +401,5 @@ impl Future for LocalTicket {
         Pin::new(&mut self.rx)
             .poll(cx)
             .map(|r| r.unwrap_or(Err(LocalError::WorkerGone)))
-    }
-}
-
-fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64() * 1e3)
-}
-
-fn opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => s.serialize_f64(d.as_secs_f64() * 1e3),
-        None => s.serialize_none(),
     }
 }
