@@ -26,6 +26,7 @@
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
+pub mod devices;
 mod ffi;
 mod generate;
 mod stop;
@@ -58,7 +59,8 @@ pub struct LocalConfig {
     pub context_size: Option<u32>,
     /// Most tokens decoded in one llama.cpp call (prompt processing).
     pub batch_size: u32,
-    /// Layers offloaded to the GPU (needs a GPU feature; 0 = CPU only).
+    /// Layers offloaded to the GPU (0 = CPU only). More than 0 where ggml
+    /// finds no GPU device is [`LocalError::Devices`], not a silent CPU run.
     pub gpu_layers: u32,
     /// Override the model's chat template: a name llama.cpp knows
     /// (`chatml`, `llama3`, `mistral-v7`, ...) or a full template text.
@@ -225,6 +227,10 @@ pub enum LocalError {
         /// What llama.cpp returned.
         detail: String,
     },
+    /// The devices ggml found cannot run the configuration: GPU layers
+    /// without a GPU, or a portable build without its backend libraries.
+    #[error(transparent)]
+    Devices(#[from] devices::DeviceError),
     /// The job panicked (for example in its token sink). The lane reset its
     /// context and keeps working.
     #[error("local job panicked: {detail}")]
@@ -254,6 +260,7 @@ impl LocalError {
             LocalError::PromptTooLong { .. } => "prompt_too_long",
             LocalError::InvalidRequest(_) => "invalid_request",
             LocalError::Decode { .. } => "decode",
+            LocalError::Devices(e) => e.kind(),
             LocalError::Panicked { .. } => "panicked",
             LocalError::WorkerGone => "worker_gone",
             LocalError::Spawn { .. } => "spawn",

@@ -3,6 +3,7 @@
 //! deadline and `total_ms` both count from the request's start.
 
 use anyhow::Context as _;
+use edgecloud::local::devices::DeviceError;
 use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
 use edgecloud::millis::to_ms_rounded;
 use edgecloud::{ChatMessage, FinishReason, LaneJob, Sampling};
@@ -55,7 +56,8 @@ pub(crate) struct LocalArgs {
     /// Prompt batch size.
     #[arg(long, default_value_t = 512)]
     batch_size: u32,
-    /// Layers to offload to a GPU.
+    /// Layers to offload to a GPU. More than 0 without a GPU is an error
+    /// (`edgecloud doctor` shows the devices found).
     #[arg(long, default_value_t = 0)]
     gpu_layers: u32,
     /// Print one JSON object instead of streaming text.
@@ -210,6 +212,12 @@ fn report_failure(
         "edgecloud: local lane failed: {}",
         edgecloud::error_chain(err)
     );
+    if let LocalError::Devices(DeviceError::NoGpu { gpu_layers, .. }) = err {
+        eprintln!(
+            "edgecloud: --gpu-layers {gpu_layers} needs a GPU and none was found; \
+             `edgecloud doctor` lists what this binary has"
+        );
+    }
     Ok(ExitCode::FAILURE)
 }
 

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cloud;
+mod doctor;
 mod fetch;
 mod local;
 mod model;
@@ -36,6 +37,9 @@ enum Command {
     Model(model::ModelCommand),
     /// Benchmark policies and deadlines over a workload; compare reports.
     Bench(bench::BenchArgs),
+    /// Show the ggml backends and devices this binary runs on (CPU variant,
+    /// GPUs and their memory) and whether GPU offload is possible.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,
