@@ -74,6 +74,7 @@
 mod adapters;
 mod api;
 mod arbitration;
+mod availability;
 mod backend;
 mod builder;
 mod callbacks;
@@ -96,6 +97,7 @@ pub use adapters::{
 };
 pub use api::{Diagnostic, Harness};
 pub use arbitration::pick_highest;
+pub use availability::{Availability, LaneHealth};
 pub use backend::{
     Backend, BackendError, BackendFuture, BackendInfo, Candidate, Timings, TokenCounts,
     TokenSignals,
