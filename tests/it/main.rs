@@ -10,6 +10,7 @@ mod gguf;
 mod gguf_catalogue;
 mod harness;
 mod local;
+mod probe;
 mod real_model;
 mod serve;
 mod support;

@@ -11,7 +11,7 @@ use edgecloud::harness::{
     CancelResult, Harness, HarnessConfig, LaneReport, Outcome, PolicyKind, RunOptions, RunStatus,
     EXAMPLE_CONFIG,
 };
-use edgecloud::local::LocalConfig;
+use edgecloud::local::{LocalConfig, ProbeMode};
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -50,6 +50,11 @@ pub(crate) struct HarnessArgs {
     /// Compute threads of the local lane (default: physical cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Probe the local model in a child process before serving, so a
+    /// llama.cpp crash is an error, not a dead process: child (the
+    /// default for the CLI) or off.
+    #[arg(long, value_name = "MODE")]
+    probe: Option<ProbeMode>,
 }
 
 impl HarnessArgs {
@@ -61,6 +66,12 @@ impl HarnessArgs {
         };
         if let Some(model) = &self.model {
             cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
+        }
+        if let Some(mode) = self.probe {
+            match cfg.local.as_mut() {
+                Some(local) => local.probe = mode,
+                None => bail!("--probe needs a local model (--model, or [local] in --config)"),
+            }
         }
         if let Some(threads) = self.threads {
             match cfg.local.as_mut() {
