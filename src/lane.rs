@@ -19,6 +19,17 @@ pub enum Lane {
 }
 
 impl Lane {
+    /// Both lanes, local first: the order of every per-lane listing.
+    pub const ALL: [Lane; 2] = [Lane::Local, Lane::Cloud];
+
+    /// The other lane.
+    pub fn other(self) -> Lane {
+        match self {
+            Lane::Local => Lane::Cloud,
+            Lane::Cloud => Lane::Local,
+        }
+    }
+
     /// Lower-case name, as in reports and JSON.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -31,6 +42,92 @@ impl Lane {
 impl fmt::Display for Lane {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// One value per lane, indexed by [`Lane`]: `per_lane[Lane::Cloud]`.
+///
+/// Replaces two-element arrays and index helpers, so a lane can never be
+/// looked up at the wrong position.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PerLane<T> {
+    /// The local lane's value.
+    pub local: T,
+    /// The cloud lane's value.
+    pub cloud: T,
+}
+
+impl<T> PerLane<T> {
+    /// Both values.
+    pub const fn new(local: T, cloud: T) -> Self {
+        Self { local, cloud }
+    }
+
+    /// Builds each lane's value from the lane.
+    pub fn from_fn(mut f: impl FnMut(Lane) -> T) -> Self {
+        Self {
+            local: f(Lane::Local),
+            cloud: f(Lane::Cloud),
+        }
+    }
+
+    /// Each lane with its value, in [`Lane::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (Lane, &T)> {
+        [(Lane::Local, &self.local), (Lane::Cloud, &self.cloud)].into_iter()
+    }
+
+    /// Each lane with its value, mutably, in [`Lane::ALL`] order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Lane, &mut T)> {
+        [
+            (Lane::Local, &mut self.local),
+            (Lane::Cloud, &mut self.cloud),
+        ]
+        .into_iter()
+    }
+
+    /// The values, in [`Lane::ALL`] order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        [&self.local, &self.cloud].into_iter()
+    }
+
+    /// The values, mutably, in [`Lane::ALL`] order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        [&mut self.local, &mut self.cloud].into_iter()
+    }
+
+    /// A new value per lane from each lane and its value.
+    pub fn map<U>(self, mut f: impl FnMut(Lane, T) -> U) -> PerLane<U> {
+        PerLane {
+            local: f(Lane::Local, self.local),
+            cloud: f(Lane::Cloud, self.cloud),
+        }
+    }
+
+    /// Borrows each value.
+    pub fn as_ref(&self) -> PerLane<&T> {
+        PerLane {
+            local: &self.local,
+            cloud: &self.cloud,
+        }
+    }
+}
+
+impl<T> std::ops::Index<Lane> for PerLane<T> {
+    type Output = T;
+    fn index(&self, lane: Lane) -> &T {
+        match lane {
+            Lane::Local => &self.local,
+            Lane::Cloud => &self.cloud,
+        }
+    }
+}
+
+impl<T> std::ops::IndexMut<Lane> for PerLane<T> {
+    fn index_mut(&mut self, lane: Lane) -> &mut T {
+        match lane {
+            Lane::Local => &mut self.local,
+            Lane::Cloud => &mut self.cloud,
+        }
     }
 }
 

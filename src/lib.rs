@@ -12,15 +12,19 @@
 //! - [`bench`](mod@bench): benchmark runs, reports and their comparison.
 //! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
+//! - [`millis`]: durations as milliseconds, the unit of every report.
 
 pub mod bench;
 pub mod cloud;
+mod cores;
 mod error_chain;
 pub mod fetch;
 pub mod gguf;
 pub mod harness;
 pub mod lane;
 pub mod local;
+pub mod millis;
+mod panic_payload;
 pub mod request;
 pub mod serve;
 
@@ -29,5 +33,5 @@ pub use harness::{
     Backend, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError, Outcome,
     Policy, Route, RunOptions, RunStatus,
 };
-pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, TokenSink};
+pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSink};
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};

@@ -60,8 +60,7 @@ pub use summary::{
 };
 pub use workload::{Workload, WorkloadItem};
 
-/// SHA-256 of a file, as lower-case hex (edgecloud's own implementation;
-/// used for the model fingerprint in reports).
+/// SHA-256 of a file, as lower-case hex (the model fingerprint in reports).
 pub fn sha256_file(path: &std::path::Path) -> Result<String, BenchError> {
     let file = std::fs::File::open(path).map_err(|e| BenchError::io("reading", path, e))?;
     sha256::sha256_reader(std::io::BufReader::new(file))

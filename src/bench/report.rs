@@ -190,8 +190,10 @@ pub fn render_markdown(s: &Summary) -> String {
             .map_or("–".into(), |t| t.to_string()),
         if s.build.native_cpu_build {
             "native CPU build"
+        } else if s.build.portable {
+            "portable build (CPU kernels chosen at run time)"
         } else {
-            "portable (non-native) build"
+            "default (non-native) build"
         }
     );
 
@@ -341,6 +343,16 @@ pub fn render_markdown(s: &Summary) -> String {
         ),
     );
     row("CPU features", m.cpu_features.join(" "));
+    if let Some(g) = &m.ggml {
+        row(
+            "ggml backends",
+            match &g.backends_dir {
+                Some(dir) => format!("{} from {}", g.describe_backends(), dir.display()),
+                None => g.describe_backends(),
+            },
+        );
+        row("ggml devices", g.describe_devices());
+    }
     match &s.model {
         Some(model) => {
             row("model file", model.file_name.clone());
@@ -394,7 +406,13 @@ pub fn render_markdown(s: &Summary) -> String {
         "native CPU build",
         format!(
             "{} (target-cpu: {}; llama.cpp kernels: {}; unused on this CPU: {})",
-            if b.native_cpu_build { "yes" } else { "no" },
+            if b.native_cpu_build {
+                "yes"
+            } else if b.portable {
+                "no, portable"
+            } else {
+                "no"
+            },
             b.target_cpu.as_deref().unwrap_or("default"),
             b.llama_cpu_kernels.join(" "),
             if b.unused_cpu_features.is_empty() {

@@ -207,7 +207,7 @@ impl GroupSummary {
         let share = |part| ratio(part, n).unwrap_or(0.0);
         let wins_local = count(&|r| r.winner == Some(Lane::Local));
         let wins_cloud = count(&|r| r.winner == Some(Lane::Cloud));
-        let lanes = [Lane::Local, Lane::Cloud]
+        let lanes = Lane::ALL
             .into_iter()
             .map(|lane| lane_summary(lane, runs))
             .collect();

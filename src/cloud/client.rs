@@ -243,14 +243,14 @@ impl CloudLane {
                 status = c.http_status,
                 finish = c.finish_reason.as_str(),
                 text_bytes = c.text.len(),
-                total_ms = timings.total.as_secs_f64() * 1e3,
+                total_ms = crate::millis::to_ms(timings.total),
                 "cloud request ended"
             ),
             Err(e) => tracing::debug!(
                 kind = e.kind(),
                 status = ?probe.status,
                 error = %e,
-                total_ms = timings.total.as_secs_f64() * 1e3,
+                total_ms = crate::millis::to_ms(timings.total),
                 "cloud request failed"
             ),
         }

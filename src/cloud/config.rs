@@ -2,7 +2,7 @@
 //! streaming, timeouts and size caps. Plain data plus validation; it opens
 //! no connection and reads no environment except in [`CloudConfig::resolve_api_key`].
 
-use super::secret::ApiKey;
+use super::secret::{is_env_var_name, ApiKey, NOT_A_VAR_NAME};
 use super::CloudError;
 use serde::Deserialize;
 use std::fmt;
@@ -156,7 +156,7 @@ impl CloudConfig {
             return bad("model must not be empty");
         }
         if self.api_key.is_none() && !is_env_var_name(&self.api_key_env) {
-            return bad(super::secret::NOT_A_VAR_NAME);
+            return bad(NOT_A_VAR_NAME);
         }
         if self.connect_timeout.is_zero() {
             return bad("connect timeout must be above zero");
@@ -174,14 +174,6 @@ impl CloudConfig {
         }
         super::endpoint::Endpoint::parse(&self.base_url).map(|_| ())
     }
-}
-
-pub(crate) fn is_env_var_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl fmt::Debug for CloudConfig {

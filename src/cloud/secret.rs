@@ -6,6 +6,17 @@
 use serde::{Deserialize, Deserializer};
 use std::fmt;
 
+/// Whether `name` can name an environment variable (letters, digits and
+/// `_`, not starting with a digit): a key pasted where its variable's name
+/// belongs is refused before it can be echoed anywhere.
+pub(crate) fn is_env_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// The complaint about a variable name that is not one (maybe a key).
 pub(crate) const NOT_A_VAR_NAME: &str = "the API key variable must be an environment variable \
      name (letters, digits and underscores), not a key";
@@ -32,7 +43,7 @@ impl ApiKey {
     /// variable is `Ok(None)` (local servers need no key); a value that is
     /// not Unicode is an error that names the variable, never the value.
     pub fn from_env(var: &str) -> Result<Option<Self>, super::CloudError> {
-        if !super::config::is_env_var_name(var) {
+        if !is_env_var_name(var) {
             // Never echo it: a key pasted where the name belongs is common.
             return Err(super::CloudError::InvalidConfig {
                 reason: NOT_A_VAR_NAME.to_owned(),

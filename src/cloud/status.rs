@@ -51,7 +51,7 @@ fn server_message(body: &[u8]) -> String {
 
 /// How long a 429 asks us to wait: `retry-after-ms` (milliseconds, as
 /// OpenAI and Azure send) first, then `Retry-After` as delay-seconds or as
-/// an IMF-fixdate HTTP date (a date in the past means "now").
+/// an HTTP date (a date in the past means "now").
 pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     if let Some(ms) = header_str(headers, "retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
@@ -70,48 +70,10 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name)?.to_str().ok().map(str::trim)
 }
 
-/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only HTTP
-/// date format senders may use (RFC 9110 section 5.6.7).
+/// Parses an HTTP date in any of the three forms RFC 9110 section 5.6.7
+/// says a recipient must accept: IMF-fixdate, RFC 850 and asctime.
 pub(crate) fn parse_http_date(s: &str) -> Option<SystemTime> {
-    let parts: Vec<&str> = s.split_whitespace().collect();
-    let [wkday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    if !wkday.ends_with(',') {
-        return None;
-    }
-    let day: i64 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| m == month)? as i64 + 1;
-    let year: i64 = year.parse().ok().filter(|y| *y >= 1970)?;
-    let hms: Vec<i64> = time
-        .split(':')
-        .map(|p| p.parse::<i64>().ok())
-        .collect::<Option<_>>()?;
-    let [h, m, sec] = hms.as_slice() else {
-        return None;
-    };
-    if !(0..24).contains(h) || !(0..60).contains(m) || !(0..61).contains(sec) {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + h * 3600 + m * 60 + sec;
-    let secs = u64::try_from(secs).ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    httpdate::parse_http_date(s).ok()
 }
 
 #[cfg(test)]
@@ -146,10 +108,13 @@ mod tests {
             "Sun, 32 Nov 1994 08:49:37 GMT",
             "Sun, 06 Foo 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 25:49:37 GMT",
-            "Sunday, 06-Nov-94 08:49:37 GMT",
         ] {
             assert!(parse_http_date(bad).is_none(), "{bad}");
         }
+        // The obsolete forms a recipient must still accept.
+        let fixdate = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT"), fixdate);
+        assert_eq!(parse_http_date("Sun Nov  6 08:49:37 1994"), fixdate);
     }
 
     #[test]

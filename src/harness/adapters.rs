@@ -45,7 +45,7 @@ impl LocalBackend {
 /// The local lane's default thread count under the harness: physical cores
 /// minus one, at least one (see [`LocalBackend::start`]).
 pub(crate) fn harness_local_threads() -> usize {
-    crate::local::physical_cores().saturating_sub(1).max(1)
+    crate::cores::physical_cores().saturating_sub(1).max(1)
 }
 
 impl Backend for LocalBackend {

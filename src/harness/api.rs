@@ -13,7 +13,7 @@ use super::registry::{HarnessStats, Registry, ShutdownReport};
 use super::route::RouteSettings;
 use super::run::{launch, RunSetup};
 use super::slot::LaneSlot;
-use crate::lane::Lane;
+use crate::lane::{Lane, PerLane};
 use crate::request::Request;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -42,7 +42,7 @@ pub struct Harness {
 }
 
 pub(crate) struct Inner {
-    pub(crate) slots: [Option<Arc<LaneSlot>>; 2],
+    pub(crate) slots: PerLane<Option<Arc<LaneSlot>>>,
     pub(crate) default_route: Arc<RouteSettings>,
     pub(crate) routes: HashMap<String, Arc<RouteSettings>>,
     pub(crate) handle: Handle,
@@ -210,7 +210,7 @@ impl Harness {
 
     fn diagnose(&self, lane: Lane, request: Request) -> Result<Diagnostic, HarnessError> {
         ensure_blocking_allowed()?;
-        let Some(slot) = &self.inner.slots[lane_ix(lane)] else {
+        let Some(slot) = &self.inner.slots[lane] else {
             return Err(HarnessError::LaneNotConfigured { lane });
         };
         let backend = slot.backend.info();
@@ -284,23 +284,12 @@ impl Harness {
     /// Whether a worker holds the lane right now (always `false` for a
     /// lane that is not configured).
     pub fn is_busy(&self, lane: Lane) -> bool {
-        self.inner.slots[lane_ix(lane)]
-            .as_ref()
-            .is_some_and(|s| s.is_busy())
+        self.inner.slots[lane].as_ref().is_some_and(|s| s.is_busy())
     }
 
     /// The lane's backend description, when configured.
     pub fn lane_info(&self, lane: Lane) -> Option<BackendInfo> {
-        self.inner.slots[lane_ix(lane)]
-            .as_ref()
-            .map(|s| s.info.clone())
-    }
-}
-
-fn lane_ix(lane: Lane) -> usize {
-    match lane {
-        Lane::Local => 0,
-        Lane::Cloud => 1,
+        self.inner.slots[lane].as_ref().map(|s| s.info.clone())
     }
 }
 

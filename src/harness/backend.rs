@@ -57,7 +57,7 @@ pub struct BackendInfo {
     /// The model it runs, when it knows.
     pub model: Option<String>,
     /// How long loading took (local models), when it applies.
-    #[serde(with = "super::serde_ms::optional", default)]
+    #[serde(with = "crate::millis::optional", default)]
     pub load_time: Option<Duration>,
 }
 
@@ -113,26 +113,26 @@ impl TokenCounts {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
     /// Connection set-up (cloud).
-    #[serde(with = "super::serde_ms::optional", default)]
+    #[serde(with = "crate::millis::optional", default)]
     pub connect: Option<Duration>,
     /// Time to the first response byte (cloud).
-    #[serde(with = "super::serde_ms::optional", default)]
+    #[serde(with = "crate::millis::optional", default)]
     pub ttfb: Option<Duration>,
     /// Time to the first generated token.
-    #[serde(with = "super::serde_ms::optional", default)]
+    #[serde(with = "crate::millis::optional", default)]
     pub ttft: Option<Duration>,
     /// Prompt processing (local).
-    #[serde(with = "super::serde_ms::optional", default)]
+    #[serde(with = "crate::millis::optional", default)]
     pub prompt_eval: Option<Duration>,
     /// Prompt tokens per second (local).
     pub prompt_tokens_per_s: Option<f64>,
     /// Generation after the first token (local).
-    #[serde(with = "super::serde_ms::optional", default)]
+    #[serde(with = "crate::millis::optional", default)]
     pub generation: Option<Duration>,
     /// Generated tokens per second (local).
     pub gen_tokens_per_s: Option<f64>,
     /// The whole job, as the backend measured it.
-    #[serde(with = "super::serde_ms::optional", default)]
+    #[serde(with = "crate::millis::optional", default)]
     pub total: Option<Duration>,
 }
 

@@ -5,7 +5,7 @@
 use super::adapters::{CloudBackend, LocalBackend};
 use super::api::{Harness, Inner};
 use super::backend::Backend;
-use super::callbacks::{Arbiter, Compressor, PreScore, Scorer};
+use super::callbacks::{Arbiter, Compressor, Named, PreScore, Scorer};
 use super::config::HarnessConfig;
 use super::error::{ConfigError, HarnessError};
 use super::observer::{EventSink, Observer};
@@ -13,19 +13,24 @@ use super::policy::{CommitMode, Policy};
 use super::registry::Registry;
 use super::route::{Route, DEFAULT_ROUTE};
 use super::slot::LaneSlot;
-use crate::lane::Lane;
+use crate::lane::{Lane, PerLane};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Callbacks registered by name, so a config file can refer to them.
-#[derive(Default, Clone)]
-pub(crate) struct Named {
-    pub(crate) pre_score: HashMap<String, Arc<dyn PreScore>>,
-    pub(crate) compressor: HashMap<String, Arc<dyn Compressor>>,
-    pub(crate) scorer: HashMap<String, Arc<dyn Scorer>>,
-    pub(crate) arbiter: HashMap<String, Arc<dyn Arbiter>>,
+impl HarnessConfig {
+    /// Starts the configured lanes and builds a harness with these settings
+    /// (for callbacks registered by name, use
+    /// [`HarnessBuilder::config`] and [`HarnessBuilder::lanes_from`]).
+    ///
+    /// It lives here, not with the parsing, because it starts lanes.
+    pub fn build(&self) -> Result<Harness, HarnessError> {
+        HarnessBuilder::new()
+            .config(self)?
+            .lanes_from(self)?
+            .build()
+    }
 }
 
 /// Builds a [`Harness`].
@@ -323,10 +328,10 @@ impl HarnessBuilder {
             }
         };
         let events = EventSink::start(self.observers).map_err(HarnessError::Start)?;
-        let slots = [
+        let slots = PerLane::new(
             self.local.map(|b| Arc::new(LaneSlot::new(b))),
             self.cloud.map(|b| Arc::new(LaneSlot::new(b))),
-        ];
+        );
         Ok(Harness {
             inner: Arc::new(Inner {
                 slots,

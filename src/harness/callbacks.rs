@@ -16,10 +16,19 @@ use super::backend::Candidate;
 use crate::lane::Lane;
 use crate::request::{ChatMessage, Request};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Callbacks registered by name, so a config file can refer to them.
+#[derive(Default, Clone)]
+pub(crate) struct Named {
+    pub(crate) pre_score: HashMap<String, Arc<dyn PreScore>>,
+    pub(crate) compressor: HashMap<String, Arc<dyn Compressor>>,
+    pub(crate) scorer: HashMap<String, Arc<dyn Scorer>>,
+    pub(crate) arbiter: HashMap<String, Arc<dyn Arbiter>>,
+}
 
 /// What a [`PreScore`] callback decided about the cloud lane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,7 +192,7 @@ pub struct Scored {
     /// Its score, if the scorer gave one.
     pub score: Option<Score>,
     /// When it finished, counted from the run's start.
-    #[serde(with = "super::serde_ms::required")]
+    #[serde(with = "crate::millis::required")]
     pub finished_after: Duration,
 }
 
@@ -287,23 +296,13 @@ where
 {
     handle.spawn_blocking(move || {
         let started = Instant::now();
-        let value = catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_message(&*p));
+        let value =
+            catch_unwind(AssertUnwindSafe(f)).map_err(|p| crate::panic_payload::message(&*p));
         CallResult {
             value,
             elapsed: started.elapsed(),
         }
     })
-}
-
-/// The text of a panic payload, for reports.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".to_string()
-    }
 }
 
 #[cfg(test)]

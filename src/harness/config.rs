@@ -1,6 +1,7 @@
 //! The TOML configuration: lanes, harness defaults and named routes. This
-//! module parses and validates; it must not start lanes (see
-//! `HarnessConfig::build_harness` for that) nor run anything.
+//! module parses and validates; it must not start lanes
+//! (`HarnessConfig::build`, in the builder module, does that) nor run
+//! anything.
 //!
 //! Keys in `[harness]` and in each `[routes.NAME]` (all optional):
 //!
@@ -25,7 +26,7 @@
 //! a route never silently applies a threshold to a policy it did not pick.
 //! Unknown keys are errors (typos do not pass silently).
 
-use super::builder::Named;
+use super::callbacks::Named;
 use super::compression::KeepRecent;
 use super::error::ConfigError;
 use super::policy::{
@@ -156,17 +157,6 @@ impl HarnessConfig {
         })?;
         cfg.validate()?;
         Ok(cfg)
-    }
-
-    /// Starts the configured lanes and builds a harness with these settings
-    /// (for callbacks registered by name, use
-    /// [`HarnessBuilder::config`](super::HarnessBuilder::config) and
-    /// [`HarnessBuilder::lanes_from`](super::HarnessBuilder::lanes_from)).
-    pub fn build(&self) -> Result<super::Harness, super::HarnessError> {
-        super::HarnessBuilder::new()
-            .config(self)?
-            .lanes_from(self)?
-            .build()
     }
 
     /// Checks what can be checked without the builder's registered

@@ -88,7 +88,6 @@ mod registry;
 mod route;
 mod run;
 pub mod scoring;
-mod serde_ms;
 mod slot;
 mod timer;
 

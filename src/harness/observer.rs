@@ -13,7 +13,6 @@
 //! the dispatcher thread ends when the harness and its last late worker
 //! are gone.
 
-use super::callbacks::panic_message;
 use super::outcome::{LaneStatus, RunStatus};
 use super::policy::PolicyKind;
 use crate::lane::Lane;
@@ -211,7 +210,7 @@ impl EventSink {
                             tracing::warn!(
                                 event = event.name(),
                                 run_id = event.run_id(),
-                                panic = %panic_message(&*p),
+                                panic = %crate::panic_payload::message(&*p),
                                 "observer panicked; later events are still delivered"
                             );
                         }

@@ -58,7 +58,7 @@ pub enum Policy {
         /// When the other lane starts. `None`: adaptively, at the primary's
         /// p95 latency over its last 64 successful jobs (once it has 8),
         /// else at half the deadline.
-        #[serde(with = "super::serde_ms::optional", default)]
+        #[serde(with = "crate::millis::optional", default)]
         delay: Option<Duration>,
     },
     /// Local first; the cloud (with the remaining deadline) when local
@@ -314,7 +314,7 @@ impl Plan {
             },
             Policy::Hedge { primary, delay } => Plan {
                 primary,
-                secondary: Some(other(primary)),
+                secondary: Some(primary.other()),
                 start: SecondaryStart::After(delay.unwrap_or_else(|| hedge_default(primary))),
                 pick: Pick::FirstAcceptable,
                 primary_threshold: None,
@@ -366,14 +366,6 @@ impl Plan {
         } else {
             self.secondary == Some(lane) && self.first_token_commit.1
         }
-    }
-}
-
-/// The other lane.
-pub(crate) fn other(lane: Lane) -> Lane {
-    match lane {
-        Lane::Local => Lane::Cloud,
-        Lane::Cloud => Lane::Local,
     }
 }
 

@@ -198,12 +198,12 @@ impl Registry {
             .map(|w| RunningWorker {
                 run_id: w.run_id,
                 lane: w.lane,
-                running_ms: super::serde_ms::to_ms(now - w.started),
+                running_ms: crate::millis::to_ms(now - w.started),
                 late: w.late,
             })
             .collect();
         ShutdownReport {
-            waited_ms: super::serde_ms::to_ms(now - started),
+            waited_ms: crate::millis::to_ms(now - started),
             runs_in_flight: self.in_flight(),
             still_running,
         }

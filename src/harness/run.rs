@@ -22,20 +22,21 @@
 use super::arbitration::pick_highest;
 use super::backend::{Backend, BackendError, Candidate};
 use super::callbacks::{
-    offload, panic_message, CallResult, CallbackKind, CallbackReport, CallbackStatus, CloudNeed,
-    Compressed, Score, ScoreContext, Scored,
+    offload, CallResult, CallbackKind, CallbackReport, CallbackStatus, CloudNeed, Compressed,
+    Score, ScoreContext, Scored,
 };
 use super::handle::AbortResult;
 use super::observer::{Event, EventSink};
 use super::outcome::{
     CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, RunStatus,
 };
-use super::policy::{other, CommitMode, Pick, Plan, Policy, SecondaryStart};
+use super::policy::{CommitMode, Pick, Plan, Policy, SecondaryStart};
 use super::registry::Registry;
 use super::route::RouteSettings;
-use super::serde_ms::to_ms;
 use super::slot::LaneSlot;
-use crate::lane::{CancellationToken, Lane, LaneJob};
+use crate::lane::{CancellationToken, Lane, LaneJob, PerLane};
+use crate::millis::to_ms;
+use crate::panic_payload::message;
 use crate::request::{ChatMessage, Request};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -47,16 +48,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Sleep;
-
-/// Lane index in per-lane arrays.
-fn ix(lane: Lane) -> usize {
-    match lane {
-        Lane::Local => 0,
-        Lane::Cloud => 1,
-    }
-}
-
-const LANES: [Lane; 2] = [Lane::Local, Lane::Cloud];
 
 /// A message from a worker to its coordinator.
 pub(crate) enum WorkerMsg {
@@ -162,7 +153,7 @@ pub(crate) struct RunSetup {
     pub(crate) stream: Option<mpsc::UnboundedSender<String>>,
     pub(crate) start: Instant,
     pub(crate) deadline: Instant,
-    pub(crate) slots: [Option<Arc<LaneSlot>>; 2],
+    pub(crate) slots: PerLane<Option<Arc<LaneSlot>>>,
     pub(crate) handle: tokio::runtime::Handle,
     pub(crate) registry: Arc<Registry>,
     pub(crate) events: EventSink,
@@ -313,14 +304,14 @@ struct Coordinator {
     stream: Option<mpsc::UnboundedSender<String>>,
     start: Instant,
     deadline: Instant,
-    slots: [Option<Arc<LaneSlot>>; 2],
+    slots: PerLane<Option<Arc<LaneSlot>>>,
     handle: tokio::runtime::Handle,
     registry: Arc<Registry>,
     events: EventSink,
     shared: Arc<RunShared>,
     rx: mpsc::UnboundedReceiver<WorkerMsg>,
     plan: Plan,
-    lanes: [LaneRun; 2],
+    lanes: PerLane<LaneRun>,
     committed: Option<Lane>,
     forwarded_bytes: usize,
     caller_first_token: Option<Instant>,
@@ -343,7 +334,7 @@ impl Coordinator {
     fn new(s: RunSetup, shared: Arc<RunShared>, rx: mpsc::UnboundedReceiver<WorkerMsg>) -> Self {
         let span = s.deadline.saturating_duration_since(s.start);
         let plan = Plan::new(&s.policy, |primary| {
-            s.slots[ix(primary)]
+            s.slots[primary]
                 .as_ref()
                 .and_then(|slot| slot.p95())
                 .unwrap_or(span / 2)
@@ -364,7 +355,7 @@ impl Coordinator {
             shared,
             rx,
             plan,
-            lanes: [LaneRun::new(Lane::Local), LaneRun::new(Lane::Cloud)],
+            lanes: PerLane::from_fn(LaneRun::new),
             committed: None,
             forwarded_bytes: 0,
             caller_first_token: None,
@@ -426,18 +417,18 @@ impl Coordinator {
 
     /// Starts what the plan starts at once and arms its timers.
     fn begin(&mut self) {
-        for lane in LANES {
-            let r = &mut self.lanes[ix(lane)];
+        for lane in Lane::ALL {
+            let r = &mut self.lanes[lane];
             if !self.plan.uses(lane) {
                 r.absent(
                     LaneStatus::NotStarted,
                     format!("not used by {}", self.policy.kind()),
                 );
-            } else if self.slots[ix(lane)].is_none() {
+            } else if self.slots[lane].is_none() {
                 r.absent(LaneStatus::NotStarted, "lane not configured");
             }
         }
-        if self.lanes[ix(Lane::Cloud)].phase == Phase::Idle {
+        if self.lanes[Lane::Cloud].phase == Phase::Idle {
             self.prepare_cloud();
         }
         self.start_lane(self.plan.primary);
@@ -498,7 +489,7 @@ impl Coordinator {
 
     fn prep_ready(&mut self) {
         self.prep = Prep::Ready;
-        let cloud = &mut self.lanes[ix(Lane::Cloud)];
+        let cloud = &mut self.lanes[Lane::Cloud];
         if cloud.want_start && cloud.phase == Phase::Idle {
             cloud.want_start = false;
             self.start_lane(Lane::Cloud);
@@ -512,7 +503,7 @@ impl Coordinator {
     {
         if inline {
             let started = Instant::now();
-            let value = catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_message(&*p));
+            let value = catch_unwind(AssertUnwindSafe(f)).map_err(|p| message(&*p));
             let res = CallResult {
                 value,
                 elapsed: started.elapsed(),
@@ -585,7 +576,7 @@ impl Coordinator {
                     _ => CloudNeed::Needed,
                 };
                 if need == CloudNeed::NotNeeded {
-                    let cloud = &mut self.lanes[ix(Lane::Cloud)];
+                    let cloud = &mut self.lanes[Lane::Cloud];
                     if cloud.phase == Phase::Idle {
                         cloud.absent(LaneStatus::Skipped, "pre-score: cloud not needed");
                         cloud.want_start = false;
@@ -609,7 +600,7 @@ impl Coordinator {
             CallbackKind::Compress => {
                 match out {
                     Some(CbOutput::Compress(c)) if !c.messages.is_empty() => {
-                        self.lanes[ix(Lane::Cloud)].compressed = (c.tokens_before, c.tokens_after);
+                        self.lanes[Lane::Cloud].compressed = (c.tokens_before, c.tokens_after);
                         self.cloud_messages = Some(c.messages);
                     }
                     Some(CbOutput::Compress(_)) => {
@@ -622,7 +613,7 @@ impl Coordinator {
             }
             CallbackKind::Score => {
                 let lane = lane.expect("score callbacks are always about a lane");
-                let r = &mut self.lanes[ix(lane)];
+                let r = &mut self.lanes[lane];
                 match out {
                     Some(CbOutput::Score(s)) if s.value.is_finite() => r.score = Some(s),
                     Some(CbOutput::Score(s)) => {
@@ -665,25 +656,24 @@ impl Coordinator {
 
     /// Tries to admit `lane` and start its worker.
     fn start_lane(&mut self, lane: Lane) {
-        if self.lanes[ix(lane)].phase != Phase::Idle {
+        if self.lanes[lane].phase != Phase::Idle {
             return;
         }
         if lane == Lane::Cloud && self.prep != Prep::Ready {
-            self.lanes[ix(lane)].want_start = true;
+            self.lanes[lane].want_start = true;
             return;
         }
         if Instant::now() >= self.deadline {
-            self.lanes[ix(lane)]
-                .absent(LaneStatus::NotStarted, "deadline reached before it started");
+            self.lanes[lane].absent(LaneStatus::NotStarted, "deadline reached before it started");
             return;
         }
-        let slot = self.slots[ix(lane)]
+        let slot = self.slots[lane]
             .clone()
             .expect("an idle lane in the plan is configured");
         let run_id = self.run_id;
         let Some(permit) = slot.try_admit() else {
             let at_ms = self.at_ms();
-            self.lanes[ix(lane)].absent(LaneStatus::Busy, "another worker holds the lane");
+            self.lanes[lane].absent(LaneStatus::Busy, "another worker holds the lane");
             self.events.emit(|| Event::LaneBusy {
                 run_id,
                 lane,
@@ -695,7 +685,7 @@ impl Coordinator {
             (Some(m), Lane::Cloud) => m.clone(),
             _ => self.request.messages.clone(),
         };
-        let r = &mut self.lanes[ix(lane)];
+        let r = &mut self.lanes[lane];
         let tx = self.shared.tx.clone();
         let mut job = LaneJob::new(messages, self.request.sampling.clone(), self.deadline)
             .with_cancel(r.cancel.clone())
@@ -743,7 +733,7 @@ impl Coordinator {
     }
 
     fn cancel_lane(&mut self, lane: Lane, note: &str) {
-        let r = &mut self.lanes[ix(lane)];
+        let r = &mut self.lanes[lane];
         match r.phase {
             Phase::Running => {
                 r.cancel_requested = true;
@@ -757,8 +747,8 @@ impl Coordinator {
 
     fn on_hedge_timer(&mut self) {
         if let Some(sec) = self.plan.secondary {
-            if self.lanes[ix(sec)].phase == Phase::Idle && self.committed.is_none() {
-                self.lanes[ix(sec)].note = Some("started after the hedge delay".into());
+            if self.lanes[sec].phase == Phase::Idle && self.committed.is_none() {
+                self.lanes[sec].note = Some("started after the hedge delay".into());
                 self.start_lane(sec);
             }
         }
@@ -772,16 +762,16 @@ impl Coordinator {
             return;
         };
         let primary = self.plan.primary;
-        if self.lanes[ix(primary)].phase != Phase::Running || self.committed.is_some() {
+        if self.lanes[primary].phase != Phase::Running || self.committed.is_some() {
             return;
         }
-        if self.lanes[ix(sec)].phase == Phase::Idle {
-            self.lanes[ix(sec)].note = Some(format!("{primary} overran its share of the deadline"));
+        if self.lanes[sec].phase == Phase::Idle {
+            self.lanes[sec].note = Some(format!("{primary} overran its share of the deadline"));
             self.cancel_primary_when_secondary_starts = true;
             self.start_lane(sec);
-            if self.lanes[ix(sec)].phase != Phase::Running && !self.lanes[ix(sec)].want_start {
+            if self.lanes[sec].phase != Phase::Running && !self.lanes[sec].want_start {
                 self.cancel_primary_when_secondary_starts = false;
-                self.lanes[ix(primary)].note = Some(format!(
+                self.lanes[primary].note = Some(format!(
                     "overran its share, but {sec} could not start; kept running"
                 ));
             }
@@ -813,7 +803,7 @@ impl Coordinator {
 
     fn on_token(&mut self, lane: Lane, piece: String) {
         let run_id = self.run_id;
-        let r = &mut self.lanes[ix(lane)];
+        let r = &mut self.lanes[lane];
         if r.phase != Phase::Running {
             return;
         }
@@ -833,7 +823,7 @@ impl Coordinator {
             Some(c) if c == lane => self.forward(piece),
             Some(_) => {}
             None => {
-                let r = &mut self.lanes[ix(lane)];
+                let r = &mut self.lanes[lane];
                 r.buffer.push(piece);
                 if self.commit == CommitMode::FirstToken
                     && self.plan.commits_at_first_token(lane)
@@ -852,12 +842,12 @@ impl Coordinator {
             return;
         }
         self.committed = Some(lane);
-        let buffered = std::mem::take(&mut self.lanes[ix(lane)].buffer);
+        let buffered = std::mem::take(&mut self.lanes[lane].buffer);
         for piece in buffered {
             self.forward(piece);
         }
-        let o = other(lane);
-        self.lanes[ix(o)].buffer.clear();
+        let o = lane.other();
+        self.lanes[o].buffer.clear();
         self.cancel_lane(o, &format!("run committed to {lane}"));
         self.hedge_timer = None;
         self.share_timer = None;
@@ -887,7 +877,7 @@ impl Coordinator {
         self.finished_count += 1;
         let order = self.finished_count;
         let status = status_of(&result);
-        let r = &mut self.lanes[ix(lane)];
+        let r = &mut self.lanes[lane];
         r.finished = Some(at);
         r.finish_order = order;
         r.saw_cancel = saw_cancel;
@@ -909,7 +899,7 @@ impl Coordinator {
         let (Some(cb), Some(candidate)) = (self.route.scorer.clone(), candidate) else {
             return;
         };
-        self.lanes[ix(lane)].phase = Phase::Scoring;
+        self.lanes[lane].phase = Phase::Scoring;
         let ctx = ScoreContext {
             lane,
             request: self.request.clone(),
@@ -930,7 +920,7 @@ impl Coordinator {
     }
 
     fn acceptable(&self, lane: Lane) -> bool {
-        let r = &self.lanes[ix(lane)];
+        let r = &self.lanes[lane];
         if r.phase != Phase::Done {
             return false;
         }
@@ -947,7 +937,7 @@ impl Coordinator {
     }
 
     fn usable(&self, lane: Lane) -> bool {
-        let r = &self.lanes[ix(lane)];
+        let r = &self.lanes[lane];
         matches!(r.phase, Phase::Done | Phase::Scoring)
             && r.candidate()
                 .is_some_and(|c| self.diagnostic || c.is_usable())
@@ -957,7 +947,7 @@ impl Coordinator {
     fn finished_in_order(&self) -> Vec<Lane> {
         let mut v: Vec<&LaneRun> = self
             .lanes
-            .iter()
+            .values()
             .filter(|r| matches!(r.phase, Phase::Done | Phase::Scoring))
             .collect();
         v.sort_by_key(|r| r.finish_order);
@@ -968,7 +958,7 @@ impl Coordinator {
         lanes
             .iter()
             .filter_map(|&l| {
-                let r = &self.lanes[ix(l)];
+                let r = &self.lanes[l];
                 Some(Scored {
                     lane: l,
                     candidate: r.candidate()?.clone(),
@@ -989,7 +979,7 @@ impl Coordinator {
             return Some(end);
         }
         if let Some(c) = self.committed {
-            return (self.lanes[ix(c)].phase == Phase::Done).then_some(End::Committed(c));
+            return (self.lanes[c].phase == Phase::Done).then_some(End::Committed(c));
         }
         loop {
             if self.plan.pick == Pick::FirstAcceptable {
@@ -1006,15 +996,15 @@ impl Coordinator {
                 break;
             };
             let primary = self.plan.primary;
-            let sr = &self.lanes[ix(sec)];
+            let sr = &self.lanes[sec];
             if sr.phase != Phase::Idle || sr.want_start {
                 break;
             }
-            let out = match self.lanes[ix(primary)].phase {
+            let out = match self.lanes[primary].phase {
                 Phase::Absent(s) => Some(format!("{primary} was {}", s.as_str())),
                 Phase::Done if !self.acceptable(primary) => Some(format!(
                     "{primary} {}",
-                    match self.lanes[ix(primary)].candidate() {
+                    match self.lanes[primary].candidate() {
                         None => "failed",
                         Some(c) if !c.is_usable() => "gave no usable answer",
                         Some(_) => "scored below the threshold",
@@ -1025,14 +1015,14 @@ impl Coordinator {
             let Some(why) = out else {
                 break;
             };
-            self.lanes[ix(sec)].note = Some(format!("started because {why}"));
+            self.lanes[sec].note = Some(format!("started because {why}"));
             self.hedge_timer = None;
             self.share_timer = None;
             self.start_lane(sec);
         }
         let open = self
             .lanes
-            .iter()
+            .values()
             .any(|r| matches!(r.phase, Phase::Idle | Phase::Running | Phase::Scoring));
         if open || self.arbitrating.is_some() {
             return None;
@@ -1052,7 +1042,7 @@ impl Coordinator {
         };
         // A lane cut by the deadline can return before the run's own timer
         // fires (both watch the same instant): that is still the deadline.
-        let cut_by_deadline = self.lanes.iter().any(|r| {
+        let cut_by_deadline = self.lanes.values().any(|r| {
             r.candidate()
                 .is_some_and(|c| c.finish_reason == crate::lane::FinishReason::Deadline)
         });
@@ -1100,23 +1090,23 @@ impl Coordinator {
             _ => "run decided without it",
         };
         if matches!(end, End::Abort) {
-            for r in &mut self.lanes {
+            for r in self.lanes.values_mut() {
                 if matches!(r.phase, Phase::Done | Phase::Scoring) {
                     r.cancel_requested = true;
                 }
             }
         }
-        for lane in LANES {
+        for lane in Lane::ALL {
             self.cancel_lane(lane, note);
         }
         if !matches!(end, End::Deadline) {
             let until = self.deadline.min(Instant::now() + self.route.cancel_grace);
             let sleep = super::timer::sleep_until(until);
             tokio::pin!(sleep);
-            while self.lanes.iter().any(|r| {
+            while self.lanes.values().any(|r| {
                 r.phase == Phase::Running
                     && r.cancel_requested
-                    && self.slots[ix(r.lane)]
+                    && self.slots[r.lane]
                         .as_ref()
                         .is_some_and(|s| s.observes_cancellation)
             }) {
@@ -1148,7 +1138,7 @@ impl Coordinator {
         let mut error = None;
         let (status, winner, decision_reason, by) = match end {
             End::Winner { lane, by, reason } => (RunStatus::Ok, Some(lane), reason, by),
-            End::Committed(lane) => match self.lanes[ix(lane)].result.as_ref() {
+            End::Committed(lane) => match self.lanes[lane].result.as_ref() {
                 Some(Ok(c)) if c.finish_reason.is_complete() => (
                     RunStatus::Ok,
                     Some(lane),
@@ -1208,7 +1198,7 @@ impl Coordinator {
             .iter()
             .filter(|r| r.status == LaneStatus::Late)
             .count() as u32;
-        for r in &self.lanes {
+        for r in self.lanes.values() {
             if r.phase == Phase::Running {
                 if let Some(id) = r.worker_id {
                     self.registry.mark_late(id);
@@ -1230,7 +1220,7 @@ impl Coordinator {
         self.reports.extend(now_pending);
         let elapsed = now.saturating_duration_since(self.start);
         let overshoot = now.saturating_duration_since(self.deadline);
-        let candidate = winner.and_then(|w| self.lanes[ix(w)].candidate().cloned());
+        let candidate = winner.and_then(|w| self.lanes[w].candidate().cloned());
         let outcome = Outcome {
             run_id: self.run_id,
             request_id: self.request.id.clone(),
@@ -1251,9 +1241,9 @@ impl Coordinator {
             decision: Decision {
                 reason: decision_reason,
                 decided_by: by,
-                scores: LANES
+                scores: Lane::ALL
                     .iter()
-                    .map(|&l| (l, self.lanes[ix(l)].score.as_ref().map(|s| s.value)))
+                    .map(|&l| (l, self.lanes[l].score.as_ref().map(|s| s.value)))
                     .collect::<BTreeMap<_, _>>(),
             },
             lanes: reports,
@@ -1299,8 +1289,7 @@ impl Coordinator {
         error: &mut Option<String>,
     ) -> (RunStatus, Option<Lane>, String, DecidedBy) {
         if let Some(c) = self.committed {
-            if matches!(self.lanes[ix(c)].candidate(), Some(cand) if cand.finish_reason.is_complete())
-            {
+            if matches!(self.lanes[c].candidate(), Some(cand) if cand.finish_reason.is_complete()) {
                 return (
                     RunStatus::Ok,
                     Some(c),
@@ -1368,12 +1357,12 @@ impl Coordinator {
         }
         if self.committed.is_none() {
             self.committed = Some(w);
-            let buffered = std::mem::take(&mut self.lanes[ix(w)].buffer);
+            let buffered = std::mem::take(&mut self.lanes[w].buffer);
             for piece in buffered {
                 self.forward(piece);
             }
         }
-        let text = self.lanes[ix(w)]
+        let text = self.lanes[w]
             .candidate()
             .map(|c| c.text.clone())
             .unwrap_or_default();
@@ -1384,17 +1373,17 @@ impl Coordinator {
     }
 
     fn lane_error(&self, lane: Lane) -> Option<String> {
-        match &self.lanes[ix(lane)].result {
+        match &self.lanes[lane].result {
             Some(Err(e)) => Some(e.to_string()),
             _ => None,
         }
     }
 
     fn lanes_summary(&self) -> String {
-        LANES
+        Lane::ALL
             .iter()
             .map(|&l| {
-                let r = &self.lanes[ix(l)];
+                let r = &self.lanes[l];
                 let what = match (&r.phase, &r.result) {
                     (Phase::Absent(s), _) => s.as_str().to_string(),
                     (Phase::Idle, _) => "not started".into(),
@@ -1413,11 +1402,11 @@ impl Coordinator {
     }
 
     fn lane_reports(&self, winner: Option<Lane>) -> Vec<LaneReport> {
-        LANES
+        Lane::ALL
             .iter()
             .map(|&lane| {
-                let r = &self.lanes[ix(lane)];
-                let slot = self.slots[ix(lane)].as_ref();
+                let r = &self.lanes[lane];
+                let slot = self.slots[lane].as_ref();
                 let observes = slot.is_none_or(|s| s.observes_cancellation);
                 let status = match r.phase {
                     Phase::Absent(s) => s,
@@ -1506,7 +1495,7 @@ async fn call_backend(backend: &dyn Backend, job: LaneJob) -> Result<Candidate, 
         Err(p) => {
             return Err(BackendError::new(
                 "panic",
-                format!("backend panicked: {}", panic_message(&*p)),
+                format!("backend panicked: {}", message(&*p)),
             ))
         }
     };
@@ -1517,7 +1506,7 @@ async fn call_backend(backend: &dyn Backend, job: LaneJob) -> Result<Candidate, 
         Ok(r) => r,
         Err(p) => Err(BackendError::new(
             "panic",
-            format!("backend panicked: {}", panic_message(&*p)),
+            format!("backend panicked: {}", message(&*p)),
         )),
     }
 }

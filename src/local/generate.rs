@@ -4,8 +4,8 @@
 
 use super::ffi::AbortSignal;
 use super::stop::{StopMatcher, StopState};
+use super::template::{self, Origin};
 use super::utf8::Utf8Stream;
-use super::worker::template_from;
 use super::{LocalCompletion, LocalError, LocalTimings, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
@@ -22,13 +22,21 @@ const DECODE_ABORTED: i32 = 2;
 
 /// How messages become a prompt.
 pub(super) enum PromptFormat {
-    /// A template llama.cpp recognises (the model's own or an override).
+    /// A template llama.cpp recognises (the model's own, an override, or
+    /// the convention of the model's architecture or vocabulary).
     Template {
         template: LlamaChatTemplate,
-        source: &'static str,
+        origin: Origin,
     },
-    /// The model has no template: ChatML, rendered by us.
+    /// Nothing names a template: ChatML, rendered by us.
     ChatMlFallback,
+}
+
+/// Reads a chat template llama.cpp may know, by name or full text.
+fn template_from(text: &str) -> Result<LlamaChatTemplate, LocalError> {
+    LlamaChatTemplate::new(text).map_err(|e| LocalError::ChatTemplate {
+        detail: e.to_string(),
+    })
 }
 
 impl PromptFormat {
@@ -41,16 +49,14 @@ impl PromptFormat {
         let format = match configured {
             Some(text) => PromptFormat::Template {
                 template: template_from(text)?,
-                source: "configured",
+                origin: Origin::Configured,
             },
             None => match model.chat_template(None) {
                 Ok(template) => PromptFormat::Template {
                     template,
-                    source: "model",
+                    origin: Origin::Model,
                 },
-                Err(llama_cpp_2::ChatTemplateError::MissingTemplate) => {
-                    PromptFormat::ChatMlFallback
-                }
+                Err(llama_cpp_2::ChatTemplateError::MissingTemplate) => conventional(model)?,
                 Err(err) => {
                     return Err(LocalError::ChatTemplate {
                         detail: err.to_string(),
@@ -64,8 +70,8 @@ impl PromptFormat {
 
     pub(super) fn describe(&self) -> String {
         match self {
-            PromptFormat::Template { source, .. } => (*source).to_owned(),
-            PromptFormat::ChatMlFallback => "chatml-fallback".to_owned(),
+            PromptFormat::Template { origin, .. } => origin.describe(),
+            PromptFormat::ChatMlFallback => Origin::Fallback.describe(),
         }
     }
 
@@ -102,6 +108,37 @@ impl PromptFormat {
             }
         }
     }
+}
+
+/// The format of a model without a template: its architecture's or its
+/// vocabulary's convention, else ChatML (see the `template` module).
+fn conventional(model: &LlamaModel) -> Result<PromptFormat, LocalError> {
+    let architecture = model
+        .meta_val_str("general.architecture")
+        .unwrap_or_default();
+    let origin = match template::for_architecture(&architecture) {
+        Some(name) => Some(Origin::Architecture(name)),
+        None if architecture == "llama" => {
+            let vocab = model.vocab();
+            template::for_llama_vocabulary(|text| {
+                match vocab.tokenize(text.as_bytes(), false, true).as_slice() {
+                    [token] => vocab.is_control(*token),
+                    _ => false,
+                }
+            })
+            .map(Origin::Vocabulary)
+        }
+        None => None,
+    };
+    Ok(match origin {
+        Some(origin @ (Origin::Architecture(name) | Origin::Vocabulary(name))) => {
+            PromptFormat::Template {
+                template: template_from(name)?,
+                origin,
+            }
+        }
+        _ => PromptFormat::ChatMlFallback,
+    })
 }
 
 /// The worker's long-lived state: the context and what its KV cache holds.

@@ -8,8 +8,11 @@
 //!
 //! What a job gets (see [`LocalCompletion`]):
 //! - the model's chat template applied to the messages (a model without one
-//!   falls back to ChatML; an unknown template is [`LocalError::ChatTemplate`]
-//!   at start-up unless [`LocalConfig::chat_template`] names one llama.cpp
+//!   gets its architecture's conventional template where llama.cpp has one,
+//!   e.g. gemma, phi3, llama3 or mistral by the vocabulary's control tokens
+//!   for the `llama` architecture, else ChatML; [`LocalInfo::chat_template`]
+//!   says which; an unknown template is [`LocalError::ChatTemplate`] at
+//!   start-up unless [`LocalConfig::chat_template`] names one llama.cpp
 //!   knows);
 //! - tokens streamed to the job's sink as valid UTF-8, stop strings never
 //!   shown;
@@ -23,10 +26,12 @@
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
+pub mod devices;
 mod ffi;
 mod generate;
 pub mod probe;
 mod stop;
+mod template;
 mod utf8;
 mod worker;
 
@@ -40,8 +45,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+pub use crate::cores::physical_cores;
 pub use probe::{ProbeMode, ProbeReport};
-pub use worker::physical_cores;
 
 /// How to run the local model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,7 +61,8 @@ pub struct LocalConfig {
     pub context_size: Option<u32>,
     /// Most tokens decoded in one llama.cpp call (prompt processing).
     pub batch_size: u32,
-    /// Layers offloaded to the GPU (needs a GPU feature; 0 = CPU only).
+    /// Layers offloaded to the GPU (0 = CPU only). More than 0 where ggml
+    /// finds no GPU device is [`LocalError::Devices`], not a silent CPU run.
     pub gpu_layers: u32,
     /// Override the model's chat template: a name llama.cpp knows
     /// (`chatml`, `llama3`, `mistral-v7`, ...) or a full template text.
@@ -113,7 +119,7 @@ pub struct LocalInfo {
     pub model: PathBuf,
     /// Validation, model load and context creation, together (the probe
     /// not included).
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub load_time: Duration,
     /// How the child-process probe went before the load.
     pub probe: ProbeReport,
@@ -127,8 +133,10 @@ pub struct LocalInfo {
     pub gpu_layers: u32,
     /// Model parameters, as llama.cpp counts them.
     pub parameters: u64,
-    /// How the chat is turned into a prompt (`model`, `chatml-fallback`, or
-    /// the configured override).
+    /// How the chat is turned into a prompt: `model` (its own
+    /// `tokenizer.chat_template`), `configured` (the override), `NAME (by
+    /// architecture)` (e.g. `gemma (by architecture)`), `NAME (by
+    /// vocabulary)` (e.g. `llama3 (by vocabulary)`) or `chatml (fallback)`.
     pub chat_template: String,
 }
 
@@ -137,23 +145,23 @@ pub struct LocalInfo {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LocalTimings {
     /// Waiting for the worker (non-zero only when jobs were queued).
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub queued: Duration,
     /// Time spent decoding the prompt tokens that were not reused.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub prompt_eval: Duration,
     /// Prompt-eval speed over the tokens actually decoded.
     pub prompt_tokens_per_s: Option<f64>,
     /// Submission to the first sampled token.
-    #[serde(serialize_with = "opt_ms")]
+    #[serde(serialize_with = "crate::millis::optional::serialize")]
     pub ttft: Option<Duration>,
     /// First sampled token to the end of generation.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub generation: Duration,
     /// Tokens per second after the first one.
     pub gen_tokens_per_s: Option<f64>,
     /// Submission to the end of the job.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::millis::required::serialize")]
     pub total: Duration,
 }
 
@@ -244,6 +252,10 @@ pub enum LocalError {
         /// What llama.cpp returned.
         detail: String,
     },
+    /// The devices ggml found cannot run the configuration: GPU layers
+    /// without a GPU, or a portable build without its backend libraries.
+    #[error(transparent)]
+    Devices(#[from] devices::DeviceError),
     /// The job panicked (for example in its token sink). The lane reset its
     /// context and keeps working.
     #[error("local job panicked: {detail}")]
@@ -329,6 +341,7 @@ impl LocalError {
             LocalError::PromptTooLong { .. } => "prompt_too_long",
             LocalError::InvalidRequest(_) => "invalid_request",
             LocalError::Decode { .. } => "decode",
+            LocalError::Devices(e) => e.kind(),
             LocalError::Panicked { .. } => "panicked",
             LocalError::WorkerGone => "worker_gone",
             LocalError::Spawn { .. } => "spawn",
@@ -496,16 +509,5 @@ impl Future for LocalTicket {
         Pin::new(&mut self.rx)
             .poll(cx)
             .map(|r| r.unwrap_or(Err(LocalError::WorkerGone)))
-    }
-}
-
-fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64() * 1e3)
-}
-
-fn opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => s.serialize_f64(d.as_secs_f64() * 1e3),
-        None => s.serialize_none(),
     }
 }

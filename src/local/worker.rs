@@ -9,7 +9,7 @@ use super::{Envelope, LocalConfig, LocalError, LocalInfo};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::model::{LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::model::LlamaModel;
 use std::num::NonZeroU32;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -28,6 +28,9 @@ fn backend() -> &'static LlamaBackend {
     static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
     BACKEND.get_or_init(|| {
         ffi::install_log_hook();
+        // The portable build's ggml backends must be loaded before llama.cpp
+        // looks for devices.
+        super::devices::ensure_loaded();
         LlamaBackend::init().expect("llama.cpp backend is initialised only here, once")
     })
 }
@@ -36,34 +39,6 @@ fn backend() -> &'static LlamaBackend {
 /// model in parallel is unsound, and the recent-log record must belong to
 /// one load at a time.
 static LOAD_LOCK: Mutex<()> = Mutex::new(());
-
-/// The number of physical cores (hyper-threads don't help llama.cpp),
-/// never more than the process may use.
-pub fn physical_cores() -> usize {
-    let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let physical = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| count_physical_cores(&info));
-    physical.map_or(allowed, |p| p.min(allowed)).max(1)
-}
-
-fn count_physical_cores(cpuinfo: &str) -> Option<usize> {
-    let mut cores = std::collections::HashSet::new();
-    let mut package = None;
-    for line in cpuinfo.lines() {
-        let mut parts = line.splitn(2, ':');
-        let key = parts.next().unwrap_or("").trim();
-        let value = parts.next().unwrap_or("").trim();
-        match key {
-            "physical id" => package = Some(value.to_owned()),
-            "core id" => {
-                cores.insert((package.clone(), value.to_owned()));
-            }
-            _ => {}
-        }
-    }
-    (!cores.is_empty()).then_some(cores.len())
-}
 
 pub(super) fn spawn(config: LocalConfig, validate: bool) -> Result<Started, LocalError> {
     let (startup_tx, startup_rx) = mpsc::sync_channel(1);
@@ -103,12 +78,11 @@ fn run_worker(
     // Declared before the context so it is dropped after it: the context's
     // abort callback points at it.
     let signal = Arc::new(AbortSignal::default());
-    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, validate, &signal)))
-        .unwrap_or_else(|p| {
-            Err(LocalError::Panicked {
-                detail: panic_message(&*p),
-            })
-        });
+    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, validate, &signal))).unwrap_or_else(|p| {
+        Err(LocalError::Panicked {
+            detail: crate::panic_payload::message(&*p),
+        })
+    });
     let (model, params, format, threads, context_size) = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
@@ -160,7 +134,7 @@ fn run_worker(
         .unwrap_or_else(|p| {
             session.reset();
             Err(LocalError::Panicked {
-                detail: panic_message(&*p),
+                detail: crate::panic_payload::message(&*p),
             })
         });
         signal.disarm();
@@ -190,6 +164,7 @@ fn load(
         crate::gguf::validate(&config.model)?;
     }
     let backend = backend();
+    super::devices::check_gpu_layers(config.gpu_layers)?;
     let model = {
         let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         ffi::clear_recent_log();
@@ -207,7 +182,10 @@ fn load(
         })?
     };
     let format = PromptFormat::resolve(&model, config.chat_template.as_deref())?;
-    let threads = config.threads.unwrap_or_else(physical_cores).max(1);
+    let threads = config
+        .threads
+        .unwrap_or_else(crate::cores::physical_cores)
+        .max(1);
     let context_size = config
         .context_size
         .unwrap_or_else(|| model.n_ctx_train().clamp(1, 4096));
@@ -223,33 +201,4 @@ fn load(
         .with_n_threads_batch(threads_i32);
     let params = ffi::with_abort_signal(params, signal);
     Ok((Arc::new(model), params, format, threads, context_size))
-}
-
-/// Reads a chat template llama.cpp may know, by name or full text.
-pub(super) fn template_from(text: &str) -> Result<LlamaChatTemplate, LocalError> {
-    LlamaChatTemplate::new(text).map_err(|e| LocalError::ChatTemplate {
-        detail: e.to_string(),
-    })
-}
-
-pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_owned()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::count_physical_cores;
-
-    #[test]
-    fn hyperthreads_count_once() {
-        let info = "processor: 0\nphysical id: 0\ncore id: 0\n\nprocessor: 1\nphysical id: 0\ncore id: 0\n\nprocessor: 2\nphysical id: 0\ncore id: 1\n";
-        assert_eq!(count_physical_cores(info), Some(2));
-        assert_eq!(count_physical_cores("processor: 0\n"), None);
-    }
 }

@@ -111,7 +111,7 @@ impl Engine for HarnessEngine {
     fn health(&self) -> Health {
         let stats = self.harness.stats();
         Health {
-            lanes: [Lane::Local, Lane::Cloud]
+            lanes: Lane::ALL
                 .into_iter()
                 .map(|lane| LaneState {
                     lane,

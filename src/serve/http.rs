@@ -1,46 +1,32 @@
 //! Request handling: routing, the bearer-token check, the body cap, and
-//! turning an engine's run into an OpenAI-shaped response (whole JSON, or
-//! SSE through `stream`). One function per endpoint. It must not accept
-//! connections or manage shutdown (`server` does) and must not decide how a
-//! run goes (the engine does).
+//! starting a run for a chat request, answered whole here or as SSE by
+//! `stream` (both end through `response`). One function per endpoint. It
+//! must not accept connections or manage shutdown (`server` does) and must
+//! not decide how a run goes (the engine does).
 
-use super::engine::{Engine, Job, ModelEntry, Run, RunInfo, StartError, Status, Summary};
-use super::metrics::Metrics;
+use super::app::App;
+use super::engine::{Job, ModelEntry, Run, StartError};
+use super::response::{
+    self, error_response, extension, full, json_response, shutting_down, usage, AbortOnDrop, Body,
+};
 use super::stream;
-use super::wire::{self, ApiError, Ids, Limits, Usage, INVALID_REQUEST};
+use super::wire::{self, ApiError, Ids, Limits, INVALID_REQUEST};
 use super::BearerToken;
 use crate::request::Request as LlmRequest;
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response};
 use serde_json::{json, Value};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 /// Request headers a client may use instead of the `edgecloud` body field.
 pub(crate) const H_POLICY: &str = "x-edgecloud-policy";
 pub(crate) const H_DEADLINE: &str = "x-edgecloud-deadline-ms";
-
-/// Everything a request handler needs, shared by all connections.
-pub(crate) struct App {
-    pub(crate) engine: Arc<dyn Engine>,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) token: Option<BearerToken>,
-    pub(crate) max_body_bytes: usize,
-    pub(crate) body_timeout: Duration,
-    pub(crate) limits: Limits,
-    pub(crate) retry_after_secs: u64,
-    pub(crate) created: u64,
-    pub(crate) shutting_down: AtomicBool,
-    pub(crate) connections: AtomicUsize,
-}
 
 /// Handles one request; never fails (errors are responses).
 pub(crate) async fn handle(
@@ -317,39 +303,7 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     }
 }
 
-fn shutting_down(retry_after: u64) -> ApiError {
-    ApiError::new(503, "server_error", "the server is shutting down")
-        .code("shutting_down")
-        .retry_after(retry_after)
-}
-
-/// Aborts the run if dropped before it settles: the client went away.
-pub(crate) struct AbortOnDrop(Option<Box<dyn Fn() + Send + Sync>>);
-
-impl AbortOnDrop {
-    pub(crate) fn new(run: &dyn Run) -> Self {
-        Self(Some(run.aborter()))
-    }
-
-    /// The run settled: nothing to abort any more.
-    pub(crate) fn disarm(&mut self) {
-        self.0 = None;
-    }
-
-    /// Aborts now (once).
-    pub(crate) fn fire(&mut self) {
-        if let Some(abort) = self.0.take() {
-            abort();
-        }
-    }
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.fire();
-    }
-}
-
+/// Answers a non-streaming request: one JSON body once the run settles.
 async fn whole(
     app: &Arc<App>,
     run: Box<dyn Run>,
@@ -357,169 +311,17 @@ async fn whole(
     request_id: Option<String>,
 ) -> Result<Response<Body>, ApiError> {
     let info = run.info().clone();
-    let mut guard = AbortOnDrop::new(&*run);
-    let summary = run.finish().await;
-    guard.disarm();
-    let summary = summary.map_err(|e| ApiError::new(500, "server_error", e))?;
-    app.metrics.run(&summary);
-    let mut response = match success(&summary) {
-        Some((text, finish)) => {
+    let guard = AbortOnDrop::new(&*run);
+    let summary = response::settle(app, run, guard).await?;
+    Ok(response::settled(
+        app,
+        &info,
+        &summary,
+        request_id.as_deref(),
+        |text, finish| {
             let body =
                 wire::completion_json(&ids, text, finish, usage(&summary), extension(&summary));
             json_response(200, &body)
-        }
-        None => error_response(&failure(app, &summary)),
-    };
-    outcome_headers(
-        response.headers_mut(),
-        &info,
-        Some(&summary),
-        request_id.as_deref(),
-    );
-    Ok(response)
-}
-
-/// The answer and its OpenAI finish reason, when the run succeeded.
-pub(crate) fn success(s: &Summary) -> Option<(&str, &'static str)> {
-    if s.status != Status::Ok {
-        return None;
-    }
-    let finish = match s.finish_reason {
-        Some(crate::lane::FinishReason::Length) => "length",
-        _ => "stop",
-    };
-    Some((s.text.as_deref().unwrap_or(""), finish))
-}
-
-/// The winner's token counts: the provider's when it reported them, else
-/// the local tokenizer's, else 0 (the `edgecloud` field says which).
-pub(crate) fn usage(s: &Summary) -> Usage {
-    let Some(w) = s.winner() else {
-        return Usage::default();
-    };
-    let t = &w.tokens;
-    Usage {
-        prompt: t.provider_prompt.or(t.local_prompt).unwrap_or(0),
-        completion: t.provider_completion.or(t.local_completion).unwrap_or(0),
-    }
-}
-
-/// The `edgecloud` response field.
-pub(crate) fn extension(s: &Summary) -> Value {
-    serde_json::to_value(s).unwrap_or(Value::Null)
-}
-
-/// The error for a run that ended without an answer; counts busy
-/// rejections.
-pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
-    let detail = s.error.clone().unwrap_or_else(|| "no answer".into());
-    if s.all_busy() {
-        app.metrics.busy_rejection();
-        return ApiError::new(
-            503,
-            "overloaded_error",
-            format!(
-                "every lane this request needs is busy ({}); retry shortly",
-                s.lanes_header()
-            ),
-        )
-        .code("lanes_busy")
-        .retry_after(app.retry_after_secs);
-    }
-    match s.status {
-        Status::DeadlineExceeded => ApiError::new(
-            504,
-            "timeout_error",
-            format!(
-                "no usable answer within the {:.0} ms deadline ({}): {detail}",
-                s.deadline_ms,
-                s.lanes_header()
-            ),
-        )
-        .code("deadline_exceeded"),
-        Status::Aborted => shutting_down(app.retry_after_secs),
-        _ => ApiError::new(
-            502,
-            "server_error",
-            format!(
-                "no lane produced an answer ({}): {detail}",
-                s.lanes_header()
-            ),
-        )
-        .code("lanes_failed"),
-    }
-}
-
-fn header(map: &mut HeaderMap, name: &'static str, value: impl ToString) {
-    if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
-        map.insert(HeaderName::from_static(name), v);
-    }
-}
-
-/// The `x-edgecloud-*` response headers: the run's identity always, its
-/// outcome when known (whole responses and errors; a stream's outcome is in
-/// its last chunk).
-pub(crate) fn outcome_headers(
-    map: &mut HeaderMap,
-    info: &RunInfo,
-    summary: Option<&Summary>,
-    request_id: Option<&str>,
-) {
-    header(map, "x-edgecloud-run-id", info.run_id);
-    if let Some(id) = request_id {
-        header(map, "x-request-id", id);
-    }
-    let Some(s) = summary else {
-        // A stream's headers leave before its outcome: what is known now.
-        if let Some(route) = &info.route {
-            header(map, "x-edgecloud-route", route);
-        }
-        if let Some(policy) = &info.policy {
-            header(map, "x-edgecloud-policy", policy);
-        }
-        header(
-            map,
-            "x-edgecloud-deadline-ms",
-            format!("{:.0}", info.deadline_ms),
-        );
-        return;
-    };
-    header(map, "x-edgecloud-route", &s.route);
-    header(map, "x-edgecloud-policy", &s.policy);
-    header(
-        map,
-        "x-edgecloud-deadline-ms",
-        format!("{:.0}", s.deadline_ms),
-    );
-    header(map, "x-edgecloud-status", s.status.as_str());
-    if let Some(lane) = s.lane {
-        header(map, "x-edgecloud-lane", lane);
-    }
-    header(
-        map,
-        "x-edgecloud-elapsed-ms",
-        format!("{:.1}", s.elapsed_ms),
-    );
-    header(map, "x-edgecloud-late-workers", s.late_workers);
-    header(map, "x-edgecloud-lanes", s.lanes_header());
-}
-
-pub(crate) fn full(body: impl Into<Bytes>) -> Body {
-    Full::new(body.into()).boxed()
-}
-
-pub(crate) fn json_response(status: u16, body: &Value) -> Response<Body> {
-    let mut r = Response::new(full(body.to_string()));
-    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
-
-pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
-    let mut r = json_response(e.status, &e.body());
-    if let Some(secs) = e.retry_after {
-        header(r.headers_mut(), "retry-after", secs.max(1));
-    }
-    r
+        },
+    ))
 }

@@ -5,7 +5,7 @@
 //! must not decide anything.
 
 use super::engine::{Health, LaneStatus, Status, Summary};
-use crate::lane::{FinishReason, Lane};
+use crate::lane::{FinishReason, Lane, PerLane};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -85,7 +85,7 @@ struct State {
     busy_rejections: u64,
     request_duration: Histogram,
     request_ttft: Histogram,
-    lanes: [LaneMetrics; 2],
+    lanes: PerLane<LaneMetrics>,
 }
 
 /// The registry. Cheap to update (one short lock, never held across an
@@ -94,15 +94,6 @@ struct State {
 pub(crate) struct Metrics {
     state: Mutex<State>,
 }
-
-fn ix(lane: Lane) -> usize {
-    match lane {
-        Lane::Local => 0,
-        Lane::Cloud => 1,
-    }
-}
-
-const LANES: [Lane; 2] = [Lane::Local, Lane::Cloud];
 
 /// Reads one per-lane figure (a table of these renders the lane series).
 type Get<T> = fn(&LaneMetrics) -> T;
@@ -136,7 +127,7 @@ impl Metrics {
 
     /// A late worker returned `overrun` after its run settled.
     pub(crate) fn late_worker_finished(&self, lane: Lane, overrun: Duration) {
-        self.lock().lanes[ix(lane)]
+        self.lock().lanes[lane]
             .late_overrun
             .observe(overrun.as_secs_f64());
     }
@@ -149,7 +140,7 @@ impl Metrics {
             .or_default() += 1;
         st.request_duration.observe(s.elapsed_ms / 1e3);
         for l in &s.lanes {
-            let m = &mut st.lanes[ix(l.lane)];
+            let m = &mut st.lanes[l.lane];
             if l.status == LaneStatus::Busy || l.status.ran() {
                 m.requests += 1;
             }
@@ -338,8 +329,8 @@ impl Metrics {
         ];
         for (name, help, get) in counters {
             head(&mut o, name, "counter", help);
-            for lane in LANES {
-                let _ = writeln!(o, "{name}{{lane=\"{lane}\"}} {}", get(&st.lanes[ix(lane)]));
+            for lane in Lane::ALL {
+                let _ = writeln!(o, "{name}{{lane=\"{lane}\"}} {}", get(&st.lanes[lane]));
             }
         }
         head(
@@ -348,8 +339,8 @@ impl Metrics {
             "counter",
             "Lane errors by kind.",
         );
-        for lane in LANES {
-            for (kind, n) in &st.lanes[ix(lane)].failures {
+        for lane in Lane::ALL {
+            for (kind, n) in &st.lanes[lane].failures {
                 let _ = writeln!(
                     o,
                     "edgecloud_lane_failures_total{{lane=\"{lane}\",kind=\"{}\"}} {n}",
@@ -363,8 +354,8 @@ impl Metrics {
         ];
         for (name, help, get) in tokens {
             head(&mut o, name, "counter", help);
-            for lane in LANES {
-                let (provider, local) = get(&st.lanes[ix(lane)]);
+            for lane in Lane::ALL {
+                let (provider, local) = get(&st.lanes[lane]);
                 let _ = writeln!(
                     o,
                     "{name}{{lane=\"{lane}\",source=\"provider\"}} {provider}"
@@ -391,8 +382,8 @@ impl Metrics {
         ];
         for (name, help, get) in hists {
             head(&mut o, name, "histogram", help);
-            for lane in LANES {
-                get(&st.lanes[ix(lane)]).render(&mut o, name, &format!("lane=\"{lane}\""));
+            for lane in Lane::ALL {
+                get(&st.lanes[lane]).render(&mut o, name, &format!("lane=\"{lane}\""));
             }
         }
         o

@@ -4,7 +4,8 @@
 //! (and so their runs) finish, then wait for late workers, all within one
 //! grace period. It must not look inside requests (`http` does).
 
-use super::http::{handle, App};
+use super::app::App;
+use super::http::handle;
 use super::ServeReport;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -92,7 +93,7 @@ pub(crate) async fn serve(
         .shutdown(until.saturating_duration_since(Instant::now()))
         .await;
     let report = ServeReport {
-        waited_ms: started.elapsed().as_secs_f64() * 1e3,
+        waited_ms: crate::millis::to_ms(started.elapsed()),
         connections_left: if http_drained {
             0
         } else {

@@ -7,10 +7,10 @@
 //! a clean end. It must not choose lanes: what it streams is what the run
 //! committed.
 
+use super::app::App;
 use super::engine::Run;
-use super::http::{
-    error_response, extension, failure, full, outcome_headers, success, usage, AbortOnDrop, App,
-    Body,
+use super::response::{
+    self, extension, failure, full, outcome_headers, success, usage, AbortOnDrop, Body,
 };
 use super::wire::{self, ApiError, Ids};
 use bytes::Bytes;
@@ -55,15 +55,16 @@ pub(crate) async fn respond(
 ) -> Result<Response<Body>, ApiError> {
     let info = run.info().clone();
     let started = Instant::now();
-    let mut guard = AbortOnDrop::new(&*run);
+    let guard = AbortOnDrop::new(&*run);
     let Some(first) = run.next_token().await else {
         // Settled before any text: answer with the outcome at once.
-        let summary = run.finish().await;
-        guard.disarm();
-        let summary = summary.map_err(|e| ApiError::new(500, "server_error", e))?;
-        app.metrics.run(&summary);
-        let mut response = match success(&summary) {
-            Some((text, finish)) => {
+        let summary = response::settle(&app, run, guard).await?;
+        return Ok(response::settled(
+            &app,
+            &info,
+            &summary,
+            request_id.as_deref(),
+            |text, finish| {
                 let mut frames = vec![event(&wire::chunk_json(
                     &ids,
                     json!({"role": "assistant", "content": ""}),
@@ -77,18 +78,9 @@ pub(crate) async fn respond(
                     )));
                 }
                 frames.extend(ending(&ids, &summary, finish, include_usage));
-                let body: Vec<u8> = frames.concat();
-                sse_response(full(body))
-            }
-            None => error_response(&failure(&app, &summary)),
-        };
-        outcome_headers(
-            response.headers_mut(),
-            &info,
-            Some(&summary),
-            request_id.as_deref(),
-        );
-        return Ok(response);
+                sse_response(full(frames.concat()))
+            },
+        ));
     };
     app.metrics.request_ttft(started.elapsed());
     let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT);
@@ -166,18 +158,13 @@ async fn pump(
         // so the lanes stop before we wait for the settled run.
         guard.fire();
     }
-    let summary = run.finish().await;
-    guard.disarm();
-    let summary = match summary {
+    let summary = match response::settle(&app, run, guard).await {
         Ok(s) => s,
         Err(e) => {
-            let _ = tx
-                .send(event(&ApiError::new(500, "server_error", e).body()))
-                .await;
+            let _ = tx.send(event(&e.body())).await;
             return;
         }
     };
-    app.metrics.run(&summary);
     if !open {
         return;
     }

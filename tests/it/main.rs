@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod cloud;
+mod devices;
 mod ensure_deps;
 mod error_chain;
 mod fetch;

@@ -5,6 +5,7 @@
 
 use anyhow::Context;
 use edgecloud::cloud::{CloudConfig, CloudDiagnostic, CloudError, CloudLane, DEFAULT_API_KEY_ENV};
+use edgecloud::millis::to_ms_rounded;
 use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
 use serde::Serialize;
 use std::io::Write;
@@ -165,10 +166,6 @@ struct ErrorReport {
     message: String,
 }
 
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
 fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> ExitCode {
     let status = status_of(diag);
     let completion = diag.result.as_ref().ok();
@@ -191,10 +188,10 @@ fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> ExitCode
         prompt_tokens: usage.map(|u| u.prompt_tokens),
         completion_tokens: usage.map(|u| u.completion_tokens),
         total_tokens: usage.map(|u| u.total_tokens),
-        connect_ms: t.connect.map(ms),
-        ttfb_ms: t.ttfb.map(ms),
-        ttft_ms: t.ttft.map(ms),
-        total_ms: ms(total),
+        connect_ms: t.connect.map(to_ms_rounded),
+        ttfb_ms: t.ttfb.map(to_ms_rounded),
+        ttft_ms: t.ttft.map(to_ms_rounded),
+        total_ms: to_ms_rounded(total),
         http_status: diag.http_status,
         gen_tokens_per_s: completion
             .and_then(|c| c.gen_tokens_per_s())

@@ -3,7 +3,9 @@
 //! deadline and `total_ms` both count from the request's start.
 
 use anyhow::Context as _;
+use edgecloud::local::devices::DeviceError;
 use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode};
+use edgecloud::millis::to_ms_rounded;
 use edgecloud::{ChatMessage, FinishReason, LaneJob, Sampling};
 use serde_json::{json, Value};
 use std::io::Write as _;
@@ -54,7 +56,8 @@ pub(crate) struct LocalArgs {
     /// Prompt batch size.
     #[arg(long, default_value_t = 512)]
     batch_size: u32,
-    /// Layers to offload to a GPU.
+    /// Layers to offload to a GPU. More than 0 without a GPU is an error
+    /// (`edgecloud doctor` shows the devices found).
     #[arg(long, default_value_t = 0)]
     gpu_layers: u32,
     /// Print one JSON object instead of streaming text.
@@ -103,7 +106,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
             let _ = out.flush();
         });
     }
-    let load_ms = ms(lane.info().load_time);
+    let load_ms = to_ms_rounded(lane.info().load_time);
     match lane.generate(job) {
         Ok(done) => report(&args, &lane, &done, load_ms),
         Err(err) => report_failure(&args, &err, Some(load_ms)),
@@ -137,9 +140,9 @@ fn report(
             "reused_prompt_tokens": done.reused_prompt_tokens,
             "completion_tokens": done.completion_tokens,
             "load_ms": load_ms,
-            "prompt_eval_ms": ms(t.prompt_eval),
-            "ttft_ms": t.ttft.map(ms),
-            "total_ms": ms(t.total),
+            "prompt_eval_ms": to_ms_rounded(t.prompt_eval),
+            "ttft_ms": t.ttft.map(to_ms_rounded),
+            "total_ms": to_ms_rounded(t.total),
             "prompt_tokens_per_s": t.prompt_tokens_per_s,
             "gen_tokens_per_s": t.gen_tokens_per_s,
             "mean_logprob": done.mean_logprob,
@@ -165,16 +168,16 @@ fn report(
             "prompt           {} tokens ({} reused), {} , {}",
             done.prompt_tokens,
             done.reused_prompt_tokens,
-            format_args!("{:.1} ms", ms(t.prompt_eval)),
+            format_args!("{:.1} ms", to_ms_rounded(t.prompt_eval)),
             opt(t.prompt_tokens_per_s, " tok/s"),
         );
-        println!("first token      {}", opt(t.ttft.map(ms), " ms"));
+        println!("first token      {}", opt(t.ttft.map(to_ms_rounded), " ms"));
         println!(
             "generation       {} tokens, {}",
             done.completion_tokens,
             opt(t.gen_tokens_per_s, " tok/s")
         );
-        println!("total            {:.1} ms", ms(t.total));
+        println!("total            {:.1} ms", to_ms_rounded(t.total));
         println!(
             "mean logprob     {}",
             done.mean_logprob.map_or("-".into(), |v| format!("{v:.3}"))
@@ -214,6 +217,12 @@ fn report_failure(
         "edgecloud: local lane failed: {}",
         edgecloud::error_chain(err)
     );
+    if let LocalError::Devices(DeviceError::NoGpu { gpu_layers, .. }) = err {
+        eprintln!(
+            "edgecloud: --gpu-layers {gpu_layers} needs a GPU and none was found; \
+             `edgecloud doctor` lists what this binary has"
+        );
+    }
     Ok(ExitCode::FAILURE)
 }
 
@@ -222,8 +231,4 @@ fn print_json(value: &Value) -> anyhow::Result<()> {
     serde_json::to_writer(&mut out, value).context("writing JSON to stdout")?;
     writeln!(out)?;
     Ok(())
-}
-
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cloud;
+mod doctor;
 mod fetch;
 mod local;
 mod model;
@@ -43,6 +44,9 @@ enum Command {
         /// The probe's spec, as JSON.
         spec: String,
     },
+    /// Show the ggml backends and devices this binary runs on (CPU variant,
+    /// GPUs and their memory) and whether GPU offload is possible.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Probe { spec } => {
             return ExitCode::from(edgecloud::local::probe::run_child(&spec).clamp(0, 255) as u8)
         }
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,
