@@ -142,13 +142,21 @@ pub struct ProviderTokens {
     pub runs_reporting: u64,
 }
 
-/// Answers checked against a workload's expected answers.
+/// Answers graded against a workload's expected answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {
-    /// Runs whose item had an expected answer and which answered.
+    /// Runs whose item had an expected answer (a run without an answer
+    /// counts as wrong).
     pub checked: u64,
-    /// Of those, answers containing the expected one.
+    /// Of those, runs whose answer was right by the item's grader.
     pub matched: u64,
+}
+
+impl Accuracy {
+    /// `matched / checked`, when anything was checked.
+    pub fn rate(&self) -> Option<f64> {
+        ratio(self.matched, self.checked)
+    }
 }
 
 /// The figures of one (policy, deadline) combination.
@@ -186,6 +194,17 @@ pub struct GroupSummary {
     pub tokens_saved: TokensSaved,
     /// Expected-answer checks.
     pub accuracy: Accuracy,
+    /// Share of runs in which a cloud call was made (the cloud lane ran:
+    /// completed, failed, cancelled or late).
+    #[serde(default)]
+    pub cloud_call_share: f64,
+    /// With both single-lane baselines (`local-only`, `cloud-only`) at
+    /// this deadline in the same bench: (accuracy - local-only accuracy) /
+    /// (cloud-only accuracy - local-only accuracy), the share of the
+    /// local-to-cloud accuracy gap this policy recovers. Absent without
+    /// both baselines or when they are equally accurate.
+    #[serde(default)]
+    pub gap_recovered: Option<f64>,
 }
 
 impl GroupSummary {
@@ -249,6 +268,10 @@ impl GroupSummary {
                 checked: checked.len() as u64,
                 matched: checked.iter().filter(|m| **m).count() as u64,
             },
+            cloud_call_share: share(count(&|r| {
+                r.lane(Lane::Cloud).is_some_and(|l| l.state.ran())
+            })),
+            gap_recovered: None,
         }
     }
 }
@@ -302,7 +325,8 @@ pub fn summarize(
             keys.push(key);
         }
     }
-    keys.into_iter()
+    let mut groups: Vec<GroupSummary> = keys
+        .into_iter()
         .filter_map(|(policy, deadline)| {
             let group: Vec<&RunRecord> = runs
                 .iter()
@@ -310,7 +334,26 @@ pub fn summarize(
                 .collect();
             (!group.is_empty()).then(|| GroupSummary::of(&policy, deadline, &group))
         })
-        .collect()
+        .collect();
+    let baseline = |groups: &[GroupSummary], policy: &str, deadline: u64| {
+        groups
+            .iter()
+            .find(|g| g.policy == policy && g.deadline_ms == deadline)
+            .and_then(|g| g.accuracy.rate())
+    };
+    for i in 0..groups.len() {
+        let d = groups[i].deadline_ms;
+        if let (Some(weak), Some(strong), Some(acc)) = (
+            baseline(&groups, "local-only", d),
+            baseline(&groups, "cloud-only", d),
+            groups[i].accuracy.rate(),
+        ) {
+            if (strong - weak).abs() > 1e-12 {
+                groups[i].gap_recovered = Some((acc - weak) / (strong - weak));
+            }
+        }
+    }
+    groups
 }
 
 /// Everything `summary.json` holds.

@@ -12,6 +12,7 @@ mod gguf_catalogue;
 mod harness;
 mod local;
 mod probe;
+mod quality;
 mod real_model;
 mod serve;
 mod support;
