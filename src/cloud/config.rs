@@ -64,6 +64,11 @@ pub struct CloudConfig {
     pub stall_timeout: Duration,
     /// Size caps.
     pub limits: CloudLimits,
+    /// A PEM file of CA certificates to trust besides the built-in web
+    /// roots (a private CA, a self-signed server). Read when the lane is
+    /// built; a file that cannot be read or holds no certificate is
+    /// [`CloudError::InvalidConfig`].
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Size caps that keep a hostile or broken server from growing memory.
@@ -108,6 +113,7 @@ impl Default for CloudConfig {
             connect_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(60),
             limits: CloudLimits::default(),
+            ca_file: None,
         }
     }
 }
@@ -197,6 +203,7 @@ impl fmt::Debug for CloudConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("stall_timeout", &self.stall_timeout)
             .field("limits", &self.limits)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

@@ -9,7 +9,7 @@
 //! lock after seeing the run settled. One channel, so every observer sees
 //! `run_started` first, `run_settled` exactly once after every earlier
 //! event of that run, and late-worker events after it. The channel is
-//! bounded ([`EVENT_QUEUE_CAPACITY`] events): when a stuck or slow observer
+//! bounded (`EVENT_QUEUE_CAPACITY` events): when a stuck or slow observer
 //! lets it fill, further events are dropped and counted
 //! (`HarnessStats::observer_events_dropped`, serve's
 //! `edgecloud_observer_events_dropped_total`) rather than blocking a run or
@@ -27,7 +27,7 @@ use std::sync::{mpsc, Arc};
 
 /// Events queued for the observers before new ones are dropped: at a few
 /// hundred bytes each, at most a few MiB held for an observer that stopped.
-pub const EVENT_QUEUE_CAPACITY: usize = 8192;
+pub(crate) const EVENT_QUEUE_CAPACITY: usize = 8192;
 
 /// Something that happened in a run. Every event names its run;
 /// `at_ms` counts from the run's start.
@@ -292,7 +292,9 @@ mod tests {
         assert_eq!(sink.dropped(), 100 - CAP as u64);
         release_tx.send(()).unwrap();
         let wait = std::time::Duration::from_secs(30);
-        let delivered: Vec<u64> = (0..=CAP).map(|_| seen_rx.recv_timeout(wait).unwrap()).collect();
+        let delivered: Vec<u64> = (0..=CAP)
+            .map(|_| seen_rx.recv_timeout(wait).unwrap())
+            .collect();
         assert_eq!(delivered, (0..=CAP as u64).collect::<Vec<_>>(), "in order");
     }
 }

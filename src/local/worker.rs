@@ -78,11 +78,12 @@ fn run_worker(
     // Declared before the context so it is dropped after it: the context's
     // abort callback points at it.
     let signal = Arc::new(AbortSignal::default());
-    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, validate, &signal))).unwrap_or_else(|p| {
-        Err(LocalError::Panicked {
-            detail: crate::panic_payload::message(&*p),
-        })
-    });
+    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, validate, &signal)))
+        .unwrap_or_else(|p| {
+            Err(LocalError::Panicked {
+                detail: crate::panic_payload::message(&*p),
+            })
+        });
     let (model, params, format, threads, context_size) = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {

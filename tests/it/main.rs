@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod cloud;
+mod cloud_tls;
 mod devices;
 mod ensure_deps;
 mod error_chain;
@@ -15,4 +16,5 @@ mod probe;
 mod quality;
 mod real_model;
 mod serve;
+mod serve_fuzz;
 mod support;

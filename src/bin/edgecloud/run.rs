@@ -39,6 +39,10 @@ pub(crate) struct HarnessArgs {
     /// OPENAI_API_KEY).
     #[arg(long, value_name = "VAR")]
     api_key_env: Option<String>,
+    /// PEM file of CA certificates the cloud lane trusts besides the web
+    /// roots (a private CA or a self-signed server).
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
     /// Policy: local-only, cloud-only, race, hedge, cascade, fallback,
     /// best-of (default: the config's, else race).
     #[arg(long, value_name = "POLICY")]
@@ -79,7 +83,11 @@ impl HarnessArgs {
                 None => bail!("--threads needs a local model (--model, or [local] in --config)"),
             }
         }
-        if self.base_url.is_some() || self.cloud_model.is_some() || self.api_key_env.is_some() {
+        if self.base_url.is_some()
+            || self.cloud_model.is_some()
+            || self.api_key_env.is_some()
+            || self.ca_file.is_some()
+        {
             let cloud = cfg.cloud.get_or_insert_with(CloudConfig::default);
             if let Some(url) = &self.base_url {
                 cloud.base_url = url.clone();
@@ -89,6 +97,9 @@ impl HarnessArgs {
             }
             if let Some(var) = &self.api_key_env {
                 cloud.api_key_env = var.clone();
+            }
+            if let Some(file) = &self.ca_file {
+                cloud.ca_file = Some(file.clone());
             }
             if cloud.base_url.is_empty() || cloud.model.is_empty() {
                 bail!("the cloud lane needs both --base-url and --cloud-model (or [cloud] in --config)");
