@@ -284,7 +284,10 @@ fn lane_summary(lane: Lane, runs: &[&RunRecord]) -> LaneSummary {
         .filter(|l| {
             !matches!(
                 l.state,
-                LaneState::NotStarted | LaneState::Busy | LaneState::Skipped
+                LaneState::NotStarted
+                    | LaneState::Busy
+                    | LaneState::Unavailable
+                    | LaneState::Skipped
             )
         })
         .count() as u64;
@@ -543,5 +546,42 @@ mod tests {
         assert_eq!(race.lane(Lane::Local).unwrap().wins, 2);
         assert_eq!(race.lane(Lane::Cloud).unwrap().busy, 1);
         assert!(race.ttft_ms.is_none());
+    }
+
+    #[test]
+    fn accuracy_cloud_share_and_gap_recovered() {
+        // local-only 1/4 right, cloud-only 3/4, cascade 2/4 with the cloud
+        // called in 2 of 4 runs: half the gap recovered.
+        let graded = |policy: &str, right: &[bool], cloud_ran: &[bool]| -> Vec<RunRecord> {
+            right
+                .iter()
+                .zip(cloud_ran)
+                .map(|(&ok, &ran)| {
+                    let mut r = run(policy, Some(Lane::Local), 10.0, false);
+                    r.expected_match = Some(ok);
+                    if ran {
+                        r.lanes[1].state = LaneState::Completed;
+                    }
+                    r
+                })
+                .collect()
+        };
+        let mut runs = graded("local-only", &[true, false, false, false], &[false; 4]);
+        runs.extend(graded("cloud-only", &[true, true, true, false], &[true; 4]));
+        runs.extend(graded(
+            "cascade",
+            &[true, true, false, false],
+            &[true, false, true, false],
+        ));
+        let groups = summarize(&runs, &[], &[]);
+        let g = |p: &str| groups.iter().find(|g| g.policy == p).unwrap();
+        assert_eq!(g("local-only").accuracy.rate(), Some(0.25));
+        assert_eq!(g("cascade").cloud_call_share, 0.5);
+        assert_eq!(g("local-only").cloud_call_share, 0.0);
+        assert_eq!(g("cascade").gap_recovered, Some(0.5));
+        assert_eq!(g("cloud-only").gap_recovered, Some(1.0));
+        // Without both baselines there is no gap to speak of.
+        let alone = summarize(&runs[8..], &[], &[]);
+        assert_eq!(alone[0].gap_recovered, None);
     }
 }

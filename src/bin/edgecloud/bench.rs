@@ -26,7 +26,8 @@ fn after_help() -> String {
      Ctrl-C stops after the run in flight is aborted and keeps what was \
      measured; a second Ctrl-C exits at once.\n\n\
      Workloads: a JSON Lines file (one request per line: {\"prompt\": \"...\"} or \
-     {\"messages\": [...]}, optional \"sampling\", \"id\", \"tag\", \"expected\"), \
+     {\"messages\": [...]}, optional \"sampling\", \"id\", \"tag\", \"expected\", \"grader\": \
+     contains, exact, number, choice or regex), \
      or builtin:short, builtin:long, builtin:chat (optionally :COUNT).\n\n\
      Lanes: --model starts the local lane, --base-url with --cloud-model the \
      cloud lane; flags override --config, as for `edgecloud run`.\n\n\
