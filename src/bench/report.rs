@@ -197,6 +197,40 @@ pub fn render_markdown(s: &Summary) -> String {
         }
     );
 
+    if s.groups.iter().any(|g| g.accuracy.checked > 0) {
+        let _ = writeln!(md, "## Quality per policy and deadline\n");
+        let _ = writeln!(
+            md,
+            "| policy | deadline ms | accuracy | right / graded | cloud-call share | cloud tokens (provider, prompt + completion) | latency p50 / p95 ms | gap recovered |"
+        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for g in &s.groups {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} / {} | {} | {} | {} / {} | {} |",
+                g.policy,
+                g.deadline_ms,
+                g.accuracy.rate().map_or("–".into(), pct),
+                g.accuracy.matched,
+                g.accuracy.checked,
+                pct(g.cloud_call_share),
+                if g.cloud_tokens.runs_reporting == 0 {
+                    "–".to_string()
+                } else {
+                    (g.cloud_tokens.prompt + g.cloud_tokens.completion).to_string()
+                },
+                num(g.latency_ms.map(|d| d.p50)),
+                num(g.latency_ms.map(|d| d.p95)),
+                g.gap_recovered.map_or("–".into(), pct),
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\n*Gap recovered*: (accuracy - local-only accuracy) / (cloud-only accuracy - local-only accuracy) at the same deadline. \
+             `edgecloud bench calibrate DIR` simulates a cascade at every threshold of each local confidence signal from the local-only and cloud-only runs.\n"
+        );
+    }
+
     let _ = writeln!(md, "## Results per policy and deadline\n");
     let _ = writeln!(
         md,

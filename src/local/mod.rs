@@ -17,7 +17,9 @@
 //! - tokens streamed to the job's sink as valid UTF-8, stop strings never
 //!   shown;
 //! - the log-probability of every sampled token under the model's raw
-//!   distribution (before temperature and truncation), with mean and minimum;
+//!   distribution (before temperature and truncation), with mean, minimum,
+//!   10th percentile and the first token's top-1 minus top-2 probability
+//!   margin (one f32 pass over the logits per token: `signals`);
 //! - cancellation between tokens *and inside `llama_decode`* (llama.cpp's
 //!   abort callback), so a long prompt stops within one compute step; the
 //!   job's deadline is watched the same way;
@@ -29,6 +31,7 @@
 pub mod devices;
 mod ffi;
 mod generate;
+mod signals;
 mod stop;
 mod template;
 mod utf8;
@@ -161,6 +164,13 @@ pub struct LocalCompletion {
     pub mean_logprob: Option<f32>,
     /// Minimum of `token_logprobs`.
     pub min_logprob: Option<f32>,
+    /// 10th percentile of `token_logprobs` (nearest rank; the minimum
+    /// under 10 tokens): a low quantile, robust to one odd token.
+    pub p10_logprob: Option<f32>,
+    /// The first sampled position's top-1 minus top-2 probability under
+    /// the raw model distribution, in `[0, 1]`: high when the model was
+    /// sure how to start (a strong signal on short answers).
+    pub first_token_margin: Option<f32>,
     /// True when cancellation or the deadline stopped a `llama_decode` call
     /// from inside (llama.cpp's abort callback), rather than between calls.
     pub aborted_in_decode: bool,

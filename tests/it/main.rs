@@ -11,6 +11,7 @@ mod gguf;
 mod gguf_catalogue;
 mod harness;
 mod local;
+mod quality;
 mod real_model;
 mod serve;
 mod support;

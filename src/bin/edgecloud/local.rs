@@ -142,6 +142,8 @@ fn report(
             "gen_tokens_per_s": t.gen_tokens_per_s,
             "mean_logprob": done.mean_logprob,
             "min_logprob": done.min_logprob,
+            "p10_logprob": done.p10_logprob,
+            "first_token_margin": done.first_token_margin,
             "deadline_ms": args.deadline_ms,
             "model": info.model,
             "threads": info.threads,
@@ -173,9 +175,13 @@ fn report(
             opt(t.gen_tokens_per_s, " tok/s")
         );
         println!("total            {:.1} ms", to_ms_rounded(t.total));
+        let f3 = |v: Option<f32>| v.map_or("-".into(), |v| format!("{v:.3}"));
         println!(
-            "mean logprob     {}",
-            done.mean_logprob.map_or("-".into(), |v| format!("{v:.3}"))
+            "logprob          mean {}, min {}, p10 {}; first-token margin {}",
+            f3(done.mean_logprob),
+            f3(done.min_logprob),
+            f3(done.p10_logprob),
+            f3(done.first_token_margin)
         );
     }
     if status == "completed" {
@@ -205,6 +211,9 @@ fn report_failure(
             "prompt_tokens_per_s": Value::Null,
             "gen_tokens_per_s": Value::Null,
             "mean_logprob": Value::Null,
+            "min_logprob": Value::Null,
+            "p10_logprob": Value::Null,
+            "first_token_margin": Value::Null,
             "error": { "kind": err.kind(), "message": edgecloud::error_chain(err) },
         }))?;
     }

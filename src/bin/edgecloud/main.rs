@@ -2,6 +2,7 @@
 //! Each subcommand lives in its own module; `main` only parses and dispatches.
 
 mod bench;
+mod bench_quality;
 mod cloud;
 mod doctor;
 mod fetch;
