@@ -125,6 +125,9 @@ fn main() {
 
 /// Median, p99 and max of a sample, in milliseconds.
 fn summary(v: &mut [f64]) -> String {
+    if v.is_empty() {
+        return "n=    0".into();
+    }
     v.sort_by(f64::total_cmp);
     let n = v.len();
     let p = |q: f64| v[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
@@ -306,8 +309,8 @@ fn local_figures() {
             LaneStatus::Late => rx
                 .recv_timeout(Duration::from_secs(60))
                 .expect("late worker"),
-            // Returned before settlement (the prompt was already done):
-            // not a cancel inside decode.
+            // It returned before the run settled: settlement is the end.
+            LaneStatus::Cancelled => 0.0,
             _ => continue,
         };
         cancel.push(settled.saturating_duration_since(aborted_at).as_secs_f64() * 1e3 + overrun);
