@@ -6,6 +6,7 @@
 //! count from that lane's admission; the run's `elapsed_ms` and `ttft_ms`
 //! count from the run's start, as the caller saw them.
 
+use crate::harness::LaneErrorKind;
 use crate::lane::Lane;
 use serde::{Deserialize, Serialize};
 
@@ -47,9 +48,12 @@ pub struct LaneRecord {
     /// Completion tokens the cloud provider reported (never estimated).
     #[serde(default)]
     pub provider_completion_tokens: Option<u64>,
-    /// Its error, when it failed.
+    /// Its error, when it failed (the whole message chain).
     #[serde(default)]
     pub error: Option<String>,
+    /// The error's typed kind, when it failed.
+    #[serde(default)]
+    pub error_kind: Option<LaneErrorKind>,
 }
 
 impl LaneRecord {
@@ -68,6 +72,7 @@ impl LaneRecord {
             provider_prompt_tokens: None,
             provider_completion_tokens: None,
             error: None,
+            error_kind: None,
         }
     }
 }

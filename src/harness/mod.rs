@@ -95,8 +95,8 @@ pub use adapters::{candidate_from_cloud, candidate_from_local, CloudBackend, Loc
 pub use api::{Diagnostic, Harness};
 pub use arbitration::pick_highest;
 pub use backend::{
-    Backend, BackendError, BackendFuture, BackendInfo, Candidate, Timings, TokenCounts,
-    TokenSignals,
+    Backend, BackendError, BackendFuture, BackendInfo, Candidate, LaneErrorKind, Timings,
+    TokenCounts, TokenSignals,
 };
 pub use builder::HarnessBuilder;
 pub use callbacks::{
