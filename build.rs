@@ -16,6 +16,7 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    portable_rpath();
     println!("cargo:rerun-if-changed=Cargo.lock");
     if let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) {
         println!("cargo:rustc-env=EDGECLOUD_GIT_COMMIT={commit}");
@@ -57,5 +58,40 @@ fn main() {
                 break;
             }
         }
+    }
+}
+
+/// The portable build links ggml and llama.cpp as shared libraries and
+/// keeps them beside the binary: its RUNPATH is `$ORIGIN`, so the folder can
+/// move anywhere. Examples, tests and benches sit one folder further down in
+/// the target directory, so they also look one folder up.
+///
+/// ggml must also be built to load its backends at run time
+/// (`GGML_BACKEND_DL=ON`, forwarded to CMake by llama-cpp-sys-2) without a
+/// CPU backend of its own (`GGML_CPU=OFF`: scripts/build-portable builds the
+/// CPU variants from the same source). Without those the feature would give
+/// a binary with one fixed CPU level that claims to be portable, so it is
+/// refused here.
+fn portable_rpath() {
+    println!("cargo:rerun-if-env-changed=GGML_BACKEND_DL");
+    println!("cargo:rerun-if-env-changed=GGML_CPU");
+    if std::env::var_os("CARGO_FEATURE_PORTABLE").is_none() {
+        return;
+    }
+    let on = |var: &str, want: &str| std::env::var(var).is_ok_and(|v| v.eq_ignore_ascii_case(want));
+    if !on("GGML_BACKEND_DL", "ON") || !on("GGML_CPU", "OFF") {
+        panic!(
+            "the `portable` feature needs GGML_BACKEND_DL=ON and GGML_CPU=OFF in the \
+             environment (ggml then loads its backends at run time); build it with \
+             scripts/build-portable"
+        );
+    }
+    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if !matches!(os.as_str(), "linux" | "freebsd") {
+        return;
+    }
+    println!("cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN");
+    for kind in ["examples", "tests", "benches"] {
+        println!("cargo:rustc-link-arg-{kind}=-Wl,-rpath,$ORIGIN:$ORIGIN/..");
     }
 }

@@ -187,6 +187,21 @@ fn environment(s: &Summary) -> Vec<(&'static str, String)> {
         ("commit", opt(&s.build.git_commit)),
         ("llama-cpp-sys-2", opt(&s.build.llama_cpp_sys_version)),
         ("native CPU build", s.build.native_cpu_build.to_string()),
+        ("portable build", s.build.portable.to_string()),
+        (
+            "ggml backends",
+            s.machine
+                .ggml
+                .as_ref()
+                .map_or("–".into(), |g| g.describe_backends()),
+        ),
+        (
+            "ggml devices",
+            s.machine
+                .ggml
+                .as_ref()
+                .map_or("–".into(), |g| g.describe_devices()),
+        ),
         ("workload", s.settings.workload.clone()),
     ]
 }

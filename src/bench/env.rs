@@ -42,6 +42,11 @@ pub struct MachineInfo {
     /// SIMD features the CPU offers at run time (among those llama.cpp
     /// uses).
     pub cpu_features: Vec<String>,
+    /// The ggml backends and devices the process found: the CPU variant
+    /// the portable build chose, GPUs with their memory. `None` in reports
+    /// written before edgecloud recorded it.
+    #[serde(default)]
+    pub ggml: Option<crate::local::devices::Inventory>,
 }
 
 /// How this edgecloud binary was built.
@@ -74,6 +79,11 @@ pub struct BuildInfo {
     pub unused_cpu_features: Vec<String>,
     /// GPU backends compiled in (`cuda`, `vulkan`, `metal`).
     pub gpu_backends: Vec<String>,
+    /// True for the portable build: ggml's backends are libraries loaded
+    /// at run time, the CPU one chosen for the machine (see
+    /// [`MachineInfo::ggml`]), so the kernels are not fixed at build time.
+    #[serde(default)]
+    pub portable: bool,
 }
 
 /// The model file a bench ran.
@@ -213,6 +223,7 @@ impl MachineInfo {
                 .filter(|f| f.2)
                 .map(|f| f.0.to_string())
                 .collect(),
+            ggml: Some(crate::local::devices::inventory()),
         }
     }
 }
@@ -225,7 +236,9 @@ impl BuildInfo {
         let table = feature_table();
         let native = target_cpu.as_deref() == Some("native");
         let march = target_cpu.is_some() && !native;
+        let portable = cfg!(feature = "portable");
         let kernels: Vec<String> = match target_cpu.as_deref() {
+            _ if portable => vec!["chosen at run time (one library per CPU level)".into()],
             Some("native") => vec!["native".into()],
             Some(cpu) => vec![format!("-march={cpu}")],
             None => {
@@ -267,7 +280,7 @@ impl BuildInfo {
                 .map(|f| f.0.to_string())
                 .collect(),
             llama_cpu_kernels: kernels.clone(),
-            unused_cpu_features: if native || march {
+            unused_cpu_features: if native || march || portable {
                 Vec::new()
             } else {
                 table
@@ -277,6 +290,7 @@ impl BuildInfo {
                     .collect()
             },
             gpu_backends,
+            portable,
         }
     }
 }
@@ -337,7 +351,7 @@ mod tests {
             .unused_cpu_features
             .iter()
             .all(|f| !b.llama_cpu_kernels.contains(f)));
-        if b.target_cpu.is_none() {
+        if b.target_cpu.is_none() && !b.portable {
             let expected = GGML_DEFAULTS
                 .iter()
                 .copied()

@@ -7,11 +7,11 @@
 //! [`Event::LateWorkerFinished`] on the harness's observer thread; a
 //! [`LateWorkerLog`] added to the harness builder collects them.
 
-use super::record::{LaneRecord, RunRecord, RunStatus, TokensSaved};
+use super::record::{LaneRecord, LaneSignals, RunRecord, RunStatus, TokensSaved};
 use super::runner::{Executor, Job};
 use crate::harness::{
     AbortHandle, Event, Harness, LaneReport, LaneStatus, Observer, Outcome, Policy, PolicyKind,
-    RunOptions,
+    RunOptions, Signal,
 };
 use crate::lane::Lane;
 use std::collections::HashMap;
@@ -279,6 +279,46 @@ fn failed(job: &Job<'_>, error: String) -> RunRecord {
     r
 }
 
+/// A lane's answer graded (see [`LaneRecord::correct`]).
+fn lane_correct(r: &LaneReport, o: &Outcome, job: &Job<'_>) -> Option<bool> {
+    job.item.expected.as_ref()?;
+    let text = if o.winner == Some(r.lane) {
+        o.text.as_deref()
+    } else {
+        r.text.as_deref()
+    };
+    match r.status {
+        LaneStatus::Completed => Some(text.and_then(|t| job.item.matches(t)).unwrap_or(false)),
+        LaneStatus::Failed => Some(false),
+        LaneStatus::Cancelled | LaneStatus::Late if o.winner.is_none() => Some(false),
+        _ => None,
+    }
+}
+
+/// A lane's confidence signals: the winner's completion carries them all;
+/// a lane that did not win has those its scorer recorded.
+fn lane_signals(r: &LaneReport, o: &Outcome) -> Option<LaneSignals> {
+    let mut s = LaneSignals::default();
+    let from_completion = o
+        .completion
+        .as_ref()
+        .filter(|_| o.winner == Some(r.lane))
+        .and_then(|c| c.signals.as_ref());
+    for sig in Signal::ALL {
+        let v = match (from_completion, sig) {
+            (Some(t), Signal::MeanLogprob) => t.mean_logprob,
+            (Some(t), Signal::MinLogprob) => t.min_logprob,
+            (Some(t), Signal::P10Logprob) => t.p10_logprob,
+            (Some(t), Signal::FirstTokenMargin) => t.first_token_margin,
+            (None, _) => None,
+        }
+        .map(f64::from)
+        .or_else(|| r.signals.get(sig.as_str()).copied());
+        s.set(sig, v);
+    }
+    (!s.is_empty()).then_some(s)
+}
+
 fn lane_record(r: &LaneReport, o: &Outcome) -> LaneRecord {
     let mut l = LaneRecord::new(r.lane, r.status);
     l.ttft_ms = r.ttft_ms;
@@ -307,10 +347,24 @@ pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
     r.elapsed_ms = o.elapsed_ms;
     r.ttft_ms = o.ttft_ms;
     r.overshoot_ms = o.overshoot_ms;
-    r.lanes = o.lanes.iter().map(|l| lane_record(l, o)).collect();
+    r.lanes = o
+        .lanes
+        .iter()
+        .map(|l| {
+            let mut rec = lane_record(l, o);
+            rec.correct = lane_correct(l, o, job);
+            rec.signals = lane_signals(l, o);
+            rec
+        })
+        .collect();
     r.late_workers = o.late_workers;
     r.error = o.error.clone();
-    r.expected_match = o.text.as_deref().and_then(|t| job.item.matches(t));
+    r.expected_match = job.item.expected.as_ref().map(|_| {
+        o.text
+            .as_deref()
+            .and_then(|t| job.item.matches(t))
+            .unwrap_or(false)
+    });
     let cloud = o.lanes.iter().find(|l| l.lane == Lane::Cloud);
     if let Some(c) = cloud {
         if let (Some(before), Some(after)) = (c.tokens.compressor_before, c.tokens.compressor_after)

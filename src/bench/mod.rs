@@ -28,11 +28,14 @@
 //! # Ok::<(), edgecloud::bench::BenchError>(())
 //! ```
 
+mod calibrate;
 mod compare;
 mod env;
 mod error;
+mod grade;
 mod harness_exec;
 mod record;
+mod replay;
 mod report;
 mod runner;
 mod sha256;
@@ -41,13 +44,21 @@ mod summary;
 mod svg;
 mod workload;
 
+pub use calibrate::{
+    calibrate, choose, config_snippet, curve, fmt_threshold, pair_items,
+    render_chart as render_calibration_chart, render_markdown as render_calibration, Calibration,
+    Choice, CurvePoint, PairedItem, SignalCurve, Target, CALIBRATION_CHART, CALIBRATION_CONFIG,
+    CALIBRATION_FILE, CALIBRATION_REPORT,
+};
 pub use compare::{
     compare, figures, render_comparison, Comparison, EnvDiff, FigureDiff, GroupDiff,
 };
 pub use env::{BuildInfo, MachineInfo, ModelFileInfo};
 pub use error::BenchError;
+pub use grade::Grader;
 pub use harness_exec::{record_from_outcome, CurrentRun, HarnessExecutor, LateWorkerLog};
-pub use record::{LaneRecord, LaneState, RunRecord, RunStatus, TokensSaved};
+pub use record::{LaneRecord, LaneSignals, LaneState, RunRecord, RunStatus, TokensSaved};
+pub use replay::{RecordedAnswer, Replay};
 pub use report::{
     read_runs, read_summary, render_charts, render_markdown, write_report, RunsWriter, CHART_FILES,
     REPORT_FILE, RUNS_FILE, SUMMARY_FILE,

@@ -6,7 +6,7 @@
 //! count from that lane's admission; the run's `elapsed_ms` and `ttft_ms`
 //! count from the run's start, as the caller saw them.
 
-use crate::harness::LaneErrorKind;
+use crate::harness::{LaneErrorKind, Signal};
 use crate::lane::Lane;
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +54,62 @@ pub struct LaneRecord {
     /// The error's typed kind, when it failed.
     #[serde(default)]
     pub error_kind: Option<LaneErrorKind>,
+    /// Whether this lane's own answer was right (graded items only): its
+    /// text graded for a completed lane, `false` for a lane that failed or
+    /// was cut without another lane winning, absent for a lane that did
+    /// not run or lost a race.
+    #[serde(default)]
+    pub correct: Option<bool>,
+    /// The confidence signals of its answer (the local lane).
+    #[serde(default)]
+    pub signals: Option<LaneSignals>,
+}
+
+/// A lane answer's confidence signals, as recorded (see
+/// [`Signal`](crate::harness::Signal)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaneSignals {
+    /// Mean token log-probability.
+    #[serde(default)]
+    pub mean_logprob: Option<f64>,
+    /// Lowest token log-probability.
+    #[serde(default)]
+    pub min_logprob: Option<f64>,
+    /// 10th percentile of the token log-probabilities.
+    #[serde(default)]
+    pub p10_logprob: Option<f64>,
+    /// The first token's top-1 minus top-2 probability.
+    #[serde(default)]
+    pub first_token_margin: Option<f64>,
+}
+
+impl LaneSignals {
+    /// One signal's value.
+    pub fn get(&self, signal: Signal) -> Option<f64> {
+        match signal {
+            Signal::MeanLogprob => self.mean_logprob,
+            Signal::MinLogprob => self.min_logprob,
+            Signal::P10Logprob => self.p10_logprob,
+            Signal::FirstTokenMargin => self.first_token_margin,
+        }
+        .filter(|v| v.is_finite())
+    }
+
+    /// Sets one signal's value.
+    pub fn set(&mut self, signal: Signal, value: Option<f64>) {
+        let slot = match signal {
+            Signal::MeanLogprob => &mut self.mean_logprob,
+            Signal::MinLogprob => &mut self.min_logprob,
+            Signal::P10Logprob => &mut self.p10_logprob,
+            Signal::FirstTokenMargin => &mut self.first_token_margin,
+        };
+        *slot = value.filter(|v| v.is_finite());
+    }
+
+    /// True when no signal is known.
+    pub fn is_empty(&self) -> bool {
+        Signal::ALL.iter().all(|s| self.get(*s).is_none())
+    }
 }
 
 impl LaneRecord {
@@ -73,6 +129,8 @@ impl LaneRecord {
             provider_completion_tokens: None,
             error: None,
             error_kind: None,
+            correct: None,
+            signals: None,
         }
     }
 }
@@ -134,8 +192,9 @@ pub struct RunRecord {
     /// Tokens saved by compression and pre-scoring.
     #[serde(default)]
     pub tokens_saved: TokensSaved,
-    /// Whether the answer contained the item's expected answer (absent
-    /// when the item has none or the run has no answer).
+    /// Whether the run's answer was right by the item's grader: `false`
+    /// when the run gave no answer; absent when the item has no expected
+    /// answer.
     #[serde(default)]
     pub expected_match: Option<bool>,
     /// Why the run did not succeed.

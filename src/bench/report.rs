@@ -190,10 +190,46 @@ pub fn render_markdown(s: &Summary) -> String {
             .map_or("–".into(), |t| t.to_string()),
         if s.build.native_cpu_build {
             "native CPU build"
+        } else if s.build.portable {
+            "portable build (CPU kernels chosen at run time)"
         } else {
-            "portable (non-native) build"
+            "default (non-native) build"
         }
     );
+
+    if s.groups.iter().any(|g| g.accuracy.checked > 0) {
+        let _ = writeln!(md, "## Quality per policy and deadline\n");
+        let _ = writeln!(
+            md,
+            "| policy | deadline ms | accuracy | right / graded | cloud-call share | cloud tokens (provider, prompt + completion) | latency p50 / p95 ms | gap recovered |"
+        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for g in &s.groups {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} / {} | {} | {} | {} / {} | {} |",
+                g.policy,
+                g.deadline_ms,
+                g.accuracy.rate().map_or("–".into(), pct),
+                g.accuracy.matched,
+                g.accuracy.checked,
+                pct(g.cloud_call_share),
+                if g.cloud_tokens.runs_reporting == 0 {
+                    "–".to_string()
+                } else {
+                    (g.cloud_tokens.prompt + g.cloud_tokens.completion).to_string()
+                },
+                num(g.latency_ms.map(|d| d.p50)),
+                num(g.latency_ms.map(|d| d.p95)),
+                g.gap_recovered.map_or("–".into(), pct),
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\n*Gap recovered*: (accuracy - local-only accuracy) / (cloud-only accuracy - local-only accuracy) at the same deadline. \
+             `edgecloud bench calibrate DIR` simulates a cascade at every threshold of each local confidence signal from the local-only and cloud-only runs.\n"
+        );
+    }
 
     let _ = writeln!(md, "## Results per policy and deadline\n");
     let _ = writeln!(
@@ -341,6 +377,16 @@ pub fn render_markdown(s: &Summary) -> String {
         ),
     );
     row("CPU features", m.cpu_features.join(" "));
+    if let Some(g) = &m.ggml {
+        row(
+            "ggml backends",
+            match &g.backends_dir {
+                Some(dir) => format!("{} from {}", g.describe_backends(), dir.display()),
+                None => g.describe_backends(),
+            },
+        );
+        row("ggml devices", g.describe_devices());
+    }
     match &s.model {
         Some(model) => {
             row("model file", model.file_name.clone());
@@ -394,7 +440,13 @@ pub fn render_markdown(s: &Summary) -> String {
         "native CPU build",
         format!(
             "{} (target-cpu: {}; llama.cpp kernels: {}; unused on this CPU: {})",
-            if b.native_cpu_build { "yes" } else { "no" },
+            if b.native_cpu_build {
+                "yes"
+            } else if b.portable {
+                "no, portable"
+            } else {
+                "no"
+            },
             b.target_cpu.as_deref().unwrap_or("default"),
             b.llama_cpu_kernels.join(" "),
             if b.unused_cpu_features.is_empty() {

@@ -142,13 +142,21 @@ pub struct ProviderTokens {
     pub runs_reporting: u64,
 }
 
-/// Answers checked against a workload's expected answers.
+/// Answers graded against a workload's expected answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {
-    /// Runs whose item had an expected answer and which answered.
+    /// Runs whose item had an expected answer (a run without an answer
+    /// counts as wrong).
     pub checked: u64,
-    /// Of those, answers containing the expected one.
+    /// Of those, runs whose answer was right by the item's grader.
     pub matched: u64,
+}
+
+impl Accuracy {
+    /// `matched / checked`, when anything was checked.
+    pub fn rate(&self) -> Option<f64> {
+        ratio(self.matched, self.checked)
+    }
 }
 
 /// The figures of one (policy, deadline) combination.
@@ -186,6 +194,17 @@ pub struct GroupSummary {
     pub tokens_saved: TokensSaved,
     /// Expected-answer checks.
     pub accuracy: Accuracy,
+    /// Share of runs in which a cloud call was made (the cloud lane ran:
+    /// completed, failed, cancelled or late).
+    #[serde(default)]
+    pub cloud_call_share: f64,
+    /// With both single-lane baselines (`local-only`, `cloud-only`) at
+    /// this deadline in the same bench: (accuracy - local-only accuracy) /
+    /// (cloud-only accuracy - local-only accuracy), the share of the
+    /// local-to-cloud accuracy gap this policy recovers. Absent without
+    /// both baselines or when they are equally accurate.
+    #[serde(default)]
+    pub gap_recovered: Option<f64>,
 }
 
 impl GroupSummary {
@@ -249,6 +268,10 @@ impl GroupSummary {
                 checked: checked.len() as u64,
                 matched: checked.iter().filter(|m| **m).count() as u64,
             },
+            cloud_call_share: share(count(&|r| {
+                r.lane(Lane::Cloud).is_some_and(|l| l.state.ran())
+            })),
+            gap_recovered: None,
         }
     }
 }
@@ -302,7 +325,8 @@ pub fn summarize(
             keys.push(key);
         }
     }
-    keys.into_iter()
+    let mut groups: Vec<GroupSummary> = keys
+        .into_iter()
         .filter_map(|(policy, deadline)| {
             let group: Vec<&RunRecord> = runs
                 .iter()
@@ -310,7 +334,26 @@ pub fn summarize(
                 .collect();
             (!group.is_empty()).then(|| GroupSummary::of(&policy, deadline, &group))
         })
-        .collect()
+        .collect();
+    let baseline = |groups: &[GroupSummary], policy: &str, deadline: u64| {
+        groups
+            .iter()
+            .find(|g| g.policy == policy && g.deadline_ms == deadline)
+            .and_then(|g| g.accuracy.rate())
+    };
+    for i in 0..groups.len() {
+        let d = groups[i].deadline_ms;
+        if let (Some(weak), Some(strong), Some(acc)) = (
+            baseline(&groups, "local-only", d),
+            baseline(&groups, "cloud-only", d),
+            groups[i].accuracy.rate(),
+        ) {
+            if (strong - weak).abs() > 1e-12 {
+                groups[i].gap_recovered = Some((acc - weak) / (strong - weak));
+            }
+        }
+    }
+    groups
 }
 
 /// Everything `summary.json` holds.
@@ -500,5 +543,42 @@ mod tests {
         assert_eq!(race.lane(Lane::Local).unwrap().wins, 2);
         assert_eq!(race.lane(Lane::Cloud).unwrap().busy, 1);
         assert!(race.ttft_ms.is_none());
+    }
+
+    #[test]
+    fn accuracy_cloud_share_and_gap_recovered() {
+        // local-only 1/4 right, cloud-only 3/4, cascade 2/4 with the cloud
+        // called in 2 of 4 runs: half the gap recovered.
+        let graded = |policy: &str, right: &[bool], cloud_ran: &[bool]| -> Vec<RunRecord> {
+            right
+                .iter()
+                .zip(cloud_ran)
+                .map(|(&ok, &ran)| {
+                    let mut r = run(policy, Some(Lane::Local), 10.0, false);
+                    r.expected_match = Some(ok);
+                    if ran {
+                        r.lanes[1].state = LaneState::Completed;
+                    }
+                    r
+                })
+                .collect()
+        };
+        let mut runs = graded("local-only", &[true, false, false, false], &[false; 4]);
+        runs.extend(graded("cloud-only", &[true, true, true, false], &[true; 4]));
+        runs.extend(graded(
+            "cascade",
+            &[true, true, false, false],
+            &[true, false, true, false],
+        ));
+        let groups = summarize(&runs, &[], &[]);
+        let g = |p: &str| groups.iter().find(|g| g.policy == p).unwrap();
+        assert_eq!(g("local-only").accuracy.rate(), Some(0.25));
+        assert_eq!(g("cascade").cloud_call_share, 0.5);
+        assert_eq!(g("local-only").cloud_call_share, 0.0);
+        assert_eq!(g("cascade").gap_recovered, Some(0.5));
+        assert_eq!(g("cloud-only").gap_recovered, Some(1.0));
+        // Without both baselines there is no gap to speak of.
+        let alone = summarize(&runs[8..], &[], &[]);
+        assert_eq!(alone[0].gap_recovered, None);
     }
 }

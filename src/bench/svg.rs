@@ -1,6 +1,6 @@
-//! The report's charts as standalone SVG files, drawn by hand (three chart
+//! The report's charts as standalone SVG files, drawn by hand (four chart
 //! shapes are all a report needs: distribution rows, lines over deadlines,
-//! stacked shares). It knows nothing of runs; callers hand it numbers and
+//! stacked shares, and x-y lines for quality against cloud share). It knows nothing of runs; callers hand it numbers and
 //! labels. Output is plain SVG 1.1 with escaped text.
 
 use super::stats::Distribution;
@@ -307,6 +307,95 @@ pub(crate) fn line_chart(
             ly - 10.0,
             lx + 16.0,
             escape(&line.name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// One line of an x-y chart: points in data units, drawn in order.
+pub(crate) struct XySeries {
+    pub(crate) name: String,
+    pub(crate) points: Vec<(f64, f64)>,
+    pub(crate) dashed: bool,
+}
+
+/// Lines over a continuous x axis from 0 to 1 and a y axis from 0 to 1
+/// (shares and accuracies), with an optional highlighted point.
+pub(crate) fn xy_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[XySeries],
+    marker: Option<(f64, f64)>,
+) -> String {
+    let plot_h = 320.0;
+    let plot_bottom = TOP + plot_h;
+    let legend_rows = series.len().div_ceil(2) as f64;
+    let height = plot_bottom + BOTTOM + legend_rows * 18.0 + 10.0;
+    let mut s = open(height, title);
+    let x_of = x_axis(&mut s, 1.0, plot_bottom, x_label);
+    let y_of = |v: f64| plot_bottom - v.clamp(0.0, 1.0) * plot_h;
+    for k in 0..=5 {
+        let v = f64::from(k) / 5.0;
+        let y = y_of(v);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#e0e0e0\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            WIDTH - RIGHT,
+            LEFT - 6.0,
+            y + 4.0,
+            fmt_tick(v, 0.2)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 {:.1} {:.1})\">{}</text>",
+        LEFT - 48.0,
+        TOP + plot_h / 2.0,
+        LEFT - 48.0,
+        TOP + plot_h / 2.0,
+        escape(y_label)
+    );
+    for (k, line) in series.iter().enumerate() {
+        let c = if line.dashed { "#888888" } else { color(k) };
+        let pts: Vec<String> = line
+            .points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", x_of(x), y_of(y)))
+            .collect();
+        let dash = if line.dashed {
+            " stroke-dasharray=\"6 4\""
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{dash}>\
+             <title>{}</title></polyline>",
+            pts.join(" "),
+            escape(&line.name)
+        );
+        let lx = LEFT + (k % 2) as f64 * 300.0;
+        let ly = plot_bottom + BOTTOM + (k / 2) as f64 * 18.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{c}\"/>\n\
+             <text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
+            ly - 10.0,
+            lx + 16.0,
+            escape(&line.name)
+        );
+    }
+    if let Some((x, y)) = marker {
+        let _ = writeln!(
+            s,
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"6\" fill=\"none\" stroke=\"#000000\" stroke-width=\"2\">\
+             <title>{}</title></circle>",
+            x_of(x),
+            y_of(y),
+            escape(&format!("chosen: cloud share {x:.3}, accuracy {y:.3}"))
         );
     }
     s.push_str("</svg>\n");

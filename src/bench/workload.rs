@@ -14,11 +14,13 @@
 //! | `sampling` | `{"max_tokens", "temperature", "top_p", "top_k", "seed", "stop"}`, each optional |
 //! | `id` | the item's name in reports (default `line-N`); unique |
 //! | `tag` | a label to group items by (`short`, `rag`, ...) |
-//! | `expected` | an answer the reply should contain (case-insensitive) |
+//! | `expected` | the reference answer, graded by `grader` |
+//! | `grader` | how the reply is graded against `expected`: `contains` (default), `exact`, `number`, `choice`, `regex` (see [`Grader`]) |
 //!
 //! Unknown fields are errors, so a typo never passes silently.
 
 use super::error::BenchError;
+use super::grade::Grader;
 use crate::request::{ChatMessage, Request, Sampling};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -33,16 +35,19 @@ pub struct WorkloadItem {
     pub tag: Option<String>,
     /// The request (its `id` is the item's id).
     pub request: Request,
-    /// An answer the reply should contain.
+    /// The reference answer.
     pub expected: Option<String>,
+    /// How a reply is graded against `expected`.
+    #[serde(default)]
+    pub grader: Grader,
 }
 
 impl WorkloadItem {
-    /// Whether `answer` contains the expected answer (case-insensitive,
-    /// surrounding whitespace ignored); `None` without an expected answer.
+    /// Whether `answer` is right: graded against the expected answer by
+    /// the item's grader; `None` without an expected answer.
     pub fn matches(&self, answer: &str) -> Option<bool> {
-        let expected = self.expected.as_deref()?.trim().to_lowercase();
-        Some(answer.to_lowercase().contains(&expected))
+        let expected = self.expected.as_deref()?;
+        Some(self.grader.grade(expected, answer))
     }
 }
 
@@ -66,6 +71,7 @@ struct Line {
     #[serde(default)]
     sampling: Sampling,
     expected: Option<String>,
+    grader: Option<Grader>,
 }
 
 impl Workload {
@@ -127,11 +133,23 @@ impl Workload {
                 deadline: None,
             };
             request.validate().map_err(|e| err(n, e.reason))?;
+            let grader = match (&line.expected, line.grader) {
+                (None, Some(_)) => {
+                    return Err(err(n, "`grader` needs an `expected` answer".into()))
+                }
+                (Some(e), g) => {
+                    let g = g.unwrap_or_default();
+                    g.check_reference(e).map_err(|r| err(n, r))?;
+                    g
+                }
+                (None, None) => Grader::default(),
+            };
             items.push(WorkloadItem {
                 id,
                 tag: line.tag,
                 request,
                 expected: line.expected,
+                grader,
             });
         }
         if items.is_empty() {
@@ -160,6 +178,9 @@ impl Workload {
             }
             if let Some(expected) = &item.expected {
                 obj["expected"] = expected.clone().into();
+                if item.grader != Grader::default() {
+                    obj["grader"] = item.grader.as_str().into();
+                }
             }
             out.push_str(&obj.to_string());
             out.push('\n');
@@ -200,7 +221,7 @@ impl Workload {
 /// lists, so a workload is the same on every machine and every release
 /// that does not change this module.
 mod builtin {
-    use super::WorkloadItem;
+    use super::{Grader, WorkloadItem};
     use crate::request::{ChatMessage, Request, Sampling};
 
     /// A small, fixed pseudo-random generator (SplitMix64): deterministic
@@ -307,6 +328,7 @@ mod builtin {
                 deadline: None,
             },
             expected: None,
+            grader: Grader::Contains,
         }
     }
 
@@ -480,6 +502,33 @@ mod tests {
         assert_eq!(item.request.messages.len(), 2);
         assert_eq!(item.matches("well, hello there"), Some(true));
         assert_eq!(item.matches("bye"), Some(false));
+    }
+
+    #[test]
+    fn graders_come_from_the_line_and_round_trip() {
+        let text = "{\"id\": \"q\", \"prompt\": \"2+2?\", \"expected\": \"4\", \"grader\": \"number\"}\n\
+                    {\"id\": \"c\", \"prompt\": \"Pick\", \"expected\": \"B\", \"grader\": \"choice\"}\n";
+        let w = Workload::parse("t", text).unwrap();
+        assert_eq!(w.items[0].grader, Grader::Number);
+        assert_eq!(w.items[0].matches("so 2 + 2 = 4."), Some(true));
+        assert_eq!(w.items[0].matches("it is 40"), Some(false));
+        assert_eq!(w.items[1].matches("(B)"), Some(true));
+        let back = Workload::parse("t", &w.to_jsonl()).unwrap();
+        assert_eq!(back.items, w.items);
+        for bad in [
+            "{\"prompt\": \"a\", \"grader\": \"number\"}",
+            "{\"prompt\": \"a\", \"expected\": \"x\", \"grader\": \"number\"}",
+            "{\"prompt\": \"a\", \"expected\": \"(\", \"grader\": \"regex\"}",
+            "{\"prompt\": \"a\", \"expected\": \"B\", \"grader\": \"fuzzy\"}",
+        ] {
+            assert!(
+                matches!(
+                    Workload::parse("w", bad),
+                    Err(BenchError::WorkloadLine { line: 1, .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

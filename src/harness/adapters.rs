@@ -97,6 +97,8 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             token_logprobs: c.token_logprobs,
             mean_logprob: c.mean_logprob,
             min_logprob: c.min_logprob,
+            p10_logprob: c.p10_logprob,
+            first_token_margin: c.first_token_margin,
         }),
         http_status: None,
         text: c.text,
@@ -197,6 +199,7 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::Context { .. }
         | LocalError::ChatTemplate { .. }
         | LocalError::Decode { .. } => LaneErrorKind::Model,
+        LocalError::Devices(_) => LaneErrorKind::Config,
         LocalError::PromptTooLong { .. } | LocalError::InvalidRequest(_) => {
             LaneErrorKind::InvalidRequest
         }

@@ -138,7 +138,8 @@ pub struct Timings {
 }
 
 /// Per-token log-probabilities a backend exposes (the local lane always;
-/// a cloud provider when asked). Built-in scorers read these.
+/// a cloud provider when asked), and the confidence signals made of them.
+/// Built-in scorers read these (see [`Signal`](super::scoring::Signal)).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TokenSignals {
     /// Log-probability of each generated token.
@@ -147,11 +148,20 @@ pub struct TokenSignals {
     pub mean_logprob: Option<f32>,
     /// Minimum of `token_logprobs`.
     pub min_logprob: Option<f32>,
+    /// 10th percentile of `token_logprobs` (nearest rank: the value at
+    /// rank ceil(0.1 n) of the sorted values; the minimum under 10 tokens).
+    #[serde(default)]
+    pub p10_logprob: Option<f32>,
+    /// The first generated position's top-1 minus top-2 probability, in
+    /// `[0, 1]` (needs the whole distribution: the local lane has it).
+    #[serde(default)]
+    pub first_token_margin: Option<f32>,
 }
 
 impl TokenSignals {
-    /// Signals from per-token log-probabilities, with mean and minimum
-    /// computed (non-finite values are ignored for both).
+    /// Signals from per-token log-probabilities, with mean, minimum and
+    /// 10th percentile computed (non-finite values are ignored for all
+    /// three); no first-token margin.
     pub fn from_logprobs(token_logprobs: Vec<f32>) -> Self {
         let finite: Vec<f32> = token_logprobs
             .iter()
@@ -162,10 +172,18 @@ impl TokenSignals {
             (finite.iter().map(|v| f64::from(*v)).sum::<f64>() / finite.len() as f64) as f32
         });
         let min = finite.iter().copied().reduce(f32::min);
+        let mut sorted = finite;
+        sorted.sort_by(f32::total_cmp);
+        let p10 = (!sorted.is_empty()).then(|| {
+            let rank = ((0.1 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+            sorted[rank - 1]
+        });
         Self {
             token_logprobs,
             mean_logprob: mean,
             min_logprob: min,
+            p10_logprob: p10,
+            first_token_margin: None,
         }
     }
 }
@@ -399,7 +417,10 @@ mod tests {
         let s = TokenSignals::from_logprobs(vec![-1.0, f32::NEG_INFINITY, -3.0]);
         assert_eq!(s.mean_logprob, Some(-2.0));
         assert_eq!(s.min_logprob, Some(-3.0));
+        assert_eq!(s.p10_logprob, Some(-3.0));
         assert_eq!(TokenSignals::from_logprobs(vec![]).mean_logprob, None);
+        let many: Vec<f32> = (1..=20).map(|i| -(i as f32)).collect();
+        assert_eq!(TokenSignals::from_logprobs(many).p10_logprob, Some(-19.0));
     }
 
     #[test]

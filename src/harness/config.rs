@@ -13,6 +13,7 @@
 //! | `min_score` | lowest score any candidate needs to be acceptable |
 //! | `hedge_delay_ms`, `hedge_primary` | `hedge`: delay (default adaptive p95) and first lane (`local`) |
 //! | `cascade_threshold`, `local_share` | `cascade`: lowest acceptable local score (0.4), local's share of the deadline (0.5) |
+//! | `escalate_below` | `cascade`: `{ signal = "p10_logprob", value = -1.2 }`: escalate when the local answer's signal (`mean_logprob`, `min_logprob`, `p10_logprob`, `first_token_margin`) is below `value`, in the signal's own units (what `edgecloud bench calibrate` prints); sets the scorer, so it excludes `scorer` and `cascade_threshold` |
 //! | `cloud_share` | `fallback`: the cloud's share of the deadline (0.5) |
 //! | `scorer` | `default`, `generic`, `confidence`, `none`, or a name registered with the builder |
 //! | `arbiter` | `highest` (built-in) or a registered name |
@@ -33,7 +34,7 @@ use super::policy::{
     CommitMode, Policy, PolicyKind, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,
 };
 use super::route::Route;
-use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer};
+use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer, Signal, SignalScorer};
 use crate::cloud::CloudConfig;
 use crate::lane::Lane;
 use crate::local::LocalConfig;
@@ -112,6 +113,10 @@ pub struct RouteConfig {
     pub cascade_threshold: Option<f64>,
     /// `cascade`: the local lane's share of the deadline (default 0.5).
     pub local_share: Option<f64>,
+    /// `cascade`: escalate when the local answer's signal is below a value
+    /// in the signal's own units (instead of `cascade_threshold` on a
+    /// score).
+    pub escalate_below: Option<EscalateBelow>,
     /// `fallback`: the cloud lane's share of the deadline (default 0.5).
     pub cloud_share: Option<f64>,
     /// `default`, `generic`, `confidence`, `none`, or a registered name.
@@ -132,6 +137,16 @@ pub struct RouteConfig {
     pub cancel_grace_ms: Option<f64>,
     /// `[harness]` only: the route used when a run names none.
     pub default_route: Option<String>,
+}
+
+/// A cascade threshold in a signal's own units (`escalate_below`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EscalateBelow {
+    /// The signal the local answer is judged by.
+    pub signal: Signal,
+    /// The lowest value that keeps the local answer (escalate below it).
+    pub value: f64,
 }
 
 impl HarnessConfig {
@@ -203,7 +218,7 @@ impl RouteConfig {
     /// The policy this table sets, with its parameters; `key` names the
     /// table in errors (`harness`, `routes.NAME`).
     pub fn resolved_policy(&self, key: &str) -> Result<Option<Policy>, ConfigError> {
-        let params: [(&str, bool, PolicyKind); 6] = [
+        let params: [(&str, bool, PolicyKind); 7] = [
             (
                 "hedge_delay_ms",
                 self.hedge_delay_ms.is_some(),
@@ -222,6 +237,11 @@ impl RouteConfig {
             (
                 "local_share",
                 self.local_share.is_some(),
+                PolicyKind::Cascade,
+            ),
+            (
+                "escalate_below",
+                self.escalate_below.is_some(),
                 PolicyKind::Cascade,
             ),
             (
@@ -252,10 +272,23 @@ impl RouteConfig {
                 primary: self.hedge_primary.unwrap_or(Lane::Local),
                 delay: self.hedge_delay_ms.map(Duration::from_millis),
             },
-            PolicyKind::Cascade => Policy::Cascade {
-                threshold: self.cascade_threshold.unwrap_or(DEFAULT_CASCADE_THRESHOLD),
-                local_share: self.local_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
-            },
+            PolicyKind::Cascade => {
+                let threshold = match (self.escalate_below, self.cascade_threshold) {
+                    (Some(_), Some(_)) => {
+                        return Err(invalid(
+                            key,
+                            "escalate_below",
+                            "give either `escalate_below` or `cascade_threshold`, not both",
+                        ))
+                    }
+                    (Some(e), None) => e.value,
+                    (None, t) => t.unwrap_or(DEFAULT_CASCADE_THRESHOLD),
+                };
+                Policy::Cascade {
+                    threshold,
+                    local_share: self.local_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
+                }
+            }
             PolicyKind::Fallback => Policy::Fallback {
                 cloud_share: self.cloud_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
             },
@@ -276,6 +309,7 @@ impl RouteConfig {
         if kind != PolicyKind::Cascade {
             self.cascade_threshold = None;
             self.local_share = None;
+            self.escalate_below = None;
         }
         if kind != PolicyKind::Fallback {
             self.cloud_share = None;
@@ -303,6 +337,16 @@ impl RouteConfig {
             kind,
             name: name.to_string(),
         };
+        if let Some(e) = self.escalate_below {
+            if self.scorer.is_some() {
+                return Err(invalid(
+                    key,
+                    "scorer",
+                    "`escalate_below` sets the scorer (the signal); drop `scorer`",
+                ));
+            }
+            r.set_arc_scorer(Some(Arc::new(SignalScorer(e.signal))), true);
+        }
         if let Some(s) = &self.scorer {
             match s.as_str() {
                 "default" => r.set_arc_scorer(Some(Arc::new(DefaultScorer)), true),
@@ -403,6 +447,37 @@ mod tests {
             })
         );
         assert!(h.compressor.is_some());
+    }
+
+    #[test]
+    fn escalate_below_is_a_cascade_threshold_in_signal_units() {
+        let cfg = HarnessConfig::from_toml_str(
+            "[routes.qa]\npolicy = \"cascade\"\nescalate_below = { signal = \"p10_logprob\", value = -1.2 }\n",
+        )
+        .expect("valid");
+        let r = cfg.routes["qa"]
+            .to_route("routes.qa", &Named::default())
+            .expect("valid");
+        assert_eq!(r.policy, Some(Policy::cascade(-1.2)));
+        assert!(matches!(r.scorer, Some(Some(_))));
+        let err = |t: &str| HarnessConfig::from_toml_str(t).unwrap_err().to_string();
+        assert!(err("[harness]\npolicy = \"race\"\nescalate_below = { signal = \"p10_logprob\", value = -1 }")
+            .contains("applies to `cascade`"));
+        assert!(err("[harness]\npolicy = \"cascade\"\ncascade_threshold = 0.3\nescalate_below = { signal = \"p10_logprob\", value = -1 }")
+            .contains("not both"));
+        assert!(err(
+            "[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"p5\", value = -1 }"
+        )
+        .contains("p5"));
+        let both = HarnessConfig::from_toml_str(
+            "[harness]\npolicy = \"cascade\"\nscorer = \"default\"\nescalate_below = { signal = \"mean_logprob\", value = -1 }",
+        )
+        .expect("parses");
+        let e = both
+            .harness
+            .to_route("harness", &Named::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("drop `scorer`"), "{e}");
     }
 
     #[test]

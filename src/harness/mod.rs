@@ -104,7 +104,7 @@ pub use callbacks::{
     PreScore, Score, ScoreContext, Scored, Scorer,
 };
 pub use compression::KeepRecent;
-pub use config::{HarnessConfig, RouteConfig, EXAMPLE_CONFIG};
+pub use config::{EscalateBelow, HarnessConfig, RouteConfig, EXAMPLE_CONFIG};
 pub use error::{ConfigError, HarnessError};
 pub use handle::{AbortHandle, AbortResult, RunHandle, RunOptions};
 pub use observer::{Event, Observer};
@@ -116,4 +116,6 @@ pub use registry::{HarnessStats, RunningWorker, ShutdownReport};
 pub use route::{
     Route, DEFAULT_CALLBACK_BUDGET, DEFAULT_CANCEL_GRACE, DEFAULT_DEADLINE, DEFAULT_ROUTE,
 };
-pub use scoring::{ConfidenceScorer, DefaultScorer, GenericScorer};
+pub use scoring::{
+    ConfidenceScorer, DefaultScorer, GenericScorer, Signal, SignalScorer, UnknownSignal,
+};

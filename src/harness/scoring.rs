@@ -17,11 +17,21 @@
 //! under the raw model distribution: a small model that is unsure of its
 //! answer spreads probability and scores low. Thresholds are model-specific;
 //! `edgecloud run --json` prints each lane's score and signals to tune them.
+//!
+//! [`SignalScorer`] scores with one named [`Signal`] in the signal's own
+//! units (a log-probability, or a probability margin), so a threshold
+//! calibrated by `edgecloud bench calibrate` means the same thing at run
+//! time: `escalate_below = { signal = "p10_logprob", value = -1.2 }` in a
+//! cascade route is `Policy::cascade(-1.2)` with
+//! `SignalScorer(Signal::P10Logprob)`.
 
 use super::backend::Candidate;
 use super::callbacks::{Score, ScoreContext, Scorer};
 use crate::lane::FinishReason;
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
 
 /// Factor applied to an answer cut by `max_tokens`.
 pub const TRUNCATION_FACTOR: f64 = 0.5;
@@ -44,6 +54,129 @@ pub fn min_logprob(candidate: &Candidate) -> Option<f64> {
         .as_ref()
         .and_then(|s| s.min_logprob)
         .map(f64::from)
+}
+
+/// 10th percentile of the token log-probabilities (nearest rank).
+pub fn p10_logprob(candidate: &Candidate) -> Option<f64> {
+    candidate
+        .signals
+        .as_ref()
+        .and_then(|s| s.p10_logprob)
+        .map(f64::from)
+}
+
+/// The first token's top-1 minus top-2 probability.
+pub fn first_token_margin(candidate: &Candidate) -> Option<f64> {
+    candidate
+        .signals
+        .as_ref()
+        .and_then(|s| s.first_token_margin)
+        .map(f64::from)
+}
+
+/// A confidence signal of a candidate, by name: what cascade thresholds
+/// are expressed in and what `edgecloud bench calibrate` calibrates.
+/// Higher always means more confident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// Mean token log-probability (nats; 0 is certain).
+    MeanLogprob,
+    /// Lowest token log-probability.
+    MinLogprob,
+    /// 10th percentile of the token log-probabilities.
+    P10Logprob,
+    /// The first token's top-1 minus top-2 probability (`[0, 1]`).
+    FirstTokenMargin,
+}
+
+impl Signal {
+    /// Every signal, in documentation order.
+    pub const ALL: [Signal; 4] = [
+        Signal::MeanLogprob,
+        Signal::MinLogprob,
+        Signal::P10Logprob,
+        Signal::FirstTokenMargin,
+    ];
+
+    /// The snake-case name (`p10_logprob`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::MeanLogprob => "mean_logprob",
+            Signal::MinLogprob => "min_logprob",
+            Signal::P10Logprob => "p10_logprob",
+            Signal::FirstTokenMargin => "first_token_margin",
+        }
+    }
+
+    /// Its unit, for people.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Signal::FirstTokenMargin => "probability",
+            _ => "log-probability (nats)",
+        }
+    }
+
+    /// The candidate's value of this signal, when it has one.
+    pub fn of(self, candidate: &Candidate) -> Option<f64> {
+        match self {
+            Signal::MeanLogprob => mean_logprob(candidate),
+            Signal::MinLogprob => min_logprob(candidate),
+            Signal::P10Logprob => p10_logprob(candidate),
+            Signal::FirstTokenMargin => first_token_margin(candidate),
+        }
+        .filter(|v| v.is_finite())
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A signal name that is not one of the four.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown signal `{0}`; expected mean_logprob, min_logprob, p10_logprob or first_token_margin"
+)]
+pub struct UnknownSignal(pub String);
+
+impl FromStr for Signal {
+    type Err = UnknownSignal;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let norm = s.trim().to_ascii_lowercase().replace('-', "_");
+        Signal::ALL
+            .into_iter()
+            .find(|k| k.as_str() == norm)
+            .ok_or_else(|| UnknownSignal(s.to_string()))
+    }
+}
+
+/// Scores a candidate with one [`Signal`], in the signal's own units (not
+/// `[0, 1]`). A candidate without the signal, or with blank text, gets a
+/// non-finite score, i.e. is unscored: it never passes a threshold, so a
+/// cascade escalates it. Every signal the candidate has is recorded in the
+/// score's components (so a report shows them all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalScorer(pub Signal);
+
+impl Scorer for SignalScorer {
+    fn score(&self, candidate: &Candidate, _: &ScoreContext) -> Score {
+        let mut s = Score::new(f64::NAN);
+        for sig in Signal::ALL {
+            if let Some(v) = sig.of(candidate) {
+                s.signals.insert(sig.as_str().into(), v);
+            }
+        }
+        if !is_empty(candidate) {
+            if let Some(v) = self.0.of(candidate) {
+                s.value = v;
+            }
+        }
+        s
+    }
 }
 
 /// Perplexity of the sampled text: `exp(-mean log-prob)`; 1 is certain.
@@ -155,8 +288,14 @@ fn confidence_part(candidate: &Candidate, score: &mut Score) -> f64 {
         return 1.0;
     };
     score.signals.insert("mean_logprob".into(), mean);
-    if let Some(min) = min_logprob(candidate) {
-        score.signals.insert("min_logprob".into(), min);
+    for (name, v) in [
+        ("min_logprob", min_logprob(candidate)),
+        ("p10_logprob", p10_logprob(candidate)),
+        ("first_token_margin", first_token_margin(candidate)),
+    ] {
+        if let Some(v) = v {
+            score.signals.insert(name.into(), v);
+        }
     }
     score.signals.insert("perplexity".into(), (-mean).exp());
     let c = mean.exp().clamp(0.0, 1.0);
@@ -233,6 +372,35 @@ mod tests {
         assert!(is_refusal("I’m sorry, but I can’t help with that."));
         assert!(is_refusal("  As an AI language model, ..."));
         assert!(!is_refusal("Sure! Paris is the capital of France."));
+    }
+
+    #[test]
+    fn signal_scorer_scores_in_the_signals_units() {
+        let mut c =
+            Candidate::new("Paris", FinishReason::Stop).with_logprobs(vec![-0.5, -1.5, -0.1]);
+        c.signals.as_mut().unwrap().first_token_margin = Some(0.75);
+        let s = SignalScorer(Signal::P10Logprob).score(&c, &ctx());
+        assert_eq!(s.value, -1.5f32 as f64);
+        assert_eq!(s.signals["first_token_margin"], 0.75);
+        assert_eq!(s.signals.len(), 4);
+        let m = SignalScorer(Signal::FirstTokenMargin).score(&c, &ctx());
+        assert_eq!(m.value, 0.75);
+        // No signal, or blank text: unscored (never passes a threshold).
+        let bare = Candidate::new("Paris", FinishReason::Stop);
+        assert!(!SignalScorer(Signal::MeanLogprob)
+            .score(&bare, &ctx())
+            .value
+            .is_finite());
+        let blank = Candidate::new(" ", FinishReason::Stop).with_logprobs(vec![-0.1]);
+        assert!(!SignalScorer(Signal::MeanLogprob)
+            .score(&blank, &ctx())
+            .value
+            .is_finite());
+        for sig in Signal::ALL {
+            assert_eq!(sig.as_str().parse::<Signal>(), Ok(sig));
+        }
+        assert!("p10-logprob".parse::<Signal>().is_ok());
+        assert!("p5".parse::<Signal>().is_err());
     }
 
     #[test]

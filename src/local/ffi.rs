@@ -1,5 +1,5 @@
-//! The only unsafe code of the local lane: the two llama.cpp hooks that the
-//! safe `llama-cpp-2` API (0.1.160) does not expose.
+//! The local lane's unsafe code: the llama.cpp and ggml calls the safe
+//! `llama-cpp-2` API (0.1.160) does not expose.
 //!
 //! - **Abort callback.** llama.cpp polls `abort_callback(data)` during graph
 //!   compute (on CPU after every graph node); returning true makes
@@ -9,6 +9,8 @@
 //! - **Log callback.** llama.cpp's log goes into `tracing` (target
 //!   `llama.cpp`), and its recent error lines are kept so that an opaque load
 //!   failure can say what llama.cpp complained about.
+//! - **ggml backends** (for `devices`): loading the portable build's backend
+//!   libraries from a folder, and each backend's compiled-in feature list.
 //!
 //! This module must stay small: everything else in the lane is safe code.
 //! It is the one place the crate-wide `unsafe_code = "deny"` is lifted.
@@ -185,4 +187,75 @@ pub(crate) fn llama_cpp_knows_template(name: &str) -> bool {
         )
     };
     n > 0
+}
+
+/// Loads every ggml backend library in `dir` (`libggml-<name>-*.so`, the
+/// best-scoring one per backend), registering them with ggml.
+#[cfg(feature = "portable")]
+pub(crate) fn load_ggml_backends(dir: &std::path::Path) -> bool {
+    let Ok(c_dir) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated path that outlives the call; ggml copies
+    // what it keeps. Loading twice only registers duplicates, and `devices`
+    // calls this once per process.
+    unsafe { llama_cpp_sys_2::ggml_backend_load_all_from_path(c_dir.as_ptr()) };
+    true
+}
+
+/// Every ggml backend registry's name and compiled-in features (`AVX2`,
+/// `ARCHS=900`: a value other than `1` is kept after `=`).
+pub(crate) fn ggml_backend_registries() -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    // SAFETY: ggml's registry functions take only an index below its own
+    // count and the handles it returned; the names and features it returns
+    // are static strings owned by the backend, valid while it is loaded
+    // (backends are never unloaded here).
+    unsafe {
+        for i in 0..llama_cpp_sys_2::ggml_backend_reg_count() {
+            let reg = llama_cpp_sys_2::ggml_backend_reg_get(i);
+            if reg.is_null() {
+                continue;
+            }
+            let name = owned(llama_cpp_sys_2::ggml_backend_reg_name(reg));
+            let mut features = Vec::new();
+            let proc = llama_cpp_sys_2::ggml_backend_reg_get_proc_address(
+                reg,
+                c"ggml_backend_get_features".as_ptr(),
+            );
+            if !proc.is_null() {
+                // The entry point's documented type (ggml-backend.h:
+                // `ggml_backend_get_features_t`).
+                let get: unsafe extern "C" fn(
+                    llama_cpp_sys_2::ggml_backend_reg_t,
+                )
+                    -> *mut llama_cpp_sys_2::ggml_backend_feature = std::mem::transmute(proc);
+                let mut f = get(reg);
+                // The list ends with an entry whose name is NULL.
+                while !f.is_null() && !(*f).name.is_null() {
+                    let key = owned((*f).name);
+                    let value = owned((*f).value);
+                    features.push(if value == "1" {
+                        key
+                    } else {
+                        format!("{key}={value}")
+                    });
+                    f = f.add(1);
+                }
+            }
+            out.push((name, features));
+        }
+    }
+    out
+}
+
+/// # Safety
+/// `p` is null or a NUL-terminated string.
+unsafe fn owned(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: non-null and NUL-terminated, per the caller.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
 }

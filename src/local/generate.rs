@@ -3,6 +3,7 @@
 //! watch for stops, cancellation and the deadline.
 
 use super::ffi::AbortSignal;
+use super::signals;
 use super::stop::{StopMatcher, StopState};
 use super::template::{self, Origin};
 use super::utf8::Utf8Stream;
@@ -342,7 +343,10 @@ impl<'m> Session<'m> {
                 return Ok((reason, stops));
             }
             let token = sampler.sample(&self.ctx, logits_index);
-            out.token_sampled(logprob(self.ctx.get_logits_ith(logits_index), token));
+            out.token_sampled(signals::scan(
+                self.ctx.get_logits_ith(logits_index),
+                token.0 as usize,
+            ));
             if vocab.is_eog(token) {
                 return Ok((FinishReason::Stop, stops));
             }
@@ -411,17 +415,6 @@ fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler {
     LlamaSampler::chain_simple(chain)
 }
 
-/// log softmax(logits)[token], in f64 for a stable sum.
-fn logprob(logits: &[f32], token: LlamaToken) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    let chosen = logits
-        .get(token.0 as usize)
-        .copied()
-        .unwrap_or(f32::NEG_INFINITY);
-    (f64::from(chosen - max) - sum.ln()) as f32
-}
-
 /// Counters and clocks of one job.
 struct Progress {
     submitted_at: Instant,
@@ -433,6 +426,7 @@ struct Progress {
     first_token_at: Option<Instant>,
     completion_tokens: usize,
     logprobs: Vec<f32>,
+    first_token_margin: Option<f32>,
 }
 
 impl Progress {
@@ -447,13 +441,15 @@ impl Progress {
             first_token_at: None,
             completion_tokens: 0,
             logprobs: Vec::with_capacity(job.sampling.max_tokens.min(4096) as usize),
+            first_token_margin: None,
         }
     }
 
-    fn token_sampled(&mut self, logprob: f32) {
+    fn token_sampled(&mut self, scan: signals::TokenScan) {
         self.first_token_at.get_or_insert_with(Instant::now);
+        self.first_token_margin.get_or_insert(scan.margin);
         self.completion_tokens += 1;
-        self.logprobs.push(logprob);
+        self.logprobs.push(scan.logprob);
     }
 
     fn finish(
@@ -486,6 +482,8 @@ impl Progress {
             completion_tokens: self.completion_tokens as u32,
             mean_logprob: mean,
             min_logprob: min,
+            p10_logprob: signals::low_quantile(&self.logprobs, 0.1),
+            first_token_margin: self.first_token_margin,
             token_logprobs: self.logprobs,
             aborted_in_decode,
             timings: LocalTimings {
@@ -498,21 +496,5 @@ impl Progress {
                 total: now - self.submitted_at,
             },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::logprob;
-    use llama_cpp_2::token::LlamaToken;
-
-    #[test]
-    fn logprob_is_log_softmax() {
-        let lp = logprob(&[0.0, 0.0], LlamaToken(1));
-        assert!((lp - (0.5f32).ln()).abs() < 1e-6);
-        let lps: f32 = (0..3)
-            .map(|t| logprob(&[1.0, 2.0, 3.0], LlamaToken(t)).exp())
-            .sum();
-        assert!((lps - 1.0).abs() < 1e-5);
     }
 }

@@ -17,7 +17,9 @@
 //! - tokens streamed to the job's sink as valid UTF-8, stop strings never
 //!   shown;
 //! - the log-probability of every sampled token under the model's raw
-//!   distribution (before temperature and truncation), with mean and minimum;
+//!   distribution (before temperature and truncation), with mean, minimum,
+//!   10th percentile and the first token's top-1 minus top-2 probability
+//!   margin (one f32 pass over the logits per token: `signals`);
 //! - cancellation between tokens *and inside `llama_decode`* (llama.cpp's
 //!   abort callback), so a long prompt stops within one compute step; the
 //!   job's deadline is watched the same way;
@@ -26,8 +28,10 @@
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
+pub mod devices;
 mod ffi;
 mod generate;
+mod signals;
 mod stop;
 mod template;
 mod utf8;
@@ -58,7 +62,8 @@ pub struct LocalConfig {
     pub context_size: Option<u32>,
     /// Most tokens decoded in one llama.cpp call (prompt processing).
     pub batch_size: u32,
-    /// Layers offloaded to the GPU (needs a GPU feature; 0 = CPU only).
+    /// Layers offloaded to the GPU (0 = CPU only). More than 0 where ggml
+    /// finds no GPU device is [`LocalError::Devices`], not a silent CPU run.
     pub gpu_layers: u32,
     /// Override the model's chat template: a name llama.cpp knows
     /// (`chatml`, `llama3`, `mistral-v7`, ...) or a full template text.
@@ -160,6 +165,13 @@ pub struct LocalCompletion {
     pub mean_logprob: Option<f32>,
     /// Minimum of `token_logprobs`.
     pub min_logprob: Option<f32>,
+    /// 10th percentile of `token_logprobs` (nearest rank; the minimum
+    /// under 10 tokens): a low quantile, robust to one odd token.
+    pub p10_logprob: Option<f32>,
+    /// The first sampled position's top-1 minus top-2 probability under
+    /// the raw model distribution, in `[0, 1]`: high when the model was
+    /// sure how to start (a strong signal on short answers).
+    pub first_token_margin: Option<f32>,
     /// True when cancellation or the deadline stopped a `llama_decode` call
     /// from inside (llama.cpp's abort callback), rather than between calls.
     pub aborted_in_decode: bool,
@@ -226,6 +238,10 @@ pub enum LocalError {
         /// What llama.cpp returned.
         detail: String,
     },
+    /// The devices ggml found cannot run the configuration: GPU layers
+    /// without a GPU, or a portable build without its backend libraries.
+    #[error(transparent)]
+    Devices(#[from] devices::DeviceError),
     /// The job panicked (for example in its token sink). The lane reset its
     /// context and keeps working.
     #[error("local job panicked: {detail}")]
@@ -255,6 +271,7 @@ impl LocalError {
             LocalError::PromptTooLong { .. } => "prompt_too_long",
             LocalError::InvalidRequest(_) => "invalid_request",
             LocalError::Decode { .. } => "decode",
+            LocalError::Devices(e) => e.kind(),
             LocalError::Panicked { .. } => "panicked",
             LocalError::WorkerGone => "worker_gone",
             LocalError::Spawn { .. } => "spawn",

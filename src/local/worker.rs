@@ -28,6 +28,9 @@ fn backend() -> &'static LlamaBackend {
     static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
     BACKEND.get_or_init(|| {
         ffi::install_log_hook();
+        // The portable build's ggml backends must be loaded before llama.cpp
+        // looks for devices.
+        super::devices::ensure_loaded();
         LlamaBackend::init().expect("llama.cpp backend is initialised only here, once")
     })
 }
@@ -153,6 +156,7 @@ fn load(config: &LocalConfig, signal: &Arc<AbortSignal>) -> Result<Loaded, Local
     // Validate first: some malformed files make llama.cpp abort the process.
     crate::gguf::validate(&config.model)?;
     let backend = backend();
+    super::devices::check_gpu_layers(config.gpu_layers)?;
     let model = {
         let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         ffi::clear_recent_log();

@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod cloud;
+mod devices;
 mod ensure_deps;
 mod error_chain;
 mod fetch;
@@ -10,6 +11,7 @@ mod gguf;
 mod gguf_catalogue;
 mod harness;
 mod local;
+mod quality;
 mod real_model;
 mod serve;
 mod support;

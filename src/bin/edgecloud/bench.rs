@@ -26,7 +26,8 @@ fn after_help() -> String {
      Ctrl-C stops after the run in flight is aborted and keeps what was \
      measured; a second Ctrl-C exits at once.\n\n\
      Workloads: a JSON Lines file (one request per line: {\"prompt\": \"...\"} or \
-     {\"messages\": [...]}, optional \"sampling\", \"id\", \"tag\", \"expected\"), \
+     {\"messages\": [...]}, optional \"sampling\", \"id\", \"tag\", \"expected\", \"grader\": \
+     contains, exact, number, choice or regex), \
      or builtin:short, builtin:long, builtin:chat (optionally :COUNT).\n\n\
      Lanes: --model starts the local lane, --base-url with --cloud-model the \
      cloud lane; flags override --config, as for `edgecloud run`.\n\n\
@@ -79,6 +80,11 @@ pub(crate) struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Test stand-in for the local lane: answer with the recorded answers
+    /// (and recorded log-probabilities) of this file instead of a model.
+    /// A scripted lane of known confidence, for calibration tests.
+    #[arg(long, value_name = "FILE", hide = true)]
+    replay_local: Option<PathBuf>,
     #[command(flatten)]
     lanes: HarnessArgs,
 }
@@ -102,12 +108,23 @@ enum BenchCommand {
         /// The output directory.
         dir: PathBuf,
     },
+    /// Simulate a cascade at every threshold of each local confidence
+    /// signal from a bench's local-only and cloud-only runs (running
+    /// nothing); print the accuracy-vs-cloud-share curve, CPT(50%),
+    /// CPT(80%) and APGR, and write the chart and a config snippet.
+    Calibrate(crate::bench_quality::CalibrateArgs),
+    /// Serve recorded answers as an OpenAI-compatible endpoint on
+    /// loopback, at a chosen time to first token and token rate: a
+    /// stand-in for a real provider holding real answers.
+    ReplayCloud(crate::bench_quality::ReplayCloudArgs),
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         Some(BenchCommand::Compare { a, b, json }) => compare_cmd(a, b, json),
         Some(BenchCommand::Report { dir }) => report_cmd(dir),
+        Some(BenchCommand::Calibrate(a)) => crate::bench_quality::calibrate_cmd(a),
+        Some(BenchCommand::ReplayCloud(a)) => crate::bench_quality::replay_cloud_cmd(a),
         None => bench_cmd(args),
     }
 }
@@ -177,7 +194,11 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let spec = args.workload.clone().expect("clap requires --workload");
     let workload = Workload::load(&spec)?;
     let cfg = args.lanes.load_config()?;
-    let has_local = cfg.local.is_some();
+    let replay_local = match &args.replay_local {
+        Some(path) => Some(edgecloud::bench::Replay::load(path)?),
+        None => None,
+    };
+    let has_local = cfg.local.is_some() || replay_local.is_some();
     let has_cloud = cfg.cloud.is_some();
 
     let config_policy = cfg.harness.resolved_policy("harness")?;
@@ -215,12 +236,18 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
 
     let settings = BenchSettings {
-        local: cfg.local.as_ref().map(|l| LocalSetup {
-            model: l.model.display().to_string(),
-            threads: Some(l.threads.unwrap_or_else(edgecloud::local::physical_cores)),
-            gpu_layers: l.gpu_layers,
-            context_size: l.context_size,
-        }),
+        local: match (&args.replay_local, cfg.local.as_ref()) {
+            (Some(path), _) => Some(LocalSetup {
+                model: format!("replay:{} (recorded answers, not a model)", path.display()),
+                ..LocalSetup::default()
+            }),
+            (None, l) => l.map(|l| LocalSetup {
+                model: l.model.display().to_string(),
+                threads: Some(l.threads.unwrap_or_else(edgecloud::local::physical_cores)),
+                gpu_layers: l.gpu_layers,
+                context_size: l.context_size,
+            }),
+        },
         cloud: cfg.cloud.as_ref().map(|c| CloudSetup {
             endpoint: endpoint_of(&c.base_url),
             model: c.model.clone(),
@@ -244,9 +271,11 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if !args.quiet {
         eprintln!("starting lanes...");
     }
-    let harness: Harness = Harness::builder()
-        .config(&cfg)?
-        .lanes_from(&cfg)?
+    let mut builder = Harness::builder().config(&cfg)?.lanes_from(&cfg)?;
+    if let Some(replay) = replay_local {
+        builder = builder.local(replay);
+    }
+    let harness: Harness = builder
         .observer(late.observer())
         .build()
         .context("building the harness")?;
@@ -263,7 +292,11 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     watch_ctrl_c(stop.clone(), executor.current_run());
 
     let mut bar = Bar::new(!args.quiet);
-    let model = cfg.local.as_ref().map(|l| l.model.clone());
+    let model = cfg
+        .local
+        .as_ref()
+        .filter(|_| args.replay_local.is_none())
+        .map(|l| l.model.clone());
     let result = run_bench(
         &plan,
         settings,

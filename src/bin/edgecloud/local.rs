@@ -3,6 +3,7 @@
 //! deadline and `total_ms` both count from the request's start.
 
 use anyhow::Context as _;
+use edgecloud::local::devices::DeviceError;
 use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
 use edgecloud::millis::to_ms_rounded;
 use edgecloud::{ChatMessage, FinishReason, LaneJob, Sampling};
@@ -55,7 +56,8 @@ pub(crate) struct LocalArgs {
     /// Prompt batch size.
     #[arg(long, default_value_t = 512)]
     batch_size: u32,
-    /// Layers to offload to a GPU.
+    /// Layers to offload to a GPU. More than 0 without a GPU is an error
+    /// (`edgecloud doctor` shows the devices found).
     #[arg(long, default_value_t = 0)]
     gpu_layers: u32,
     /// Print one JSON object instead of streaming text.
@@ -140,6 +142,8 @@ fn report(
             "gen_tokens_per_s": t.gen_tokens_per_s,
             "mean_logprob": done.mean_logprob,
             "min_logprob": done.min_logprob,
+            "p10_logprob": done.p10_logprob,
+            "first_token_margin": done.first_token_margin,
             "deadline_ms": args.deadline_ms,
             "model": info.model,
             "threads": info.threads,
@@ -171,9 +175,13 @@ fn report(
             opt(t.gen_tokens_per_s, " tok/s")
         );
         println!("total            {:.1} ms", to_ms_rounded(t.total));
+        let f3 = |v: Option<f32>| v.map_or("-".into(), |v| format!("{v:.3}"));
         println!(
-            "mean logprob     {}",
-            done.mean_logprob.map_or("-".into(), |v| format!("{v:.3}"))
+            "logprob          mean {}, min {}, p10 {}; first-token margin {}",
+            f3(done.mean_logprob),
+            f3(done.min_logprob),
+            f3(done.p10_logprob),
+            f3(done.first_token_margin)
         );
     }
     if status == "completed" {
@@ -203,6 +211,9 @@ fn report_failure(
             "prompt_tokens_per_s": Value::Null,
             "gen_tokens_per_s": Value::Null,
             "mean_logprob": Value::Null,
+            "min_logprob": Value::Null,
+            "p10_logprob": Value::Null,
+            "first_token_margin": Value::Null,
             "error": { "kind": err.kind(), "message": edgecloud::error_chain(err) },
         }))?;
     }
@@ -210,6 +221,12 @@ fn report_failure(
         "edgecloud: local lane failed: {}",
         edgecloud::error_chain(err)
     );
+    if let LocalError::Devices(DeviceError::NoGpu { gpu_layers, .. }) = err {
+        eprintln!(
+            "edgecloud: --gpu-layers {gpu_layers} needs a GPU and none was found; \
+             `edgecloud doctor` lists what this binary has"
+        );
+    }
     Ok(ExitCode::FAILURE)
 }
 

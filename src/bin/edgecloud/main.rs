@@ -2,7 +2,9 @@
 //! Each subcommand lives in its own module; `main` only parses and dispatches.
 
 mod bench;
+mod bench_quality;
 mod cloud;
+mod doctor;
 mod fetch;
 mod local;
 mod model;
@@ -36,6 +38,9 @@ enum Command {
     Model(model::ModelCommand),
     /// Benchmark policies and deadlines over a workload; compare reports.
     Bench(bench::BenchArgs),
+    /// Show the ggml backends and devices this binary runs on (CPU variant,
+    /// GPUs and their memory) and whether GPU offload is possible.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,

@@ -125,7 +125,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -1,0 +1,782 @@
+//! Calibration: from a bench output holding `local-only` and `cloud-only`
+//! runs over the same graded items, simulate a cascade at every threshold
+//! of each local confidence signal, without running anything. Owns the
+//! maths (accuracy against cloud share, CPT, APGR), the choice of a
+//! threshold for a target, and rendering the result (Markdown, a chart, a
+//! config snippet). It must not run lanes nor read files itself.
+//!
+//! The simulated cascade matches the run-time one: an item escalates to
+//! the cloud when its local signal is below the threshold (the harness
+//! keeps a local answer when its score is `>=` the threshold), or when the
+//! local lane gave no signal (it failed). Escalated items take the cloud's
+//! graded answer, the others the local one.
+//!
+//! Definitions (RouteLLM, Ong et al. 2024):
+//! - *weak* / *strong*: local-only / cloud-only accuracy on the paired items.
+//! - *PGR* of a point: (accuracy - weak) / (strong - weak).
+//! - *CPT(x)*: the smallest cloud share among the curve's points whose PGR
+//!   reaches x (achievable thresholds only, no interpolation).
+//! - *APGR*: the area under PGR against cloud share from 0 to 1, by the
+//!   trapezoid rule over the curve's points (0 = weak only, 1 = strong
+//!   only; random routing, the straight line, is 0.5). Interpolating
+//!   between two points is what routing a random share of the tied or
+//!   in-between items would give.
+//!
+//! Thresholds are midpoints between adjacent distinct signal values, so a
+//! value recorded with a rounding difference still falls on the same side
+//! at run time.
+
+use super::error::BenchError;
+use super::record::{RunRecord, RunStatus};
+use super::report::{num, pct};
+use super::svg;
+use crate::harness::Signal;
+use crate::lane::Lane;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The chart `edgecloud bench calibrate` writes.
+pub const CALIBRATION_CHART: &str = "quality_vs_cloud_share.svg";
+/// The calibration as JSON.
+pub const CALIBRATION_FILE: &str = "calibration.json";
+/// The calibration as Markdown.
+pub const CALIBRATION_REPORT: &str = "calibration.md";
+/// The ready config snippet.
+pub const CALIBRATION_CONFIG: &str = "calibrated.toml";
+
+/// One workload item as both baselines answered it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedItem {
+    /// The item's id.
+    pub item: String,
+    /// The local answer's signals (`None`: none, e.g. the lane failed).
+    pub signals: BTreeMap<Signal, f64>,
+    /// Whether the local-only answer was right.
+    pub local_correct: bool,
+    /// Whether the cloud-only answer was right.
+    pub cloud_correct: bool,
+    /// The local-only run's latency.
+    pub local_ms: f64,
+}
+
+/// One point of a simulated cascade.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// Escalate below this value of the signal; `None` for the origin
+    /// (never escalate: local-only).
+    pub threshold: Option<f64>,
+    /// Share of items sent to the cloud.
+    pub cloud_share: f64,
+    /// Accuracy of the cascade.
+    pub accuracy: f64,
+    /// Share of the local-to-cloud gap recovered (absent without a gap).
+    pub pgr: Option<f64>,
+}
+
+/// The simulated cascade of one signal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignalCurve {
+    /// The signal.
+    pub signal: Signal,
+    /// Items without a value of this signal (always escalated).
+    pub missing: usize,
+    /// The curve, by rising cloud share (from 0 to 1).
+    pub points: Vec<CurvePoint>,
+    /// Cloud share needed to recover 50% of the gap.
+    pub cpt50: Option<f64>,
+    /// Cloud share needed to recover 80% of the gap.
+    pub cpt80: Option<f64>,
+    /// Area under the PGR curve (random routing: 0.5).
+    pub apgr: Option<f64>,
+}
+
+/// What the chosen threshold was chosen for.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum Target {
+    /// The most accurate point whose cloud share is at most this.
+    CloudShare(f64),
+    /// The fewest cloud calls whose accuracy reaches this.
+    Quality(f64),
+    /// The fewest cloud calls recovering 80% of the gap (the default).
+    Cpt80,
+}
+
+/// The threshold chosen for a target.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    /// The signal.
+    pub signal: Signal,
+    /// What it was chosen for.
+    pub target: Target,
+    /// The curve point (its threshold is what goes in the config).
+    pub point: CurvePoint,
+}
+
+/// A whole calibration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// The deadline of the baseline runs used.
+    pub deadline_ms: u64,
+    /// Items paired (graded in both baselines).
+    pub items: usize,
+    /// Local-only accuracy on them.
+    pub local_accuracy: f64,
+    /// Cloud-only accuracy on them.
+    pub cloud_accuracy: f64,
+    /// Slowest local-only run among them.
+    pub local_max_ms: f64,
+    /// One curve per signal with values.
+    pub curves: Vec<SignalCurve>,
+    /// The chosen threshold, when the target is reachable.
+    pub choice: Option<Choice>,
+    /// Plain advice from the figures.
+    pub advice: String,
+}
+
+impl Calibration {
+    /// The curve of one signal.
+    pub fn curve(&self, signal: Signal) -> Option<&SignalCurve> {
+        self.curves.iter().find(|c| c.signal == signal)
+    }
+}
+
+/// Pairs the `local-only` and `cloud-only` runs of `runs` by item, at
+/// `deadline_ms` (default: the largest deadline both policies ran at).
+/// The first measured pass of each item is used.
+pub fn pair_items(
+    runs: &[RunRecord],
+    deadline_ms: Option<u64>,
+) -> Result<(u64, Vec<PairedItem>), BenchError> {
+    let bad = |reason: String| BenchError::InvalidSettings { reason };
+    let deadlines = |policy: &str| {
+        let mut d: Vec<u64> = runs
+            .iter()
+            .filter(|r| r.policy == policy)
+            .map(|r| r.deadline_ms)
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    };
+    let (local_d, cloud_d) = (deadlines("local-only"), deadlines("cloud-only"));
+    let both: Vec<u64> = local_d
+        .iter()
+        .copied()
+        .filter(|d| cloud_d.contains(d))
+        .collect();
+    let deadline = match deadline_ms {
+        Some(d) if both.contains(&d) => d,
+        Some(d) => {
+            return Err(bad(format!(
+                "no local-only and cloud-only runs at {d} ms (both ran at: {both:?})"
+            )))
+        }
+        None => *both.last().ok_or_else(|| {
+            bad(
+                "calibration needs local-only and cloud-only runs at the same deadline \
+                 (run the bench with --policies local-only,cloud-only)"
+                    .into(),
+            )
+        })?,
+    };
+    let first = |policy: &str| {
+        let mut m: BTreeMap<&str, &RunRecord> = BTreeMap::new();
+        for r in runs
+            .iter()
+            .filter(|r| r.policy == policy && r.deadline_ms == deadline)
+        {
+            let e = m.entry(r.item.as_str()).or_insert(r);
+            if r.repeat < e.repeat {
+                *e = r;
+            }
+        }
+        m
+    };
+    let (local, cloud) = (first("local-only"), first("cloud-only"));
+    let mut items = Vec::new();
+    // Keep the workload's order (seq order of the local runs).
+    let mut order: Vec<&&RunRecord> = local.values().collect();
+    order.sort_by_key(|r| r.seq);
+    for l in order {
+        let Some(c) = cloud.get(l.item.as_str()) else {
+            continue;
+        };
+        let lane_correct = |r: &RunRecord, lane: Lane| {
+            r.lane(lane)
+                .and_then(|x| x.correct)
+                .or(r.expected_match)
+                .or_else(|| (r.status != RunStatus::Ok).then_some(false))
+        };
+        let (Some(lc), Some(cc)) = (lane_correct(l, Lane::Local), lane_correct(c, Lane::Cloud))
+        else {
+            continue;
+        };
+        if l.expected_match.is_none() && c.expected_match.is_none() {
+            continue;
+        }
+        let mut signals = BTreeMap::new();
+        if let Some(s) = l.lane(Lane::Local).and_then(|x| x.signals) {
+            for sig in Signal::ALL {
+                if let Some(v) = s.get(sig) {
+                    signals.insert(sig, v);
+                }
+            }
+        }
+        items.push(PairedItem {
+            item: l.item.clone(),
+            signals,
+            local_correct: lc,
+            cloud_correct: cc,
+            local_ms: l.elapsed_ms,
+        });
+    }
+    if items.len() < 2 {
+        return Err(bad(format!(
+            "only {} graded item(s) have both a local-only and a cloud-only run at {deadline} ms; \
+             calibration needs graded items (workload `expected`)",
+            items.len()
+        )));
+    }
+    Ok((deadline, items))
+}
+
+fn mean(it: impl Iterator<Item = bool>) -> f64 {
+    let (mut n, mut k) = (0usize, 0usize);
+    for b in it {
+        n += 1;
+        k += usize::from(b);
+    }
+    if n == 0 {
+        0.0
+    } else {
+        k as f64 / n as f64
+    }
+}
+
+/// The simulated cascade of `signal` over `items` (see the module docs).
+pub fn curve(items: &[PairedItem], signal: Signal) -> SignalCurve {
+    let n = items.len();
+    let weak = mean(items.iter().map(|i| i.local_correct));
+    let strong = mean(items.iter().map(|i| i.cloud_correct));
+    let gap = strong - weak;
+    let pgr = |acc: f64| (gap.abs() > 1e-12).then(|| (acc - weak) / gap);
+    let value = |i: &PairedItem| i.signals.get(&signal).copied().unwrap_or(f64::NEG_INFINITY);
+    let mut sorted: Vec<&PairedItem> = items.iter().collect();
+    sorted.sort_by(|a, b| value(a).total_cmp(&value(b)));
+    let mut points = vec![CurvePoint {
+        threshold: None,
+        cloud_share: 0.0,
+        accuracy: weak,
+        pgr: pgr(weak),
+    }];
+    // Right answers when everything is local; each escalated item swaps
+    // its local grade for the cloud's.
+    let mut right = items.iter().filter(|i| i.local_correct).count() as i64;
+    let mut k = 0;
+    while k < n {
+        let v = value(sorted[k]);
+        while k < n && value(sorted[k]) == v {
+            right += i64::from(sorted[k].cloud_correct) - i64::from(sorted[k].local_correct);
+            k += 1;
+        }
+        let threshold = match sorted.get(k).map(|i| value(i)) {
+            Some(next) if v == f64::NEG_INFINITY => next - 1.0,
+            Some(next) => (v + next) / 2.0,
+            None if v == f64::NEG_INFINITY => 0.0,
+            None => v + 1.0,
+        };
+        let accuracy = right as f64 / n as f64;
+        points.push(CurvePoint {
+            threshold: Some(threshold),
+            cloud_share: k as f64 / n as f64,
+            accuracy,
+            pgr: pgr(accuracy),
+        });
+    }
+    let cpt = |x: f64| {
+        points
+            .iter()
+            .find(|p| p.pgr.is_some_and(|g| g >= x - 1e-12))
+            .map(|p| p.cloud_share)
+    };
+    let apgr = (gap.abs() > 1e-12).then(|| {
+        points
+            .windows(2)
+            .map(|w| {
+                let (a, b) = (w[0], w[1]);
+                (b.cloud_share - a.cloud_share) * (a.pgr.unwrap_or(0.0) + b.pgr.unwrap_or(0.0))
+                    / 2.0
+            })
+            .sum()
+    });
+    SignalCurve {
+        signal,
+        missing: items
+            .iter()
+            .filter(|i| !i.signals.contains_key(&signal))
+            .count(),
+        cpt50: cpt(0.5),
+        cpt80: cpt(0.8),
+        apgr,
+        points,
+    }
+}
+
+/// The point of `curve` that meets `target`, if any (see [`Target`]).
+/// Only points with a threshold (realisable at run time) are chosen.
+pub fn choose(curve: &SignalCurve, target: Target) -> Option<Choice> {
+    let eps = 1e-9;
+    let realisable = curve.points.iter().filter(|p| p.threshold.is_some());
+    let point = match target {
+        Target::CloudShare(x) => realisable
+            .filter(|p| p.cloud_share <= x + eps)
+            // Most accurate; among equals, fewest cloud calls.
+            .fold(None::<CurvePoint>, |best, p| match best {
+                Some(b) if b.accuracy >= p.accuracy - eps => Some(b),
+                _ => Some(*p),
+            }),
+        Target::Quality(y) => realisable.copied().find(|p| p.accuracy >= y - eps),
+        Target::Cpt80 => {
+            let hit = realisable
+                .clone()
+                .copied()
+                .find(|p| p.pgr.is_some_and(|g| g >= 0.8 - eps));
+            // Without a gap to recover: the most accurate, fewest calls.
+            hit.or_else(|| {
+                realisable.fold(None::<CurvePoint>, |best, p| match best {
+                    Some(b) if b.accuracy >= p.accuracy - eps => Some(b),
+                    _ => Some(*p),
+                })
+            })
+        }
+    }?;
+    Some(Choice {
+        signal: curve.signal,
+        target,
+        point,
+    })
+}
+
+/// Calibrates: pairs the baselines, draws every signal's curve, and picks
+/// a threshold for `target` on `signal` (default: the signal with the
+/// highest APGR).
+pub fn calibrate(
+    runs: &[RunRecord],
+    deadline_ms: Option<u64>,
+    signal: Option<Signal>,
+    target: Target,
+) -> Result<Calibration, BenchError> {
+    let (deadline, items) = pair_items(runs, deadline_ms)?;
+    let curves: Vec<SignalCurve> = Signal::ALL
+        .into_iter()
+        .map(|s| curve(&items, s))
+        .filter(|c| c.missing < items.len())
+        .collect();
+    if curves.is_empty() {
+        return Err(BenchError::InvalidSettings {
+            reason: "the local-only runs carry no confidence signals (a local lane with \
+                     log-probabilities is needed)"
+                .into(),
+        });
+    }
+    let pick =
+        match signal {
+            Some(s) => curves.iter().find(|c| c.signal == s).ok_or_else(|| {
+                BenchError::InvalidSettings {
+                    reason: format!("the local-only runs carry no `{s}` values"),
+                }
+            })?,
+            None => curves
+                .iter()
+                .reduce(|best, c| {
+                    if c.apgr.unwrap_or(f64::MIN) > best.apgr.unwrap_or(f64::MIN) + 1e-12 {
+                        c
+                    } else {
+                        best
+                    }
+                })
+                .expect("curves is not empty"),
+        };
+    let choice = choose(pick, target);
+    let mut c = Calibration {
+        deadline_ms: deadline,
+        items: items.len(),
+        local_accuracy: mean(items.iter().map(|i| i.local_correct)),
+        cloud_accuracy: mean(items.iter().map(|i| i.cloud_correct)),
+        local_max_ms: items.iter().map(|i| i.local_ms).fold(0.0, f64::max),
+        curves: curves.clone(),
+        choice,
+        advice: String::new(),
+    };
+    c.advice = advice(&c);
+    Ok(c)
+}
+
+fn advice(c: &Calibration) -> String {
+    let (weak, strong) = (c.local_accuracy, c.cloud_accuracy);
+    let best = c
+        .curves
+        .iter()
+        .filter_map(|k| k.apgr.map(|a| (k.signal, a)))
+        .fold(None::<(Signal, f64)>, |b, x| match b {
+            Some(b) if b.1 >= x.1 => Some(b),
+            _ => Some(x),
+        });
+    if strong <= weak + 1e-12 {
+        return format!(
+            "Local only: the local model is as accurate as the cloud here ({} against {}); \
+             cloud calls buy no quality on this workload.",
+            pct(weak),
+            pct(strong)
+        );
+    }
+    if weak < 0.1 || weak < 0.25 * strong {
+        return format!(
+            "Cloud first: the local model is rarely right here ({} against the cloud's {}). \
+             Use `cloud-only`, or `fallback` for offline resilience; a cascade would spend \
+             local time on answers that are mostly wrong or escalated anyway.",
+            pct(weak),
+            pct(strong)
+        );
+    }
+    match (best, c.choice) {
+        (Some((sig, apgr)), _) if apgr < 0.55 => format!(
+            "No local signal routes much better than random here (best APGR {apgr:.2}, `{sig}`; \
+             random is 0.50): a cascade saves cloud calls only in proportion to the quality \
+             it gives up."
+        ),
+        (_, Some(ch)) => format!(
+            "Cascade on `{}`: escalating below {} sends {} of requests to the cloud for {} \
+             accuracy (local only {}, cloud only {}), {} of the gap recovered.",
+            ch.signal,
+            fmt_threshold(ch.point.threshold.unwrap_or(f64::NAN)),
+            pct(ch.point.cloud_share),
+            pct(ch.point.accuracy),
+            pct(weak),
+            pct(strong),
+            ch.point.pgr.map_or("–".into(), pct)
+        ),
+        _ => "No threshold meets the target on this workload.".into(),
+    }
+}
+
+/// A threshold as it goes into a config: enough digits to fall between
+/// the two signal values it separates.
+pub fn fmt_threshold(v: f64) -> String {
+    format!("{v:.6}")
+}
+
+fn opt_pct(v: Option<f64>) -> String {
+    v.map_or("–".into(), pct)
+}
+
+/// The accuracy of a curve at cloud share `x`, reading the curve as a
+/// step between realisable points (the most accurate point at or below
+/// `x`).
+fn accuracy_at(curve: &SignalCurve, x: f64) -> f64 {
+    curve
+        .points
+        .iter()
+        .filter(|p| p.cloud_share <= x + 1e-9)
+        .map(|p| p.accuracy)
+        .fold(f64::MIN, f64::max)
+}
+
+/// The calibration as Markdown: advice, the per-signal table, the curve at
+/// fixed cloud shares next to random routing, the chosen threshold.
+pub fn render_markdown(c: &Calibration, source: &str) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# edgecloud bench calibrate\n");
+    let _ = writeln!(
+        md,
+        "From `{source}`: {} graded items with both a local-only and a cloud-only run at {} ms. \
+         Local-only accuracy {}, cloud-only {}. Nothing was run: each curve simulates a \
+         cascade that escalates an item when its local signal is below the threshold.\n",
+        c.items,
+        c.deadline_ms,
+        pct(c.local_accuracy),
+        pct(c.cloud_accuracy)
+    );
+    let _ = writeln!(md, "**Advice**: {}\n", c.advice);
+    let _ = writeln!(md, "## Signals\n");
+    let _ = writeln!(
+        md,
+        "| signal | unit | items without it | CPT(50%) | CPT(80%) | APGR |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|");
+    for k in &c.curves {
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {} | {} |",
+            k.signal,
+            k.signal.unit(),
+            k.missing,
+            opt_pct(k.cpt50),
+            opt_pct(k.cpt80),
+            k.apgr.map_or("–".into(), |a| format!("{a:.3}"))
+        );
+    }
+    let gap = c.cloud_accuracy - c.local_accuracy;
+    let _ = writeln!(
+        md,
+        "| random routing | – | – | {} | {} | {} |\n",
+        if gap > 0.0 { "50.0%" } else { "–" },
+        if gap > 0.0 { "80.0%" } else { "–" },
+        if gap.abs() > 1e-12 { "0.500" } else { "–" }
+    );
+    let _ = writeln!(md, "## Accuracy at a given cloud share\n");
+    let mut head = String::from("| cloud share |");
+    let mut rule = String::from("|---:|");
+    for k in &c.curves {
+        let _ = write!(head, " `{}` |", k.signal);
+        rule.push_str("---:|");
+    }
+    head.push_str(" random |");
+    rule.push_str("---:|");
+    let _ = writeln!(md, "{head}\n{rule}");
+    for step in 0..=10 {
+        let x = f64::from(step) / 10.0;
+        let mut row = format!("| {} |", pct(x));
+        for k in &c.curves {
+            let _ = write!(row, " {} |", pct(accuracy_at(k, x)));
+        }
+        let _ = write!(row, " {} |", pct(c.local_accuracy + x * gap));
+        let _ = writeln!(md, "{row}");
+    }
+    let _ = writeln!(
+        md,
+        "\nEach cell: the most accurate simulated cascade with at most that cloud share.\n"
+    );
+    match c.choice {
+        Some(ch) => {
+            let _ = writeln!(md, "## Chosen threshold\n");
+            let _ = writeln!(
+                md,
+                "Target {}: `{}` below **{}** ({}). Simulated cloud share {}, accuracy {}, gap recovered {}. \
+                 Config: `{CALIBRATION_CONFIG}`.\n",
+                match ch.target {
+                    Target::CloudShare(x) => format!("cloud share at most {}", pct(x)),
+                    Target::Quality(y) => format!("accuracy at least {}", pct(y)),
+                    Target::Cpt80 => "fewest cloud calls recovering 80% of the gap".into(),
+                },
+                ch.signal,
+                fmt_threshold(ch.point.threshold.unwrap_or(f64::NAN)),
+                ch.signal.unit(),
+                pct(ch.point.cloud_share),
+                pct(ch.point.accuracy),
+                opt_pct(ch.point.pgr)
+            );
+        }
+        None => {
+            let _ = writeln!(md, "No threshold meets the target.\n");
+        }
+    }
+    let _ = writeln!(md, "![Accuracy against cloud share]({CALIBRATION_CHART})\n");
+    let _ = writeln!(
+        md,
+        "Definitions: *CPT(x)*: the smallest simulated cloud share recovering x of the \
+         local-to-cloud accuracy gap; *APGR*: the area under the gap-recovered curve over cloud \
+         shares 0 to 1 (random routing 0.5, above 1 possible when a cascade beats both lanes). \
+         Items whose local run gave no signal always escalate, as at run time."
+    );
+    md
+}
+
+/// A config snippet with the chosen threshold: the `[harness]` table (what
+/// `edgecloud bench --config` and `run` use); the same keys work in a
+/// `[routes.NAME]` table.
+pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
+    let ch = c.choice?;
+    let threshold = ch.point.threshold?;
+    let share_needed = c.local_max_ms / c.deadline_ms.max(1) as f64;
+    let local_share = if share_needed <= 0.45 { 0.5 } else { 0.95 };
+    Some(format!(
+        "# From `edgecloud bench calibrate {source}`: {} items at {} ms.\n\
+         # Simulated: cloud share {}, accuracy {} (local only {}, cloud only {}).\n\
+         # The same keys work under [routes.NAME].\n\
+         [harness]\n\
+         policy = \"cascade\"\n\
+         deadline_ms = {}\n\
+         # The simulation assumes the local lane answers: its slowest local-only run took\n\
+         # {} ms ({} of the deadline).\n\
+         local_share = {local_share}\n\
+         escalate_below = {{ signal = \"{}\", value = {} }}\n",
+        c.items,
+        c.deadline_ms,
+        pct(ch.point.cloud_share),
+        pct(ch.point.accuracy),
+        pct(c.local_accuracy),
+        pct(c.cloud_accuracy),
+        c.deadline_ms,
+        num(Some(c.local_max_ms)),
+        pct(share_needed),
+        ch.signal,
+        fmt_threshold(threshold)
+    ))
+}
+
+/// The chart: accuracy against cloud share, one line per signal, the
+/// random-routing line, the chosen point.
+pub fn render_chart(c: &Calibration) -> String {
+    let mut series: Vec<svg::XySeries> = c
+        .curves
+        .iter()
+        .map(|k| svg::XySeries {
+            name: format!(
+                "{} (APGR {})",
+                k.signal,
+                k.apgr.map_or("–".into(), |a| format!("{a:.2}"))
+            ),
+            points: k
+                .points
+                .iter()
+                .map(|p| (p.cloud_share, p.accuracy))
+                .collect(),
+            dashed: false,
+        })
+        .collect();
+    series.push(svg::XySeries {
+        name: "random routing".into(),
+        points: vec![(0.0, c.local_accuracy), (1.0, c.cloud_accuracy)],
+        dashed: true,
+    });
+    let marker = c.choice.map(|ch| (ch.point.cloud_share, ch.point.accuracy));
+    svg::xy_chart(
+        "Accuracy against cloud share (simulated cascade)",
+        "cloud share",
+        "accuracy",
+        &series,
+        marker,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(name: &str, s: Option<f64>, local: bool, cloud: bool) -> PairedItem {
+        let mut signals = BTreeMap::new();
+        if let Some(v) = s {
+            signals.insert(Signal::P10Logprob, v);
+        }
+        PairedItem {
+            item: name.into(),
+            signals,
+            local_correct: local,
+            cloud_correct: cloud,
+            local_ms: 10.0,
+        }
+    }
+
+    /// Four items, worked by hand:
+    /// A -0.1 local right, cloud right; B -0.5 right, wrong;
+    /// C -1.0 wrong, right; D -2.0 wrong, right.
+    /// weak 2/4 = 0.5, strong 3/4 = 0.75, gap 0.25.
+    /// Escalating in rising signal order: D (share .25): A, B local right,
+    /// C wrong, D cloud right = 3/4; +C (.5): 4/4; +B (.75): 3/4; +A (1): 3/4.
+    /// PGR: 0, 1, 2, 1, 1. CPT(50%) = CPT(80%) = 0.25.
+    /// APGR = .25 * ((0+1) + (1+2) + (2+1) + (1+1)) / 2 = 1.125.
+    fn four() -> Vec<PairedItem> {
+        vec![
+            item("A", Some(-0.1), true, true),
+            item("B", Some(-0.5), true, false),
+            item("C", Some(-1.0), false, true),
+            item("D", Some(-2.0), false, true),
+        ]
+    }
+
+    #[test]
+    fn curve_matches_the_hand_computed_example() {
+        let c = curve(&four(), Signal::P10Logprob);
+        let shares: Vec<f64> = c.points.iter().map(|p| p.cloud_share).collect();
+        let accs: Vec<f64> = c.points.iter().map(|p| p.accuracy).collect();
+        assert_eq!(shares, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+        assert_eq!(accs, vec![0.5, 0.75, 1.0, 0.75, 0.75]);
+        let pgr: Vec<f64> = c.points.iter().map(|p| p.pgr.unwrap()).collect();
+        assert_eq!(pgr, vec![0.0, 1.0, 2.0, 1.0, 1.0]);
+        let th: Vec<Option<f64>> = c.points.iter().map(|p| p.threshold).collect();
+        assert_eq!(
+            th,
+            vec![None, Some(-1.5), Some(-0.75), Some(-0.3), Some(0.9)]
+        );
+        assert_eq!(c.cpt50, Some(0.25));
+        assert_eq!(c.cpt80, Some(0.25));
+        assert!((c.apgr.unwrap() - 1.125).abs() < 1e-12);
+        assert_eq!(c.missing, 0);
+    }
+
+    #[test]
+    fn random_routing_has_apgr_one_half() {
+        // Signal uncorrelated with which lane is right: every item is
+        // local-wrong and cloud-right, so each escalation adds the same.
+        let items: Vec<PairedItem> = (0..10)
+            .map(|i| item(&i.to_string(), Some(-(i as f64)), false, true))
+            .collect();
+        let c = curve(&items, Signal::P10Logprob);
+        assert!((c.apgr.unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(c.cpt50, Some(0.5));
+        assert_eq!(c.cpt80, Some(0.8));
+    }
+
+    #[test]
+    fn ties_move_together_and_missing_signals_escalate_first() {
+        let items = vec![
+            item("a", Some(-1.0), true, true),
+            item("b", Some(-1.0), false, true),
+            item("c", None, false, true),
+            item("d", Some(-0.2), true, false),
+        ];
+        let c = curve(&items, Signal::P10Logprob);
+        let shares: Vec<f64> = c.points.iter().map(|p| p.cloud_share).collect();
+        assert_eq!(shares, vec![0.0, 0.25, 0.75, 1.0]);
+        assert_eq!(c.missing, 1);
+        // The missing item escalates below any finite threshold.
+        assert_eq!(c.points[1].threshold, Some(-2.0));
+        assert_eq!(c.points[2].threshold, Some(-0.6));
+    }
+
+    #[test]
+    fn targets_pick_the_expected_points() {
+        let c = curve(&four(), Signal::P10Logprob);
+        let at = |t| choose(&c, t).map(|ch| (ch.point.cloud_share, ch.point.accuracy));
+        assert_eq!(at(Target::CloudShare(0.3)), Some((0.25, 0.75)));
+        assert_eq!(at(Target::CloudShare(0.5)), Some((0.5, 1.0)));
+        assert_eq!(at(Target::CloudShare(1.0)), Some((0.5, 1.0)));
+        assert_eq!(at(Target::Quality(0.9)), Some((0.5, 1.0)));
+        assert_eq!(at(Target::Quality(0.7)), Some((0.25, 0.75)));
+        assert_eq!(at(Target::Cpt80), Some((0.25, 0.75)));
+        // The origin (never escalate) has no threshold: not choosable.
+        assert_eq!(at(Target::CloudShare(0.1)), None);
+    }
+
+    #[test]
+    fn rendering_names_the_threshold_and_signal() {
+        let items = four();
+        let curves = vec![curve(&items, Signal::P10Logprob)];
+        let choice = choose(&curves[0], Target::CloudShare(0.5));
+        let mut c = Calibration {
+            deadline_ms: 1000,
+            items: 4,
+            local_accuracy: 0.5,
+            cloud_accuracy: 0.75,
+            local_max_ms: 10.0,
+            curves,
+            choice,
+            advice: String::new(),
+        };
+        c.advice = advice(&c);
+        assert!(c.advice.contains("p10_logprob"), "{}", c.advice);
+        let toml = config_snippet(&c, "dir").unwrap();
+        assert!(toml.contains("escalate_below = { signal = \"p10_logprob\", value = -0.750000 }"));
+        let cfg = crate::harness::HarnessConfig::from_toml_str(&toml).expect("the snippet parses");
+        assert_eq!(
+            cfg.harness.resolved_policy("harness").unwrap(),
+            Some(crate::harness::Policy::cascade(-0.75))
+        );
+        let md = render_markdown(&c, "dir");
+        assert!(md.contains("| random routing |"));
+        assert!(render_chart(&c).contains("random routing"));
+    }
+}

@@ -1,0 +1,177 @@
+//! `edgecloud bench calibrate` (a cascade threshold from a graded bench
+//! output, running nothing) and `edgecloud bench replay-cloud` (an
+//! OpenAI-compatible loopback server answering with recorded answers: a
+//! stand-in for a real provider). The maths and the replay live in
+//! `edgecloud::bench`; this module parses flags, writes files and prints.
+
+use anyhow::{bail, Context as _};
+use edgecloud::bench::{
+    calibrate, config_snippet, read_runs, render_calibration, render_calibration_chart, Replay,
+    Target, CALIBRATION_CHART, CALIBRATION_CONFIG, CALIBRATION_FILE, CALIBRATION_REPORT,
+};
+use edgecloud::harness::{Harness, Policy, Route, Signal};
+use edgecloud::serve::{ServeConfig, Server};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Arguments of `edgecloud bench calibrate`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CalibrateArgs {
+    /// A bench output directory with local-only and cloud-only runs over
+    /// the same graded items.
+    dir: PathBuf,
+    /// The signal to choose the threshold on (default: the one with the
+    /// highest APGR): mean_logprob, min_logprob, p10_logprob,
+    /// first_token_margin.
+    #[arg(long, value_name = "NAME")]
+    signal: Option<Signal>,
+    /// Choose the most accurate threshold sending at most this share of
+    /// requests to the cloud (0..1).
+    #[arg(long, value_name = "X", conflicts_with = "target_quality")]
+    target_cloud_share: Option<f64>,
+    /// Choose the threshold with the fewest cloud calls reaching this
+    /// accuracy (0..1).
+    #[arg(long, value_name = "Y")]
+    target_quality: Option<f64>,
+    /// The deadline of the baseline runs to use (default: the largest one
+    /// both baselines ran at).
+    #[arg(long, value_name = "MS")]
+    deadline_ms: Option<u64>,
+    /// Where to write the report, chart, JSON and config snippet
+    /// (default: DIR itself).
+    #[arg(long, value_name = "OUT")]
+    out: Option<PathBuf>,
+    /// Print the calibration as JSON instead of the report.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let target = match (args.target_cloud_share, args.target_quality) {
+        (Some(x), _) if !(0.0..=1.0).contains(&x) => {
+            bail!("--target-cloud-share must be between 0 and 1")
+        }
+        (_, Some(y)) if !(0.0..=1.0).contains(&y) => {
+            bail!("--target-quality must be between 0 and 1")
+        }
+        (Some(x), _) => Target::CloudShare(x),
+        (None, Some(y)) => Target::Quality(y),
+        (None, None) => Target::Cpt80,
+    };
+    let runs = read_runs(&args.dir)?;
+    let c = calibrate(&runs, args.deadline_ms, args.signal, target)
+        .with_context(|| format!("calibrating from {}", args.dir.display()))?;
+    let source = args.dir.display().to_string();
+    let out = args.out.clone().unwrap_or_else(|| args.dir.clone());
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let write = |name: &str, text: &str| {
+        let path = out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write(CALIBRATION_FILE, &serde_json::to_string_pretty(&c)?)?;
+    let md = render_calibration(&c, &source);
+    write(CALIBRATION_REPORT, &md)?;
+    write(CALIBRATION_CHART, &render_calibration_chart(&c))?;
+    let snippet = config_snippet(&c, &source);
+    if let Some(s) = &snippet {
+        write(CALIBRATION_CONFIG, s)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        print!("{md}");
+        if let Some(s) = &snippet {
+            println!("\n## Config ({})\n\n```toml\n{s}```", CALIBRATION_CONFIG);
+        }
+    }
+    eprintln!(
+        "wrote {CALIBRATION_REPORT}, {CALIBRATION_FILE}, {CALIBRATION_CHART}{} in {}",
+        if snippet.is_some() {
+            format!(" and {CALIBRATION_CONFIG}")
+        } else {
+            String::new()
+        },
+        out.display()
+    );
+    Ok(if c.choice.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("edgecloud: no threshold meets the target");
+        ExitCode::FAILURE
+    })
+}
+
+/// Arguments of `edgecloud bench replay-cloud`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReplayCloudArgs {
+    /// Recorded answers: JSON Lines of {"prompt", "answer"} (see the
+    /// README's "Replay cloud").
+    #[arg(long, value_name = "FILE")]
+    answers: PathBuf,
+    /// Address to listen on (loopback; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8089")]
+    listen: SocketAddr,
+    /// The model name requests must use (and reports show).
+    #[arg(long, value_name = "NAME", default_value = "replay")]
+    model_name: String,
+    /// Time to the first piece of each answer, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    ttft_ms: u64,
+    /// Time between pieces (words) of an answer, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    token_ms: u64,
+}
+
+pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode> {
+    if !args.listen.ip().is_loopback() {
+        bail!("replay-cloud is a test stand-in and listens on loopback only");
+    }
+    let replay = Replay::load(&args.answers)?.timing(
+        Duration::from_millis(args.ttft_ms),
+        Duration::from_millis(args.token_ms),
+    );
+    let count = replay.len();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("edgecloud-replay")
+        .build()
+        .context("could not start the server's runtime")?;
+    // The recorded answers sit on the harness's local slot and the front
+    // door serves them; a generous deadline, since a request carries none.
+    let deadline = Duration::from_secs(600);
+    let harness = Harness::builder()
+        .local(replay)
+        .policy(Policy::LocalOnly)
+        .deadline(deadline)
+        .route(
+            args.model_name.clone(),
+            Route::default()
+                .policy(Policy::LocalOnly)
+                .deadline(deadline),
+        )
+        .runtime(runtime.handle().clone())
+        .build()?;
+    let config = ServeConfig::default().listen(args.listen);
+    runtime.block_on(async move {
+        let server = Server::bind(harness, config).await?;
+        let addr = server.local_addr();
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "edgecloud replay-cloud: listening on http://{addr}/v1 (model: {}; {count} recorded answers from {}; \
+                 a stand-in for a real provider, replaying recorded answers)",
+                args.model_name,
+                args.answers.display()
+            );
+            let _ = out.flush();
+        }
+        server.run_until(crate::serve::shutdown_signal()).await;
+        anyhow::Ok(())
+    })?;
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    Ok(ExitCode::SUCCESS)
+}

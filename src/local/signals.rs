@@ -1,0 +1,161 @@
+//! Confidence figures of one sampled token, read from its row of logits in
+//! ONE pass ([`scan`]): the running maximum, the log-sum-exp (rescaled
+//! whenever the maximum rises, so no second pass is needed) and the two
+//! largest logits. From those: the sampled token's log-probability under
+//! the raw model distribution, and the top-1 minus top-2 probability
+//! margin. Also the per-completion summaries built from per-token figures
+//! ([`low_quantile`]). It must not touch llama.cpp or sample anything.
+//!
+//! Why f32 and one pass: this runs once per generated token over the whole
+//! vocabulary (49k to 262k logits). Partial sums are kept in several
+//! independent lanes, which keeps the f32 error small (each lane adds a
+//! few thousand terms no larger than 1) and lets the compiler vectorise.
+
+/// What one token's logits say.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct TokenScan {
+    /// log softmax(logits)[chosen]; `-inf` when `chosen` is out of range.
+    pub(super) logprob: f32,
+    /// softmax top-1 minus top-2 probability, in `[0, 1]`.
+    pub(super) margin: f32,
+}
+
+const LANES: usize = 16;
+
+/// Scans `logits` once (see the module docs).
+pub(super) fn scan(logits: &[f32], chosen: usize) -> TokenScan {
+    let mut max = f32::NEG_INFINITY;
+    let mut sums = [0f32; LANES];
+    let (mut top1, mut top2) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for chunk in logits.chunks(LANES) {
+        let chunk_max = chunk.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if chunk_max > top2 {
+            // Rare once the two largest are known: most chunks skip this.
+            for &x in chunk {
+                if x > top1 {
+                    top2 = top1;
+                    top1 = x;
+                } else if x > top2 {
+                    top2 = x;
+                }
+            }
+        }
+        if chunk_max > max {
+            let scale = (max - chunk_max).exp();
+            for s in &mut sums {
+                *s *= scale;
+            }
+            max = chunk_max;
+        }
+        if max == f32::NEG_INFINITY {
+            continue;
+        }
+        for (s, &x) in sums.iter_mut().zip(chunk) {
+            *s += (x - max).exp();
+        }
+    }
+    let lse = max + sums.iter().sum::<f32>().ln();
+    let logprob = logits.get(chosen).map_or(f32::NEG_INFINITY, |&l| l - lse);
+    let p = |l: f32| {
+        if l == f32::NEG_INFINITY {
+            0.0
+        } else {
+            (l - lse).exp()
+        }
+    };
+    TokenScan {
+        logprob,
+        margin: (p(top1) - p(top2)).clamp(0.0, 1.0),
+    }
+}
+
+/// The `q`-quantile (0 < q <= 1) of `values` by nearest rank: the value at
+/// rank ceil(q*n) of the sorted finite values (the bench's percentile
+/// method); `None` when there is none. With fewer than 1/q values it is the
+/// minimum.
+pub(crate) fn low_quantile(values: &[f32], q: f64) -> Option<f32> {
+    let mut v: Vec<f32> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f32::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    Some(v[rank - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The obvious two-pass computation in f64.
+    fn naive(logits: &[f32], chosen: usize) -> (f64, f64) {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let sum: f64 = logits.iter().map(|&l| (f64::from(l) - max).exp()).sum();
+        let lse = max + sum.ln();
+        let mut sorted: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let margin = (sorted[0] - lse).exp() - (sorted[1] - lse).exp();
+        (f64::from(logits[chosen]) - lse, margin)
+    }
+
+    fn logits(n: usize, seed: u64, spread: f32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * spread
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_pass_matches_the_naive_f64_reference() {
+        for (n, seed, spread) in [
+            (49_152, 1, 30.0),
+            (262_144, 2, 40.0),
+            (37, 3, 8.0),
+            (2, 4, 1.0),
+        ] {
+            let mut l = logits(n, seed, spread);
+            // A peaked distribution late in the row, so the maximum moves.
+            l[n - 1] += 25.0;
+            for chosen in [0, n / 2, n - 1] {
+                let got = scan(&l, chosen);
+                let (lp, margin) = naive(&l, chosen);
+                assert!(
+                    (f64::from(got.logprob) - lp).abs() <= 1e-4 * lp.abs().max(1.0),
+                    "n={n} chosen={chosen}: {} vs {lp}",
+                    got.logprob
+                );
+                assert!((f64::from(got.margin) - margin).abs() < 1e-4, "n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn ties_and_edges() {
+        let s = scan(&[0.0, 0.0], 1);
+        assert!((s.logprob - 0.5f32.ln()).abs() < 1e-6);
+        assert_eq!(s.margin, 0.0);
+        let total: f32 = (0..3)
+            .map(|t| scan(&[1.0, 2.0, 3.0], t).logprob.exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        assert_eq!(scan(&[1.0, 2.0], 9).logprob, f32::NEG_INFINITY);
+        let one = scan(&[f32::NEG_INFINITY, 5.0, f32::NEG_INFINITY], 1);
+        assert_eq!(one.logprob, 0.0);
+        assert_eq!(one.margin, 1.0);
+    }
+
+    #[test]
+    fn quantile_is_nearest_rank() {
+        let v: Vec<f32> = (1..=20).map(|i| -(i as f32)).collect();
+        // Sorted: -20 .. -1; rank ceil(0.1 * 20) = 2 -> -19.
+        assert_eq!(low_quantile(&v, 0.1), Some(-19.0));
+        assert_eq!(low_quantile(&[-1.0, -2.0, -3.0], 0.1), Some(-3.0));
+        assert_eq!(low_quantile(&[f32::NAN], 0.1), None);
+        assert_eq!(low_quantile(&[], 0.1), None);
+    }
+}

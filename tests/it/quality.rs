@@ -1,0 +1,325 @@
+//! Quality in the loop, through the real binary: graded workloads, local
+//! confidence signals, `bench calibrate`, and the calibrated cascade run
+//! again on the same items. The lanes here are replays (labelled fakes):
+//! `bench replay-cloud` serves recorded answers over real loopback HTTP,
+//! and the hidden `--replay-local` puts recorded answers with recorded
+//! log-probabilities on the local slot, so confidence and correctness are
+//! known by construction.
+
+use crate::support::cli::{bin, json_of};
+use crate::support::models::{fresh_path, tiny_model};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+/// A `bench replay-cloud` process on a free loopback port, ended by PID
+/// on drop.
+struct ReplayCloud {
+    child: Child,
+    url: String,
+}
+
+impl ReplayCloud {
+    fn start(answers: &Path) -> Self {
+        let mut child = Command::new(bin())
+            .args(["bench", "replay-cloud", "--listen", "127.0.0.1:0"])
+            .args(["--model-name", "oracle"])
+            .arg("--answers")
+            .arg(answers)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("replay-cloud prints its address");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        assert!(line.contains("stand-in"), "it says what it is: {line}");
+        Self { child, url }
+    }
+}
+
+impl Drop for ReplayCloud {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn write_lines(path: &Path, lines: &[Value]) {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path, text).expect("scratch is writable");
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("file exists")).expect("JSON")
+}
+
+/// Twenty items of known confidence and correctness:
+/// - items 0-9: the local answer is wrong, p10 log-prob -3.0 - 0.1 i
+///   (low); the cloud is right;
+/// - items 10-19: the local answer is right, p10 -0.5 + 0.01 (i - 10)
+///   (high); the cloud is right except on item 19.
+///
+/// So local-only 50%, cloud-only 95%. Escalating the k least confident
+/// items (k <= 10) gives (10 + k) / 20; PGR k / 9. At most 30% cloud
+/// calls: k = 6, accuracy 80%, threshold between -3.4 and -3.3.
+/// CPT(50%): acc >= 72.5% -> k = 5 -> 25%; CPT(80%): acc >= 86% -> k = 8
+/// -> 40%. APGR = 0.05 * (50/9 + 9 * 10/9 + (10/9 + 1) / 2) = 0.830556.
+fn scripted(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (mut work, mut local, mut cloud) = (vec![], vec![], vec![]);
+    for i in 0..20 {
+        let q = format!("Item {i}: what is {i} plus {i}?");
+        let right = 2 * i;
+        let (local_answer, p10) = if i < 10 {
+            (right + 1, -3.0 - 0.1 * f64::from(i))
+        } else {
+            (right, -0.5 + 0.01 * f64::from(i - 10))
+        };
+        let cloud_answer = if i == 19 { right + 7 } else { right };
+        work.push(json!({
+            "id": format!("item-{i:02}"), "prompt": q, "expected": right.to_string(),
+            "grader": "number", "sampling": {"max_tokens": 16}
+        }));
+        local.push(json!({
+            "prompt": q, "answer": format!("It is {local_answer}."),
+            "logprobs": [p10, p10, p10], "first_token_margin": 0.5
+        }));
+        cloud.push(json!({"prompt": q, "answer": format!("{i} + {i} = {cloud_answer}\n#### {cloud_answer}")}));
+    }
+    let paths = (
+        dir.join("work.jsonl"),
+        dir.join("local.jsonl"),
+        dir.join("cloud.jsonl"),
+    );
+    write_lines(&paths.0, &work);
+    write_lines(&paths.1, &local);
+    write_lines(&paths.2, &cloud);
+    paths
+}
+
+fn close(v: &Value, want: f64, what: &str) {
+    let got = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what}: not a number: {v}"));
+    assert!((got - want).abs() < 1e-9, "{what}: {got} != {want}");
+}
+
+#[test]
+fn calibrate_end_to_end_and_the_calibrated_cascade_matches_the_simulation() {
+    let dir = fresh_path("quality-e2e");
+    let (work, local, cloud) = scripted(&dir);
+    let server = ReplayCloud::start(&cloud);
+    let lanes = |out: &Path| -> Vec<String> {
+        vec![
+            "bench".into(),
+            "--workload".into(),
+            work.display().to_string(),
+            "--replay-local".into(),
+            local.display().to_string(),
+            "--base-url".into(),
+            server.url.clone(),
+            "--cloud-model".into(),
+            "oracle".into(),
+            "--runs".into(),
+            "1".into(),
+            "--warmup".into(),
+            "0".into(),
+            "--quiet".into(),
+            "--out".into(),
+            out.display().to_string(),
+        ]
+    };
+    let base = dir.join("baselines");
+    let mut args = lanes(&base);
+    args.extend(["--policies".into(), "local-only,cloud-only".into()]);
+    args.extend(["--deadlines-ms".into(), "20000".into()]);
+    ok(run(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+
+    // Both lanes graded on every item, signals recorded.
+    let runs: Vec<Value> = std::fs::read_to_string(base.join("runs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 40);
+    for r in &runs {
+        let (lane, other) = match r["policy"].as_str().unwrap() {
+            "local-only" => (0, 1),
+            _ => (1, 0),
+        };
+        assert!(r["lanes"][lane]["correct"].is_boolean(), "{r}");
+        assert!(r["lanes"][other]["correct"].is_null(), "{r}");
+        assert_eq!(r["lanes"][lane]["correct"], r["expected_match"]);
+        if lane == 0 {
+            let s = &r["lanes"][0]["signals"];
+            assert!(s["p10_logprob"].is_number() && s["first_token_margin"].is_number());
+        }
+    }
+    let summary = read_json(&base.join("summary.json"));
+    let group = |s: &Value, p: &str| {
+        s["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["policy"] == p)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(group(&summary, "local-only")["accuracy"]["matched"], 10);
+    assert_eq!(group(&summary, "cloud-only")["accuracy"]["matched"], 19);
+    close(
+        &group(&summary, "cloud-only")["cloud_call_share"],
+        1.0,
+        "share",
+    );
+    close(&group(&summary, "cloud-only")["gap_recovered"], 1.0, "gap");
+    let md = std::fs::read_to_string(base.join("report.md")).unwrap();
+    assert!(md.contains("## Quality per policy and deadline"));
+
+    // Calibrate, running nothing.
+    let out = ok(run(&[
+        "bench",
+        "calibrate",
+        base.to_str().unwrap(),
+        "--signal",
+        "p10_logprob",
+        "--target-cloud-share",
+        "0.3",
+        "--json",
+    ]));
+    let c = json_of(&out);
+    close(&c["local_accuracy"], 0.5, "weak");
+    close(&c["cloud_accuracy"], 0.95, "strong");
+    let p10 = c["curves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["signal"] == "p10_logprob")
+        .unwrap();
+    close(&p10["cpt50"], 0.25, "CPT(50%)");
+    close(&p10["cpt80"], 0.4, "CPT(80%)");
+    assert!(
+        (p10["apgr"].as_f64().unwrap() - 0.830_556).abs() < 1e-5,
+        "{p10}"
+    );
+    let chosen = &c["choice"]["point"];
+    close(&chosen["cloud_share"], 0.3, "chosen share");
+    close(&chosen["accuracy"], 0.8, "chosen accuracy");
+    let t = chosen["threshold"].as_f64().unwrap();
+    assert!(
+        -3.4 < t && t < -3.3,
+        "threshold {t} sits between the 6th and 7th values"
+    );
+    for f in [
+        "calibration.md",
+        "calibration.json",
+        "quality_vs_cloud_share.svg",
+        "calibrated.toml",
+    ] {
+        assert!(base.join(f).is_file(), "{f} written");
+    }
+    let svg = std::fs::read_to_string(base.join("quality_vs_cloud_share.svg")).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("random routing"));
+    let toml = std::fs::read_to_string(base.join("calibrated.toml")).unwrap();
+    assert!(toml.contains("signal = \"p10_logprob\""), "{toml}");
+
+    // The calibrated cascade on the same items: the actual cloud share is
+    // the simulated one.
+    let rerun = dir.join("cascade");
+    let mut args = lanes(&rerun);
+    args.extend([
+        "--config".into(),
+        base.join("calibrated.toml").display().to_string(),
+    ]);
+    ok(run(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let s = read_json(&rerun.join("summary.json"));
+    let g = group(&s, "cascade");
+    let actual = g["cloud_call_share"].as_f64().unwrap();
+    assert!(
+        (actual - 0.3).abs() <= 0.05,
+        "actual cloud share {actual}, simulated 0.3"
+    );
+    close(&g["accuracy"]["matched"], 16.0, "cascade right answers");
+    drop(server);
+}
+
+#[test]
+fn calibrate_without_baselines_says_what_it_needs() {
+    let dir = fresh_path("quality-no-baselines");
+    let (work, local, _) = scripted(&dir);
+    let out_dir = dir.join("only-local");
+    ok(run(&[
+        "bench",
+        "--workload",
+        work.to_str().unwrap(),
+        "--replay-local",
+        local.to_str().unwrap(),
+        "--policies",
+        "local-only",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]));
+    let out = run(&["bench", "calibrate", out_dir.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("local-only and cloud-only"), "{err}");
+}
+
+#[test]
+fn local_json_has_the_confidence_signals() {
+    let out = ok(run(&[
+        "local",
+        "--model",
+        tiny_model().to_str().unwrap(),
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "12",
+        "--json",
+    ]));
+    let v = json_of(&out);
+    let (mean, min, p10) = (
+        v["mean_logprob"].as_f64().unwrap(),
+        v["min_logprob"].as_f64().unwrap(),
+        v["p10_logprob"].as_f64().unwrap(),
+    );
+    // A low quantile lies between the minimum and 0; it need not lie
+    // below the mean (one very unlikely token drags the mean down).
+    assert!(
+        min <= p10 && p10 <= 0.0 && min <= mean && mean <= 0.0,
+        "{v}"
+    );
+    let margin = v["first_token_margin"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&margin), "{v}");
+}
