@@ -284,7 +284,10 @@ fn lane_summary(lane: Lane, runs: &[&RunRecord]) -> LaneSummary {
         .filter(|l| {
             !matches!(
                 l.state,
-                LaneState::NotStarted | LaneState::Busy | LaneState::Skipped
+                LaneState::NotStarted
+                    | LaneState::Busy
+                    | LaneState::Unavailable
+                    | LaneState::Skipped
             )
         })
         .count() as u64;

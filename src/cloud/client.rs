@@ -13,6 +13,7 @@
 use super::config::CloudConfig;
 use super::endpoint::Endpoint;
 use super::error::CloudError;
+use super::health::{Admission, CloudHealth, Health, Observation};
 use super::net::{self, ConnectProbe};
 use super::secret::Scrubber;
 use super::sse::{SseDecoder, SseError, SseEvent};
@@ -146,6 +147,8 @@ struct Inner {
     config: CloudConfig,
     auth: Option<HeaderValue>,
     scrubber: Scrubber,
+    /// Whether the server is reachable (shared by every clone).
+    health: Health,
 }
 
 impl fmt::Debug for CloudLane {
@@ -173,6 +176,7 @@ impl CloudLane {
             v
         });
         config.api_key = None;
+        let config_policy = config.cooldown_policy();
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -180,6 +184,7 @@ impl CloudLane {
                 config,
                 auth,
                 scrubber: Scrubber::new(key),
+                health: Health::new(config_policy),
             }),
         })
     }
@@ -192,6 +197,23 @@ impl CloudLane {
     /// The chat-completions URL in printable form (no query, no user info).
     pub fn endpoint(&self) -> &str {
         &self.inner.endpoint.display
+    }
+
+    /// Whether a job should be sent now, by what recent requests found (see
+    /// the `health` rules in the module docs): [`Admission::Open`],
+    /// [`Admission::Down`] (treat the lane as absent), or
+    /// [`Admission::Probe`] when a cooldown has just passed, in which case
+    /// the caller must send this job: it is the one probe, and until it
+    /// reports every other admission sees the lane down. The harness asks
+    /// this at admission, while it holds the lane's slot; [`CloudLane::run`]
+    /// itself never refuses, so a diagnostic still reaches the server.
+    pub fn admit(&self) -> Admission {
+        self.inner.health.admit()
+    }
+
+    /// The lane's reachability at a glance (no side effects).
+    pub fn health(&self) -> CloudHealth {
+        self.inner.health.snapshot()
     }
 
     /// Runs one job. Tokens go to the job's sink as they arrive.
@@ -230,7 +252,27 @@ impl CloudLane {
             status: None,
             timings: CloudTimings::default(),
         };
+        // Reports to the health state even if this future is dropped
+        // half-way (then as "nothing learnt", which passes a probe on).
+        let mut watch = HealthWatch {
+            health: &inner.health,
+            observation: Observation::Neutral,
+        };
         let result = inner.exchange(&mut job, &mut probe).await;
+        watch.observation = match Observation::of(&result) {
+            // A run cancels its workers when its deadline fires, which
+            // the exchange may see before its own deadline timer: with no
+            // headers by then, it is still "no response before the
+            // deadline".
+            Observation::Neutral
+                if result.as_ref().is_err_and(CloudError::is_cancelled)
+                    && probe.status.is_none()
+                    && Instant::now() >= job.deadline =>
+            {
+                Observation::ConnectFailure(CloudError::DeadlineBeforeHeaders.to_string())
+            }
+            obs => obs,
+        };
         let timings = CloudTimings {
             total: started.elapsed(),
             ..probe.timings
@@ -255,14 +297,29 @@ impl CloudLane {
                 "cloud request failed"
             ),
         }
-        // The exchange (and with it the connection) is gone; free the slot
-        // before the caller can see the result.
+        // The exchange (and with it the connection) is gone; record what it
+        // found, then free the slot, before the caller can see the result
+        // (the next admission must see the updated health).
+        drop(watch);
         drop(permit);
         CloudDiagnostic {
             result,
             http_status: probe.status,
             timings,
         }
+    }
+}
+
+/// Hands one request's observation to the lane's health when dropped.
+struct HealthWatch<'a> {
+    health: &'a Health,
+    observation: Observation,
+}
+
+impl Drop for HealthWatch<'_> {
+    fn drop(&mut self) {
+        let obs = std::mem::replace(&mut self.observation, Observation::Neutral);
+        self.health.observe(obs);
     }
 }
 

@@ -2,6 +2,7 @@
 //! streaming, timeouts and size caps. Plain data plus validation; it opens
 //! no connection and reads no environment except in [`CloudConfig::resolve_api_key`].
 
+use super::health::CooldownPolicy;
 use super::secret::{is_env_var_name, ApiKey, NOT_A_VAR_NAME};
 use super::CloudError;
 use serde::Deserialize;
@@ -64,6 +65,22 @@ pub struct CloudConfig {
     pub stall_timeout: Duration,
     /// Size caps.
     pub limits: CloudLimits,
+    /// Consecutive connect-level failures (refused, DNS, TLS, no response
+    /// headers before the deadline) after which the lane is marked down
+    /// and absent from runs for a cooldown (default 3; 0 turns cooldowns
+    /// off). See [`CooldownPolicy`].
+    pub down_after_failures: u32,
+    /// The first cooldown; it doubles with each failed probe. Default 5 s.
+    #[serde(rename = "cooldown_ms", with = "millis")]
+    pub cooldown: Duration,
+    /// The longest cooldown, also the cap on a 429's `Retry-After`.
+    /// Default 60 s.
+    #[serde(rename = "max_cooldown_ms", with = "millis")]
+    pub max_cooldown: Duration,
+    /// Random spread of each cooldown, a fraction in `[0, 1)` (default
+    /// 0.1: ±10%), so devices that lost the network together do not probe
+    /// together.
+    pub cooldown_jitter: f64,
 }
 
 /// Size caps that keep a hostile or broken server from growing memory.
@@ -108,6 +125,10 @@ impl Default for CloudConfig {
             connect_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(60),
             limits: CloudLimits::default(),
+            down_after_failures: CooldownPolicy::default().down_after_failures,
+            cooldown: CooldownPolicy::default().cooldown,
+            max_cooldown: CooldownPolicy::default().max_cooldown,
+            cooldown_jitter: CooldownPolicy::default().jitter,
         }
     }
 }
@@ -119,6 +140,16 @@ impl CloudConfig {
             base_url: base_url.into(),
             model: model.into(),
             ..Self::default()
+        }
+    }
+
+    /// The cooldown rules these settings describe.
+    pub fn cooldown_policy(&self) -> CooldownPolicy {
+        CooldownPolicy {
+            down_after_failures: self.down_after_failures,
+            cooldown: self.cooldown,
+            max_cooldown: self.max_cooldown,
+            jitter: self.cooldown_jitter,
         }
     }
 
@@ -164,6 +195,17 @@ impl CloudConfig {
         if self.stall_timeout.is_zero() {
             return bad("stall timeout must be above zero");
         }
+        if self.down_after_failures > 0 {
+            if self.cooldown.is_zero() {
+                return bad("cooldown_ms must be above zero (set down_after_failures = 0 to turn cooldowns off)");
+            }
+            if self.max_cooldown < self.cooldown {
+                return bad("max_cooldown_ms must be at least cooldown_ms");
+            }
+        }
+        if !(0.0..1.0).contains(&self.cooldown_jitter) {
+            return bad("cooldown_jitter must be in [0, 1)");
+        }
         let l = &self.limits;
         if l.max_body_bytes == 0
             || l.max_content_bytes == 0
@@ -197,6 +239,10 @@ impl fmt::Debug for CloudConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("stall_timeout", &self.stall_timeout)
             .field("limits", &self.limits)
+            .field("down_after_failures", &self.down_after_failures)
+            .field("cooldown", &self.cooldown)
+            .field("max_cooldown", &self.max_cooldown)
+            .field("cooldown_jitter", &self.cooldown_jitter)
             .finish()
     }
 }
@@ -227,6 +273,7 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.connect_timeout, Duration::from_millis(1500));
         assert_eq!(cfg.stall_timeout, Duration::from_secs(60));
+        assert_eq!(cfg.cooldown_policy(), CooldownPolicy::default());
         assert_eq!(
             cfg.resolve_api_key().unwrap().unwrap().expose_secret(),
             "sk-in-file"
@@ -251,6 +298,12 @@ mod tests {
         cfg.limits.max_line_bytes = 0;
         assert!(reason(cfg).contains("limits"));
         assert!(reason(CloudConfig::new("ftp://h/v1", "m")).contains("http"));
+        let mut cfg = CloudConfig::new("http://h/v1", "m");
+        cfg.max_cooldown = Duration::from_secs(1);
+        assert!(reason(cfg).contains("max_cooldown_ms"));
+        let mut cfg = CloudConfig::new("http://h/v1", "m");
+        cfg.cooldown_jitter = 1.5;
+        assert!(reason(cfg).contains("cooldown_jitter"));
     }
 
     #[test]

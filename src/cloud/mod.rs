@@ -35,11 +35,17 @@
 //! - The response's `Content-Type` decides how it is read: a server that
 //!   ignores `stream: true` and answers JSON is still understood.
 //! - Usage is the provider's, never estimated; `None` when it sent none.
+//! - The lane keeps track of whether its server is reachable: after
+//!   consecutive connect-level failures it is *down* for a cooldown, and
+//!   [`CloudLane::admit`] says so, so a harness can leave it out of a run
+//!   at once (rules and defaults in the `health` module's docs; settings in
+//!   [`CloudConfig`]).
 
 mod client;
 mod config;
 mod endpoint;
 mod error;
+mod health;
 mod net;
 mod secret;
 mod sse;
@@ -49,4 +55,5 @@ mod wire;
 pub use client::{CloudCompletion, CloudDiagnostic, CloudLane, CloudTimings, ProviderUsage};
 pub use config::{CloudConfig, CloudLimits, DEFAULT_API_KEY_ENV};
 pub use error::{BoxError, CloudError};
+pub use health::{Admission, CloudHealth, CooldownPolicy};
 pub use secret::ApiKey;

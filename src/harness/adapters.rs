@@ -2,11 +2,12 @@
 //! completion and error types into [`Candidate`] and [`BackendError`], and
 //! nothing more (no policy, no retries, no timing of their own).
 
+use super::availability::{Availability, LaneHealth};
 use super::backend::{
     Backend, BackendError, BackendFuture, BackendInfo, Candidate, LaneErrorKind, Timings,
 };
 use super::backend::{TokenCounts, TokenSignals};
-use crate::cloud::{CloudCompletion, CloudConfig, CloudError, CloudLane};
+use crate::cloud::{Admission, CloudCompletion, CloudConfig, CloudError, CloudLane};
 use crate::lane::{FinishReason, LaneJob};
 use crate::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
 
@@ -106,7 +107,9 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
 }
 
 /// The cloud lane as a harness backend. It observes cancellation (the HTTP
-/// exchange is dropped at once).
+/// exchange is dropped at once), and reports the lane's reachability: a
+/// lane marked down after connect-level failures is
+/// [`Availability::Down`] until its cooldown passes.
 ///
 /// The cloud lane reports a deadline or a cancellation that came before
 /// the first token as an error; for the harness that is a cut-short
@@ -142,6 +145,27 @@ impl Backend for CloudBackend {
             model: Some(self.lane.config().model.clone()),
             load_time: None,
         }
+    }
+
+    fn availability(&self) -> Availability {
+        match self.lane.admit() {
+            Admission::Open => Availability::Ready,
+            Admission::Probe => Availability::Probe,
+            Admission::Down { retry_in, reason } => Availability::Down { retry_in, reason },
+        }
+    }
+
+    fn health(&self) -> Option<LaneHealth> {
+        let h = self.lane.health();
+        Some(LaneHealth {
+            down: h.down,
+            probing: h.probing,
+            retry_in_ms: h.retry_in.map(crate::millis::to_ms),
+            consecutive_failures: h.consecutive_failures,
+            went_down: h.went_down,
+            recovered: h.recovered,
+            last_failure: h.last_failure,
+        })
     }
 
     fn run(&self, job: LaneJob) -> BackendFuture {

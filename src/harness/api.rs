@@ -287,6 +287,14 @@ impl Harness {
         self.inner.slots[lane].as_ref().is_some_and(|s| s.is_busy())
     }
 
+    /// The lane's reachability, when its backend tracks one (the cloud
+    /// lane does: down after connect-level failures, probing, counts).
+    pub fn lane_health(&self, lane: Lane) -> Option<super::LaneHealth> {
+        self.inner.slots[lane]
+            .as_ref()
+            .and_then(|s| s.backend.health())
+    }
+
     /// The lane's backend description, when configured.
     pub fn lane_info(&self, lane: Lane) -> Option<BackendInfo> {
         self.inner.slots[lane].as_ref().map(|s| s.info.clone())

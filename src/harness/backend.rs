@@ -2,6 +2,7 @@
 //! unified [`Candidate`] every lane hands back. Adapters for the real lanes
 //! live in `adapters`; this module must not know about llama.cpp or HTTP.
 
+use super::availability::{Availability, LaneHealth};
 use crate::lane::{FinishReason, LaneJob};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -48,6 +49,22 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Starts one job. The returned future runs on the harness's runtime.
     fn run(&self, job: LaneJob) -> BackendFuture;
+
+    /// Whether the engine can take a job now. The harness asks at
+    /// admission, while it holds the lane's slot, and right before
+    /// [`Backend::run`]; [`Availability::Down`] leaves the lane out of the
+    /// run at once (reported `unavailable`), like a busy lane. Answering
+    /// [`Availability::Probe`] promises that the job about to run will
+    /// tell the backend whether it is back. Default: always ready.
+    fn availability(&self) -> Availability {
+        Availability::Ready
+    }
+
+    /// The engine's reachability at a glance, when it tracks one (no side
+    /// effects). Default: `None`.
+    fn health(&self) -> Option<LaneHealth> {
+        None
+    }
 }
 
 /// A backend's description.

@@ -54,6 +54,8 @@ threads = 4
 base_url = "https://api.openai.com/v1"
 model = "gpt-4o-mini"
 api_key_env = "OPENAI_API_KEY"   # the key itself never goes in this file
+down_after_failures = 3          # connect-level failures in a row before the lane is down
+cooldown_ms = 5000               # absent from runs this long, then one request probes it
 
 [harness]
 policy = "cascade"               # local-only cloud-only race hedge cascade fallback best-of

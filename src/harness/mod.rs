@@ -74,6 +74,7 @@
 mod adapters;
 mod api;
 mod arbitration;
+mod availability;
 mod backend;
 mod builder;
 mod callbacks;
@@ -94,6 +95,7 @@ mod timer;
 pub use adapters::{candidate_from_cloud, candidate_from_local, CloudBackend, LocalBackend};
 pub use api::{Diagnostic, Harness};
 pub use arbitration::pick_highest;
+pub use availability::{Availability, LaneHealth};
 pub use backend::{
     Backend, BackendError, BackendFuture, BackendInfo, Candidate, LaneErrorKind, Timings,
     TokenCounts, TokenSignals,

@@ -52,6 +52,10 @@ pub enum LaneStatus {
     NotStarted,
     /// Its slot was held by another worker; it was absent from this run.
     Busy,
+    /// Its backend said it is down (the cloud lane after connect-level
+    /// failures, until its cooldown passes); it was absent from this run.
+    /// `note` says why and when it will be tried again.
+    Unavailable,
     /// The pre-score callback said the cloud was not needed.
     Skipped,
     /// It returned a whole answer (`stop` or `length`).
@@ -79,6 +83,7 @@ impl LaneStatus {
         match self {
             LaneStatus::NotStarted => "not_started",
             LaneStatus::Busy => "busy",
+            LaneStatus::Unavailable => "unavailable",
             LaneStatus::Skipped => "skipped",
             LaneStatus::Completed => "completed",
             LaneStatus::Failed => "failed",
@@ -143,6 +148,9 @@ pub struct LaneReport {
     pub note: Option<String>,
     /// Its text when it was not the winner (losers, unaccepted answers).
     pub text: Option<String>,
+    /// When it was `unavailable`: how long until its backend tries again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<f64>,
 }
 
 impl LaneReport {
@@ -165,6 +173,7 @@ impl LaneReport {
             cancel: None,
             note: None,
             text: None,
+            retry_in_ms: None,
         }
     }
 }

@@ -20,6 +20,7 @@
 //!   two fields and is held for channel sends and bookkeeping.
 
 use super::arbitration::pick_highest;
+use super::availability::{unavailable_note, Availability};
 use super::backend::{Backend, BackendError, Candidate, LaneErrorKind};
 use super::callbacks::{
     offload, CallResult, CallbackKind, CallbackReport, CallbackStatus, CloudNeed, Compressed,
@@ -221,6 +222,8 @@ struct LaneRun {
     /// Asked to start while the cloud's prompt was still being prepared.
     want_start: bool,
     compressed: (Option<u64>, Option<u64>),
+    /// Left out because its backend is down: until it tries again.
+    retry_in: Option<std::time::Duration>,
 }
 
 impl LaneRun {
@@ -242,6 +245,7 @@ impl LaneRun {
             buffer: Vec::new(),
             want_start: false,
             compressed: (None, None),
+            retry_in: None,
         }
     }
 
@@ -681,6 +685,14 @@ impl Coordinator {
             });
             return;
         };
+        // Asked while holding the slot, so at most one probe runs.
+        if let Availability::Down { retry_in, reason } = slot.backend.availability() {
+            drop(permit);
+            let r = &mut self.lanes[lane];
+            r.absent(LaneStatus::Unavailable, unavailable_note(retry_in, &reason));
+            r.retry_in = Some(retry_in);
+            return;
+        }
         let messages = match (&self.cloud_messages, lane) {
             (Some(m), Lane::Cloud) => m.clone(),
             _ => self.request.messages.clone(),
@@ -1457,6 +1469,7 @@ impl Coordinator {
                 rep.error = self.lane_error(lane).cloned();
                 rep.cancel = cancel;
                 rep.note = r.note.clone();
+                rep.retry_in_ms = r.retry_in.map(to_ms);
                 rep
             })
             .collect()

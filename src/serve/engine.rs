@@ -6,7 +6,7 @@
 //! module must not know HTTP, and the server must not know the harness
 //! beyond this trait.
 
-use crate::harness::LaneErrorKind;
+use crate::harness::{LaneErrorKind, LaneHealth};
 use crate::lane::{FinishReason, Lane};
 use crate::request::Request;
 use serde::Serialize;
@@ -51,11 +51,15 @@ pub(crate) struct ModelEntry {
 }
 
 /// A lane's state at a glance (for `/health` and gauges).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct LaneState {
     pub(crate) lane: Lane,
     pub(crate) configured: bool,
     pub(crate) busy: bool,
+    /// Reachability, for a lane whose backend tracks it (the cloud lane):
+    /// `down`, `probing`, `retry_in_ms`, failure and transition counts.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) health: Option<LaneHealth>,
 }
 
 /// The engine's state at a glance.
@@ -147,6 +151,9 @@ pub(crate) struct LaneSummary {
     pub(crate) tokens: Tokens,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,
+    /// When `unavailable`: until the lane is tried again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) retry_in_ms: Option<f64>,
 }
 
 /// The settled run, compact: what the `edgecloud` response field carries,
@@ -191,6 +198,25 @@ impl Summary {
         self.status != Status::Ok
             && self.lanes.iter().any(|l| l.status == LaneStatus::Busy)
             && !self.lanes.iter().any(|l| l.status.ran())
+    }
+
+    /// True when no worker ran and a lane the plan wanted was down (the
+    /// cloud lane in its cooldown), none busy: the answer is "come back
+    /// later", with the shortest time until a lane is tried again.
+    pub(crate) fn unavailable_for(&self) -> Option<f64> {
+        if self.status == Status::Ok
+            || self
+                .lanes
+                .iter()
+                .any(|l| l.status.ran() || l.status == LaneStatus::Busy)
+        {
+            return None;
+        }
+        self.lanes
+            .iter()
+            .filter(|l| l.status == LaneStatus::Unavailable)
+            .map(|l| l.retry_in_ms.unwrap_or(0.0))
+            .reduce(f64::min)
     }
 
     /// `lane=status` pairs, for a header.

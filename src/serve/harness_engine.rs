@@ -117,6 +117,7 @@ impl Engine for HarnessEngine {
                     lane,
                     configured: self.harness.lane_info(lane).is_some(),
                     busy: self.harness.is_busy(lane),
+                    health: self.harness.lane_health(lane),
                 })
                 .collect(),
             runs_in_flight: stats.runs_in_flight,
@@ -191,6 +192,7 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
                 local_completion: r.tokens.local_completion,
             },
             note: r.note.clone(),
+            retry_in_ms: r.retry_in_ms,
         })
         .collect();
     Summary {

@@ -67,6 +67,7 @@ struct LaneMetrics {
     completions: u64,
     cancelled: u64,
     busy: u64,
+    unavailable: u64,
     deadline_misses: u64,
     late_workers: u64,
     failures: BTreeMap<LaneErrorKind, u64>,
@@ -142,11 +143,12 @@ impl Metrics {
         st.request_duration.observe(s.elapsed_ms / 1e3);
         for l in &s.lanes {
             let m = &mut st.lanes[l.lane];
-            if l.status == LaneStatus::Busy || l.status.ran() {
+            if matches!(l.status, LaneStatus::Busy | LaneStatus::Unavailable) || l.status.ran() {
                 m.requests += 1;
             }
             match l.status {
                 LaneStatus::Busy => m.busy += 1,
+                LaneStatus::Unavailable => m.unavailable += 1,
                 LaneStatus::Completed => m.completions += 1,
                 LaneStatus::Cancelled => m.cancelled += 1,
                 LaneStatus::Late => m.late_workers += 1,
@@ -296,10 +298,42 @@ impl Metrics {
                 u8::from(l.busy)
             );
         }
-        let counters: [(&str, &str, Get<u64>); 6] = [
+        head(
+            &mut o,
+            "edgecloud_lane_down",
+            "gauge",
+            "1 while the lane is marked down (cloud: after connect-level failures, until a probe finds it back).",
+        );
+        for l in &health.lanes {
+            let _ = writeln!(
+                o,
+                "edgecloud_lane_down{{lane=\"{}\"}} {}",
+                l.lane,
+                u8::from(l.health.as_ref().is_some_and(|h| h.down))
+            );
+        }
+        head(
+            &mut o,
+            "edgecloud_lane_down_transitions_total",
+            "counter",
+            "Lane state changes: to=\"down\" (marked down) and to=\"up\" (a probe found it back).",
+        );
+        for l in &health.lanes {
+            let (down, up) = l
+                .health
+                .as_ref()
+                .map_or((0, 0), |h| (h.went_down, h.recovered));
+            let _ = writeln!(
+                o,
+                "edgecloud_lane_down_transitions_total{{lane=\"{lane}\",to=\"down\"}} {down}\n\
+                 edgecloud_lane_down_transitions_total{{lane=\"{lane}\",to=\"up\"}} {up}",
+                lane = l.lane
+            );
+        }
+        let counters: [(&str, &str, Get<u64>); 7] = [
             (
                 "edgecloud_lane_requests_total",
-                "Runs that asked for the lane (admitted or busy).",
+                "Runs that asked for the lane (admitted, busy or unavailable).",
                 |m| m.requests,
             ),
             (
@@ -316,6 +350,11 @@ impl Metrics {
                 "edgecloud_lane_busy_rejections_total",
                 "Runs in which the lane was busy and so absent.",
                 |m| m.busy,
+            ),
+            (
+                "edgecloud_lane_unavailable_total",
+                "Runs in which the lane was marked down and so absent.",
+                |m| m.unavailable,
             ),
             (
                 "edgecloud_lane_deadline_misses_total",
@@ -415,6 +454,7 @@ mod tests {
             error_kind: None,
             tokens: Tokens::default(),
             note: None,
+            retry_in_ms: None,
         }
     }
 
@@ -478,11 +518,13 @@ mod tests {
                     lane: Lane::Local,
                     configured: true,
                     busy: true,
+                    health: None,
                 },
                 LaneState {
                     lane: Lane::Cloud,
                     configured: false,
                     busy: false,
+                    health: None,
                 },
             ],
             runs_in_flight: 0,

@@ -49,7 +49,8 @@
 //! 400 malformed (`param` names the field), 401 bearer token, 404 unknown
 //! model or endpoint, 405, 408 slow body, 413 body over the cap, 502 every
 //! lane failed, 503 every lane the request needs is busy (`lanes_busy`,
-//! with `Retry-After`) or shutting down, 504 no usable answer by the
+//! with `Retry-After`), down (`lanes_unavailable`: the cloud lane in its
+//! cooldown, `Retry-After` until its next probe) or shutting down, 504 no usable answer by the
 //! deadline. Nothing queues: a busy lane answers at once.
 //!
 //! # Example

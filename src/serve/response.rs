@@ -129,6 +129,24 @@ pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
         .code("lanes_busy")
         .retry_after(app.retry_after_secs);
     }
+    if let Some(ms) = s.unavailable_for() {
+        let secs = ((ms / 1e3).ceil() as u64).max(1);
+        return ApiError::new(
+            503,
+            "server_error",
+            format!(
+                "every lane this request needs is down ({}): {}",
+                s.lanes_header(),
+                s.lanes
+                    .iter()
+                    .filter_map(|l| l.note.as_deref().map(|n| format!("{}: {n}", l.lane)))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        )
+        .code("lanes_unavailable")
+        .retry_after(secs);
+    }
     match s.status {
         Status::DeadlineExceeded => ApiError::new(
             504,

@@ -61,6 +61,7 @@ fn lane(lane: Lane, status: LaneStatus) -> LaneSummary {
         error_kind: None,
         tokens: Tokens::default(),
         note: None,
+        retry_in_ms: None,
     }
 }
 
@@ -258,11 +259,13 @@ impl Engine for Fake {
                     lane: Lane::Local,
                     configured: true,
                     busy: false,
+                    health: None,
                 },
                 LaneState {
                     lane: Lane::Cloud,
                     configured: true,
                     busy: false,
+                    health: None,
                 },
             ],
             runs_in_flight: 0,

@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod cloud;
+mod cloud_down;
 mod devices;
 mod ensure_deps;
 mod error_chain;
