@@ -236,6 +236,9 @@ pub fn search_dirs() -> Vec<PathBuf> {
 #[cfg(feature = "portable")]
 fn load_portable() -> Option<PathBuf> {
     let dir = search_dirs().into_iter().find(|d| holds_cpu_backend(d))?;
+    // ggml logs each library it loads: into `tracing` with the rest of its
+    // log, not onto stderr.
+    super::ffi::install_log_hook();
     if !super::ffi::load_ggml_backends(&dir) {
         return None;
     }
