@@ -65,6 +65,11 @@ pub struct CloudConfig {
     pub stall_timeout: Duration,
     /// Size caps.
     pub limits: CloudLimits,
+    /// A PEM file of CA certificates to trust besides the built-in web
+    /// roots (a private CA, a self-signed server). Read when the lane is
+    /// built; a file that cannot be read or holds no certificate is
+    /// [`CloudError::InvalidConfig`].
+    pub ca_file: Option<std::path::PathBuf>,
     /// Consecutive connect-level failures (refused, DNS, TLS, no response
     /// headers before the deadline) after which the lane is marked down
     /// and absent from runs for a cooldown (default 3; 0 turns cooldowns
@@ -125,6 +130,7 @@ impl Default for CloudConfig {
             connect_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(60),
             limits: CloudLimits::default(),
+            ca_file: None,
             down_after_failures: CooldownPolicy::default().down_after_failures,
             cooldown: CooldownPolicy::default().cooldown,
             max_cooldown: CooldownPolicy::default().max_cooldown,
@@ -239,6 +245,7 @@ impl fmt::Debug for CloudConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("stall_timeout", &self.stall_timeout)
             .field("limits", &self.limits)
+            .field("ca_file", &self.ca_file)
             .field("down_after_failures", &self.down_after_failures)
             .field("cooldown", &self.cooldown)
             .field("max_cooldown", &self.max_cooldown)

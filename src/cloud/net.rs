@@ -20,7 +20,13 @@ use std::time::{Duration, Instant};
 /// Builds the lane's client.
 pub(crate) fn build_client(config: &CloudConfig) -> Result<reqwest::Client, CloudError> {
     let header_cap = u32::try_from(config.limits.max_header_bytes).unwrap_or(u32::MAX);
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if let Some(path) = &config.ca_file {
+        for cert in read_ca_file(path)? {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder
         .user_agent(concat!("edgecloud/", env!("CARGO_PKG_VERSION")))
         // Never follow: a redirect could carry the Authorization header
         // elsewhere, and an API endpoint that redirects is misconfigured.
@@ -41,6 +47,20 @@ pub(crate) fn build_client(config: &CloudConfig) -> Result<reqwest::Client, Clou
                 chain_text(&e.without_url())
             ),
         })
+}
+
+/// The certificates of a PEM bundle, each trusted as a root.
+fn read_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, CloudError> {
+    let invalid = |why: String| CloudError::InvalidConfig {
+        reason: format!("ca_file {}: {why}", path.display()),
+    };
+    let pem = std::fs::read(path).map_err(|e| invalid(e.to_string()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| invalid(format!("not a PEM certificate bundle ({})", chain_text(&e))))?;
+    if certs.is_empty() {
+        return Err(invalid("holds no certificate".into()));
+    }
+    Ok(certs)
 }
 
 tokio::task_local! {

@@ -271,7 +271,10 @@ impl Harness {
 
     /// Counters since the harness was built.
     pub fn stats(&self) -> HarnessStats {
-        self.inner.registry.stats()
+        HarnessStats {
+            observer_events_dropped: self.inner.events.dropped(),
+            ..self.inner.registry.stats()
+        }
     }
 
     /// Route names, sorted.

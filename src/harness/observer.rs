@@ -9,16 +9,25 @@
 //! lock after seeing the run settled. One channel, so every observer sees
 //! `run_started` first, `run_settled` exactly once after every earlier
 //! event of that run, and late-worker events after it. The channel is
-//! unbounded (a stuck observer grows memory rather than blocking a run);
-//! the dispatcher thread ends when the harness and its last late worker
-//! are gone.
+//! bounded (`EVENT_QUEUE_CAPACITY` events): when a stuck or slow observer
+//! lets it fill, further events are dropped and counted
+//! (`HarnessStats::observer_events_dropped`, serve's
+//! `edgecloud_observer_events_dropped_total`) rather than blocking a run or
+//! growing memory without limit. Events that are delivered keep their
+//! order. The dispatcher thread ends when the harness and its last late
+//! worker are gone.
 
 use super::outcome::{LaneStatus, RunStatus};
 use super::policy::PolicyKind;
 use crate::lane::Lane;
 use serde::{Deserialize, Serialize};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
+
+/// Events queued for the observers before new ones are dropped: at a few
+/// hundred bytes each, at most a few MiB held for an observer that stopped.
+pub(crate) const EVENT_QUEUE_CAPACITY: usize = 8192;
 
 /// Something that happened in a run. Every event names its run;
 /// `at_ms` counts from the run's start.
@@ -183,24 +192,47 @@ where
 /// Where a run sends its events: nowhere when no observer is configured.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct EventSink {
-    tx: Option<mpsc::Sender<Event>>,
+    tx: Option<mpsc::SyncSender<Event>>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl EventSink {
-    /// Sends an event; never blocks. A closed dispatcher drops it.
+    /// Sends an event; never blocks. A full queue drops it and counts it;
+    /// a closed dispatcher drops it.
     pub(crate) fn emit(&self, event: impl FnOnce() -> Event) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(event());
+            if let Err(mpsc::TrySendError::Full(event)) = tx.try_send(event()) {
+                if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!(
+                        event = event.name(),
+                        run_id = event.run_id(),
+                        capacity = EVENT_QUEUE_CAPACITY,
+                        "observer queue full: events are dropped (and counted) until observers catch up"
+                    );
+                }
+            }
         }
+    }
+
+    /// Events dropped because the observers' queue was full.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Starts the dispatcher thread for `observers` (none: a sink that
     /// drops everything, without a thread).
     pub(crate) fn start(observers: Vec<Arc<dyn Observer>>) -> std::io::Result<EventSink> {
+        Self::start_with_capacity(observers, EVENT_QUEUE_CAPACITY)
+    }
+
+    fn start_with_capacity(
+        observers: Vec<Arc<dyn Observer>>,
+        capacity: usize,
+    ) -> std::io::Result<EventSink> {
         if observers.is_empty() {
             return Ok(EventSink::default());
         }
-        let (tx, rx) = mpsc::channel::<Event>();
+        let (tx, rx) = mpsc::sync_channel::<Event>(capacity);
         std::thread::Builder::new()
             .name("edgecloud-observers".into())
             .spawn(move || {
@@ -217,6 +249,52 @@ impl EventSink {
                     }
                 }
             })?;
-        Ok(EventSink { tx: Some(tx) })
+        Ok(EventSink {
+            tx: Some(tx),
+            dropped: Arc::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn event(run_id: u64) -> Event {
+        Event::DeadlineReached { run_id, at_ms: 0.0 }
+    }
+
+    /// A stuck observer costs dropped (counted) events, not memory, and
+    /// never blocks the sender; once it moves again, what was queued is
+    /// delivered in order.
+    #[test]
+    fn a_stuck_observer_drops_and_counts_instead_of_queueing_forever() {
+        let (entered_tx, entered_rx) = mpsc::channel::<()>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (seen_tx, seen_rx) = mpsc::channel::<u64>();
+        let hooks = Mutex::new((entered_tx, release_rx, seen_tx));
+        let observer = move |e: &Event| {
+            let hooks = hooks.lock().unwrap();
+            if e.run_id() == 0 {
+                let _ = hooks.0.send(());
+                let _ = hooks.1.recv();
+            }
+            let _ = hooks.2.send(e.run_id());
+        };
+        const CAP: usize = 16;
+        let sink = EventSink::start_with_capacity(vec![Arc::new(observer)], CAP).unwrap();
+        sink.emit(|| event(0));
+        entered_rx.recv().unwrap(); // the observer now holds event 0, stuck
+        for id in 1..=100 {
+            sink.emit(|| event(id)); // never blocks
+        }
+        assert_eq!(sink.dropped(), 100 - CAP as u64);
+        release_tx.send(()).unwrap();
+        let wait = std::time::Duration::from_secs(30);
+        let delivered: Vec<u64> = (0..=CAP)
+            .map(|_| seen_rx.recv_timeout(wait).unwrap())
+            .collect();
+        assert_eq!(delivered, (0..=CAP as u64).collect::<Vec<_>>(), "in order");
     }
 }

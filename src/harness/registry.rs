@@ -32,6 +32,9 @@ pub struct HarnessStats {
     pub late_results_discarded: u64,
     /// Longest time a late worker ran past its run's settlement.
     pub max_overrun_ms: f64,
+    /// Events dropped because a slow observer let its bounded queue fill
+    /// (see [`Observer`](super::Observer)).
+    pub observer_events_dropped: u64,
 }
 
 /// A worker still running when [`shutdown`](super::Harness::shutdown)'s
@@ -167,6 +170,8 @@ impl Registry {
             late_workers_running: late_running,
             late_results_discarded: self.late_discarded.load(Ordering::Relaxed),
             max_overrun_ms: self.max_overrun_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            // Filled in by the harness, which owns the event sink.
+            observer_events_dropped: 0,
         }
     }
 

@@ -120,6 +120,15 @@ pub(crate) fn take_recent_log() -> Vec<String> {
         .collect()
 }
 
+/// Set in a probe child: llama.cpp's warnings and errors also go to stderr
+/// as they come, so the parent sees them even when the child dies next.
+static MIRROR_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes llama.cpp's warning and error lines go to stderr too.
+pub(crate) fn mirror_log_to_stderr() {
+    MIRROR_TO_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 unsafe extern "C" fn log_trampoline(level: u32, text: *const c_char, _user: *mut c_void) {
     if text.is_null() {
         return;
@@ -134,6 +143,9 @@ unsafe extern "C" fn log_trampoline(level: u32, text: *const c_char, _user: *mut
         use llama_cpp_sys_2::{GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_WARN};
         match level {
             GGML_LOG_LEVEL_ERROR | GGML_LOG_LEVEL_WARN => {
+                if MIRROR_TO_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!("{line}");
+                }
                 if level == GGML_LOG_LEVEL_ERROR {
                     tracing::warn!(target: "llama.cpp", "{line}");
                 } else {

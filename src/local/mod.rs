@@ -31,6 +31,7 @@
 pub mod devices;
 mod ffi;
 mod generate;
+pub mod probe;
 mod signals;
 mod stop;
 mod template;
@@ -48,6 +49,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 pub use crate::cores::physical_cores;
+pub use probe::{ProbeMode, ProbeReport};
 
 /// How to run the local model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +70,21 @@ pub struct LocalConfig {
     /// Override the model's chat template: a name llama.cpp knows
     /// (`chatml`, `llama3`, `mistral-v7`, ...) or a full template text.
     pub chat_template: Option<String>,
+    /// Probe the model in a child process before serving (see
+    /// [`probe`]): `auto` (default: when a probe program is known),
+    /// `child` (always; no program is an error) or `off`.
+    pub probe: ProbeMode,
+    /// The program the probe runs (`<program> __probe <spec>`); default:
+    /// the current executable when it is `edgecloud`.
+    pub probe_program: Option<PathBuf>,
+    /// The probe's bound: a child still running after this is killed and
+    /// the start fails with [`LocalError::ProbeTimedOut`].
+    pub probe_timeout_ms: u64,
+    /// Remember passing verdicts (per file, settings and build).
+    pub probe_cache: bool,
+    /// Where verdicts are kept; default `$XDG_CACHE_HOME/edgecloud/probe`
+    /// (or `~/.cache/edgecloud/probe`).
+    pub probe_cache_dir: Option<PathBuf>,
 }
 
 impl Default for LocalConfig {
@@ -79,6 +96,11 @@ impl Default for LocalConfig {
             batch_size: 512,
             gpu_layers: 0,
             chat_template: None,
+            probe: ProbeMode::Auto,
+            probe_program: None,
+            probe_timeout_ms: 120_000,
+            probe_cache: true,
+            probe_cache_dir: None,
         }
     }
 }
@@ -98,9 +120,12 @@ impl LocalConfig {
 pub struct LocalInfo {
     /// The model file.
     pub model: PathBuf,
-    /// Validation, model load and context creation, together.
+    /// Validation, model load and context creation, together (the probe
+    /// not included).
     #[serde(serialize_with = "crate::millis::required::serialize")]
     pub load_time: Duration,
+    /// How the child-process probe went before the load.
+    pub probe: ProbeReport,
     /// Context size in tokens.
     pub context_size: u32,
     /// Compute threads in use.
@@ -258,6 +283,62 @@ pub enum LocalError {
         /// What the OS said.
         detail: String,
     },
+    /// llama.cpp killed the probe process (an assert's abort, a segfault):
+    /// loaded in this process, the model would have taken it down.
+    #[error("llama.cpp crashed the probe of {} with {signal_name} during {stage}{}", path.display(), log_note(log))]
+    ProbeCrashed {
+        /// The model file.
+        path: PathBuf,
+        /// The signal number.
+        signal: i32,
+        /// Its name (`SIGABRT`, `SIGSEGV`...).
+        signal_name: String,
+        /// What the child was doing.
+        stage: String,
+        /// The child's last log lines (llama.cpp's, the `GGML_ASSERT` text).
+        log: Vec<String>,
+    },
+    /// The probe did not finish within its bound and was killed.
+    #[error("the probe of {} did not finish within {after_ms} ms (during {stage}){}", path.display(), log_note(log))]
+    ProbeTimedOut {
+        /// The model file.
+        path: PathBuf,
+        /// The bound.
+        after_ms: u64,
+        /// What the child was doing.
+        stage: String,
+        /// The child's last log lines.
+        log: Vec<String>,
+    },
+    /// The probe process exited without a verdict (not by a signal).
+    #[error("the probe of {} exited with {} without a verdict during {stage}{}", path.display(), code.map_or_else(|| "no code".to_string(), |c| format!("code {c}")), log_note(log))]
+    ProbeFailed {
+        /// The model file.
+        path: PathBuf,
+        /// Its exit code.
+        code: Option<i32>,
+        /// What the child was doing.
+        stage: String,
+        /// The child's last log lines.
+        log: Vec<String>,
+    },
+    /// The probe was asked for but cannot run (no probe program, or it
+    /// could not be started).
+    #[error("cannot probe the model in a child process: {detail}")]
+    ProbeUnavailable {
+        /// What is missing.
+        detail: String,
+    },
+}
+
+/// The last few log lines for an error message, or nothing.
+fn log_note(log: &[String]) -> String {
+    const SHOWN: usize = 6;
+    if log.is_empty() {
+        return String::new();
+    }
+    let from = log.len().saturating_sub(SHOWN);
+    format!("; last log lines: {}", log[from..].join(" | "))
 }
 
 impl LocalError {
@@ -275,6 +356,10 @@ impl LocalError {
             LocalError::Panicked { .. } => "panicked",
             LocalError::WorkerGone => "worker_gone",
             LocalError::Spawn { .. } => "spawn",
+            LocalError::ProbeCrashed { .. } => "probe_crashed",
+            LocalError::ProbeTimedOut { .. } => "probe_timed_out",
+            LocalError::ProbeFailed { .. } => "probe_failed",
+            LocalError::ProbeUnavailable { .. } => "probe_unavailable",
         }
     }
 }
@@ -309,10 +394,26 @@ impl std::fmt::Debug for LocalLane {
 }
 
 impl LocalLane {
-    /// Starts the worker thread, validates and loads the model, creates the
-    /// context, and returns once all of that succeeded (or with its error).
+    /// Validates the model, probes it in a child process (per
+    /// [`LocalConfig::probe`]), starts the worker thread, loads the model,
+    /// creates the context, and returns once all of that succeeded (or
+    /// with its error).
     pub fn start(config: LocalConfig) -> Result<Self, LocalError> {
-        let started = worker::spawn(config)?;
+        // Validation first: it is cheap and its errors are the precise
+        // ones; the probe then catches what it does not know.
+        crate::gguf::validate(&config.model)?;
+        let report = probe::before_start(&config)?;
+        let mut lane = Self::start_with(config, true)?;
+        if let Some(inner) = Arc::get_mut(&mut lane.inner) {
+            inner.info.probe = report;
+        }
+        Ok(lane)
+    }
+
+    /// Starts without the probe; `validate` false skips the validator too
+    /// (only the probe's child does that, to show what llama.cpp does).
+    pub(crate) fn start_with(config: LocalConfig, validate: bool) -> Result<Self, LocalError> {
+        let started = worker::spawn(config, validate)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 jobs: Mutex::new(Some(started.jobs)),

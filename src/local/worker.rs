@@ -40,14 +40,14 @@ fn backend() -> &'static LlamaBackend {
 /// one load at a time.
 static LOAD_LOCK: Mutex<()> = Mutex::new(());
 
-pub(super) fn spawn(config: LocalConfig) -> Result<Started, LocalError> {
+pub(super) fn spawn(config: LocalConfig, validate: bool) -> Result<Started, LocalError> {
     let (startup_tx, startup_rx) = mpsc::sync_channel(1);
     let (jobs_tx, jobs_rx) = mpsc::channel::<Envelope>();
     let (exited_tx, exited_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("edgecloud-local".into())
         .spawn(move || {
-            run_worker(config, startup_tx, jobs_rx);
+            run_worker(config, validate, startup_tx, jobs_rx);
             let _ = exited_tx.send(());
         })
         .map_err(|e| LocalError::Spawn {
@@ -70,6 +70,7 @@ type Startup = Result<(LocalInfo, Arc<LlamaModel>), LocalError>;
 
 fn run_worker(
     config: LocalConfig,
+    validate: bool,
     startup: mpsc::SyncSender<Startup>,
     jobs: mpsc::Receiver<Envelope>,
 ) {
@@ -77,11 +78,12 @@ fn run_worker(
     // Declared before the context so it is dropped after it: the context's
     // abort callback points at it.
     let signal = Arc::new(AbortSignal::default());
-    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, &signal))).unwrap_or_else(|p| {
-        Err(LocalError::Panicked {
-            detail: crate::panic_payload::message(&*p),
-        })
-    });
+    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, validate, &signal)))
+        .unwrap_or_else(|p| {
+            Err(LocalError::Panicked {
+                detail: crate::panic_payload::message(&*p),
+            })
+        });
     let (model, params, format, threads, context_size) = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
@@ -112,6 +114,7 @@ fn run_worker(
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
         chat_template: format.describe(),
+        probe: super::probe::ProbeReport::not_run(),
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
     if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
@@ -152,9 +155,15 @@ type Loaded = (
     u32,
 );
 
-fn load(config: &LocalConfig, signal: &Arc<AbortSignal>) -> Result<Loaded, LocalError> {
+fn load(
+    config: &LocalConfig,
+    validate: bool,
+    signal: &Arc<AbortSignal>,
+) -> Result<Loaded, LocalError> {
     // Validate first: some malformed files make llama.cpp abort the process.
-    crate::gguf::validate(&config.model)?;
+    if validate {
+        crate::gguf::validate(&config.model)?;
+    }
     let backend = backend();
     super::devices::check_gpu_layers(config.gpu_layers)?;
     let model = {

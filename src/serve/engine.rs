@@ -68,6 +68,8 @@ pub(crate) struct Health {
     pub(crate) lanes: Vec<LaneState>,
     pub(crate) runs_in_flight: u64,
     pub(crate) late_workers_running: u64,
+    /// Observer events dropped because the observers' queue was full.
+    pub(crate) observer_events_dropped: u64,
 }
 
 /// What a shutdown found.

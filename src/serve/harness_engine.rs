@@ -122,6 +122,7 @@ impl Engine for HarnessEngine {
                 .collect(),
             runs_in_flight: stats.runs_in_flight,
             late_workers_running: stats.late_workers_running,
+            observer_events_dropped: stats.observer_events_dropped,
         }
     }
 

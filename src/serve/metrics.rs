@@ -255,6 +255,17 @@ impl Metrics {
         );
         head(
             &mut o,
+            "edgecloud_observer_events_dropped_total",
+            "counter",
+            "Harness events dropped because a slow observer let its queue fill.",
+        );
+        let _ = writeln!(
+            o,
+            "edgecloud_observer_events_dropped_total {}",
+            health.observer_events_dropped
+        );
+        head(
+            &mut o,
             "edgecloud_request_duration_seconds",
             "histogram",
             "Run start to settlement, per request.",
@@ -529,6 +540,7 @@ mod tests {
             ],
             runs_in_flight: 0,
             late_workers_running: 1,
+            observer_events_dropped: 0,
         };
         let t = m.render(&health, 2);
         assert_eq!(
@@ -647,6 +659,7 @@ mod tests {
                 lanes: vec![],
                 runs_in_flight: 0,
                 late_workers_running: 0,
+                observer_events_dropped: 0,
             },
             0,
         );

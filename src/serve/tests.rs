@@ -270,6 +270,7 @@ impl Engine for Fake {
             ],
             runs_in_flight: 0,
             late_workers_running: 0,
+            observer_events_dropped: 0,
         }
     }
 

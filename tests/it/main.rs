@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod cloud;
+mod cloud_tls;
 mod cloud_down;
 mod devices;
 mod ensure_deps;
@@ -12,7 +13,9 @@ mod gguf;
 mod gguf_catalogue;
 mod harness;
 mod local;
+mod probe;
 mod quality;
 mod real_model;
 mod serve;
+mod serve_fuzz;
 mod support;

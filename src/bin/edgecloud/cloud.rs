@@ -41,6 +41,10 @@ pub(crate) struct CloudArgs {
     /// Name of the environment variable holding the API key.
     #[arg(long, value_name = "VAR", default_value = DEFAULT_API_KEY_ENV)]
     api_key_env: String,
+    /// PEM file of CA certificates to trust besides the web roots (a
+    /// private CA or a self-signed server).
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<std::path::PathBuf>,
     /// Most tokens to generate.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
@@ -71,6 +75,7 @@ async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
     let mut config = CloudConfig::new(&args.base_url, &args.model);
     config.api_key_env = args.api_key_env.clone();
     config.stream = !args.no_stream;
+    config.ca_file = args.ca_file.clone();
     let lane = match CloudLane::new(config) {
         Ok(lane) => lane,
         Err(err) => {

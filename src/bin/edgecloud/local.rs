@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use edgecloud::local::devices::DeviceError;
-use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
+use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode};
 use edgecloud::millis::to_ms_rounded;
 use edgecloud::{ChatMessage, FinishReason, LaneJob, Sampling};
 use serde_json::{json, Value};
@@ -63,6 +63,10 @@ pub(crate) struct LocalArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Probe the model in a child process first (a llama.cpp crash is
+    /// then an error, not a dead process): child (default) or off.
+    #[arg(long, value_name = "MODE", default_value = "child")]
+    probe: ProbeMode,
 }
 
 pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
@@ -72,7 +76,8 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         context_size: args.context_size,
         batch_size: args.batch_size,
         gpu_layers: args.gpu_layers,
-        chat_template: None,
+        probe: args.probe,
+        ..LocalConfig::new(&args.model)
     };
     let lane = match LocalLane::start(config) {
         Ok(lane) => lane,

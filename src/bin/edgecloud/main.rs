@@ -38,6 +38,13 @@ enum Command {
     Model(model::ModelCommand),
     /// Benchmark policies and deadlines over a workload; compare reports.
     Bench(bench::BenchArgs),
+    /// The child side of the local lane's model probe (internal: the lane
+    /// runs it; see edgecloud::local::probe).
+    #[command(name = "__probe", hide = true)]
+    Probe {
+        /// The probe's spec, as JSON.
+        spec: String,
+    },
     /// Show the ggml backends and devices this binary runs on (CPU variant,
     /// GPUs and their memory) and whether GPU offload is possible.
     Doctor(doctor::DoctorArgs),
@@ -53,6 +60,9 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Probe { spec } => {
+            return ExitCode::from(edgecloud::local::probe::run_child(&spec).clamp(0, 255) as u8)
+        }
         Command::Doctor(args) => doctor::run(args),
     };
     match result {

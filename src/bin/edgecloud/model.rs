@@ -13,6 +13,11 @@ pub(crate) enum ModelCommand {
     /// Summarise a GGUF file and check it the way llama.cpp will load it,
     /// without loading it. Exits 0 when valid, 1 when not.
     Inspect(InspectArgs),
+    /// Validate a GGUF file, then load and run it once in a child process
+    /// with the local lane's settings (the probe every lane start does), so
+    /// a file that would crash llama.cpp is reported, not fatal. Exits 0
+    /// when both pass, 1 when not.
+    Check(CheckArgs),
     /// Write a llama-architecture model with random weights, a byte-level
     /// tokenizer and a ChatML template (for tests and benchmarks; its output
     /// is noise). The same preset and seed always give the same bytes.
@@ -32,6 +37,38 @@ pub(crate) struct InspectArgs {
     /// instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// Arguments of `edgecloud model check`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckArgs {
+    /// The GGUF file.
+    path: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Context size in tokens (default: the model's, at most 4096).
+    #[arg(long, value_name = "N")]
+    context_size: Option<u32>,
+    /// Prompt batch size.
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    batch_size: u32,
+    /// Compute threads (default: physical cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Layers to offload to a GPU.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    gpu_layers: u32,
+    /// Kill the probe after this many milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 120_000)]
+    timeout_ms: u64,
+    /// Probe even when a verdict is cached (and do not cache this one).
+    #[arg(long)]
+    no_cache: bool,
+    /// Probe a file the validator refuses too, to see what llama.cpp itself
+    /// does with it (safe: only the child process can crash).
+    #[arg(long)]
+    probe_invalid: bool,
 }
 
 /// Arguments of `edgecloud model tiny`.
@@ -54,7 +91,127 @@ pub(crate) fn run(cmd: ModelCommand) -> anyhow::Result<ExitCode> {
         ModelCommand::Inspect(args) => inspect(&args),
         ModelCommand::Tiny(args) => tiny(&args),
         ModelCommand::Fetch(args) => crate::fetch::run(&args),
+        ModelCommand::Check(args) => check(&args),
     }
+}
+
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    use edgecloud::local::probe::{self, ProbeOptions};
+    use edgecloud::local::{LocalConfig, LocalError};
+    let validation = gguf::validate(&args.path);
+    let valid = validation.is_ok();
+    let config = LocalConfig {
+        threads: args.threads,
+        context_size: args.context_size,
+        batch_size: args.batch_size,
+        gpu_layers: args.gpu_layers,
+        probe_timeout_ms: args.timeout_ms,
+        ..LocalConfig::new(&args.path)
+    };
+    let mut options = ProbeOptions::default();
+    options.skip_validation = !valid;
+    options.no_cache = args.no_cache;
+    let probed = (valid || args.probe_invalid).then(|| probe::probe(&config, &options));
+    let probe_ok = matches!(&probed, Some(Ok(r)) if r.child_error.is_none());
+    let ok = valid && probe_ok;
+
+    if args.json {
+        let obj = serde_json::json!({
+            "path": args.path.to_string_lossy(),
+            "ok": ok,
+            "valid": valid,
+            "error_kind": validation.as_ref().err().map(GgufError::kind),
+            "error": validation.as_ref().err().map(|e| describe(&args.path, e)),
+            "probe": probe_json(probed.as_ref()),
+        });
+        println!("{}", serde_json::to_string_pretty(&obj)?);
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    match &validation {
+        Ok(_) => println!("validator: valid"),
+        Err(e) => println!("validator: INVALID: {}", describe(&args.path, e)),
+    }
+    match &probed {
+        None => println!(
+            "probe:     not run (the validator refused the file; --probe-invalid runs it anyway)"
+        ),
+        Some(Ok(r)) => match &r.child_error {
+            None => println!(
+                "probe:     passed ({}, {:.0} ms: load, context, chat template, tokenize, decode, sample)",
+                r.status, r.ms
+            ),
+            Some(e) => println!("probe:     the model does not start: {e}"),
+        },
+        Some(Err(e)) => {
+            println!("probe:     {}", edgecloud::error_chain(e));
+            if let LocalError::ProbeCrashed { log, .. }
+            | LocalError::ProbeTimedOut { log, .. }
+            | LocalError::ProbeFailed { log, .. } = e
+            {
+                for line in log {
+                    println!("  | {line}");
+                }
+            }
+        }
+    }
+    println!("verdict:   {}", if ok { "ok" } else { "NOT OK" });
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn probe_json(
+    probed: Option<&Result<edgecloud::local::ProbeReport, edgecloud::local::LocalError>>,
+) -> serde_json::Value {
+    use edgecloud::local::LocalError;
+    let Some(probed) = probed else {
+        return serde_json::json!({ "status": "not_run" });
+    };
+    let e = match probed {
+        Ok(r) => {
+            return match &r.child_error {
+                None => serde_json::json!({ "status": "passed", "source": r.status, "ms": r.ms }),
+                Some(e) => serde_json::json!({ "status": "refused", "ms": r.ms, "error": e }),
+            }
+        }
+        Err(e) => e,
+    };
+    let mut obj = serde_json::json!({
+        "status": match e {
+            LocalError::ProbeCrashed { .. } => "crashed",
+            LocalError::ProbeTimedOut { .. } => "timed_out",
+            _ => "failed",
+        },
+        "error_kind": e.kind(),
+        "error": edgecloud::error_chain(e),
+    });
+    match e {
+        LocalError::ProbeCrashed {
+            signal,
+            signal_name,
+            stage,
+            log,
+            ..
+        } => {
+            obj["signal"] = (*signal).into();
+            obj["signal_name"] = signal_name.clone().into();
+            obj["stage"] = stage.clone().into();
+            obj["log"] = log.clone().into();
+        }
+        LocalError::ProbeTimedOut { stage, log, .. }
+        | LocalError::ProbeFailed { stage, log, .. } => {
+            obj["stage"] = stage.clone().into();
+            obj["log"] = log.clone().into();
+        }
+        _ => {}
+    }
+    obj
 }
 
 fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {

@@ -11,7 +11,7 @@ use edgecloud::harness::{
     CancelResult, Harness, HarnessConfig, LaneReport, Outcome, PolicyKind, RunOptions, RunStatus,
     EXAMPLE_CONFIG,
 };
-use edgecloud::local::LocalConfig;
+use edgecloud::local::{LocalConfig, ProbeMode};
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -39,6 +39,10 @@ pub(crate) struct HarnessArgs {
     /// OPENAI_API_KEY).
     #[arg(long, value_name = "VAR")]
     api_key_env: Option<String>,
+    /// PEM file of CA certificates the cloud lane trusts besides the web
+    /// roots (a private CA or a self-signed server).
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
     /// Policy: local-only, cloud-only, race, hedge, cascade, fallback,
     /// best-of (default: the config's, else race).
     #[arg(long, value_name = "POLICY")]
@@ -50,6 +54,11 @@ pub(crate) struct HarnessArgs {
     /// Compute threads of the local lane (default: physical cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Probe the local model in a child process before serving, so a
+    /// llama.cpp crash is an error, not a dead process: child (the
+    /// default for the CLI) or off.
+    #[arg(long, value_name = "MODE")]
+    probe: Option<ProbeMode>,
 }
 
 impl HarnessArgs {
@@ -62,13 +71,23 @@ impl HarnessArgs {
         if let Some(model) = &self.model {
             cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
         }
+        if let Some(mode) = self.probe {
+            match cfg.local.as_mut() {
+                Some(local) => local.probe = mode,
+                None => bail!("--probe needs a local model (--model, or [local] in --config)"),
+            }
+        }
         if let Some(threads) = self.threads {
             match cfg.local.as_mut() {
                 Some(local) => local.threads = Some(threads),
                 None => bail!("--threads needs a local model (--model, or [local] in --config)"),
             }
         }
-        if self.base_url.is_some() || self.cloud_model.is_some() || self.api_key_env.is_some() {
+        if self.base_url.is_some()
+            || self.cloud_model.is_some()
+            || self.api_key_env.is_some()
+            || self.ca_file.is_some()
+        {
             let cloud = cfg.cloud.get_or_insert_with(CloudConfig::default);
             if let Some(url) = &self.base_url {
                 cloud.base_url = url.clone();
@@ -78,6 +97,9 @@ impl HarnessArgs {
             }
             if let Some(var) = &self.api_key_env {
                 cloud.api_key_env = var.clone();
+            }
+            if let Some(file) = &self.ca_file {
+                cloud.ca_file = Some(file.clone());
             }
             if cloud.base_url.is_empty() || cloud.model.is_empty() {
                 bail!("the cloud lane needs both --base-url and --cloud-model (or [cloud] in --config)");
