@@ -224,6 +224,12 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::ChatTemplate { .. }
         | LocalError::Decode { .. } => LaneErrorKind::Model,
         LocalError::Devices(_) => LaneErrorKind::Config,
+        // The model crashed or hung a probe process: the model is at fault;
+        // a probe that could not run at all leaves the lane unavailable.
+        LocalError::ProbeCrashed { .. }
+        | LocalError::ProbeTimedOut { .. }
+        | LocalError::ProbeFailed { .. } => LaneErrorKind::Model,
+        LocalError::ProbeUnavailable { .. } => LaneErrorKind::Unavailable,
         LocalError::PromptTooLong { .. } | LocalError::InvalidRequest(_) => {
             LaneErrorKind::InvalidRequest
         }

@@ -3,8 +3,8 @@
 mod bench;
 mod cli;
 mod cloud;
-mod cloud_tls;
 mod cloud_down;
+mod cloud_tls;
 mod devices;
 mod ensure_deps;
 mod error_chain;
