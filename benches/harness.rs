@@ -5,14 +5,17 @@
 //! answer at once, per policy, through the blocking and the async API, and
 //! the cost of a run refused because its lane is busy.
 //!
-//! `cargo bench --bench harness -- --figures [--local]` prints
+//! `cargo bench --bench harness -- --figures [--local [--only-local]]` prints
 //! distributions instead (`scripts/overshoot` wraps it): per-run overhead
 //! (median, p99) and the overshoot past the deadline (median, p99, max) over
 //! at least 1000 runs where both lanes overrun, alone and with four
 //! harnesses at once; with `--local`, also with the real local lane
 //! (bench-135m, generated into `target/bench-models/` unless
 //! `EDGECLOUD_BENCH_MODEL` names a file; threads: `EDGECLOUD_BENCH_THREADS`,
-//! default 2) decoding a long prompt when the deadline hits.
+//! default 2; `EDGECLOUD_BENCH_NICE` and `EDGECLOUD_BENCH_BATCH` override
+//! the harness's nice and batch defaults) decoding a long prompt when the
+//! deadline hits, and aborting runs inside a ~2000-token prompt's decode
+//! (`--only-local`: just these).
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -109,7 +112,11 @@ criterion_group!(benches, bench_runs);
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--figures") {
-        figures(args.iter().any(|a| a == "--local"));
+        if args.iter().any(|a| a == "--only-local") {
+            local_figures();
+        } else {
+            figures(args.iter().any(|a| a == "--local"));
+        }
         return;
     }
     benches();
@@ -217,11 +224,20 @@ fn local_figures() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(2);
+    fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+        std::env::var(name).ok().and_then(|v| v.parse().ok())
+    }
+    let defaults = edgecloud::local::LocalConfig::new(&model);
     let local = LocalBackend::start(edgecloud::local::LocalConfig {
         threads: Some(threads),
-        ..edgecloud::local::LocalConfig::new(&model)
+        // Unset: the harness's defaults (what users get).
+        nice: env_num("EDGECLOUD_BENCH_NICE"),
+        batch_size: env_num("EDGECLOUD_BENCH_BATCH").unwrap_or(defaults.batch_size),
+        ..defaults
     })
     .expect("bench-135m loads");
+    let batch = local.lane().info().batch_size;
+    let tokenizer = local.lane().clone();
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     let h = Harness::builder()
@@ -261,10 +277,47 @@ fn local_figures() {
         };
         release.push(stop);
     }
+    // Cancel to return: abort runs at staggered points inside a
+    // ~2000-token prompt's decode; the time from abort() until the lane's
+    // worker has returned (llama.cpp stopped, the lane free again), from
+    // the harness's own clocks: settlement after the abort plus the late
+    // worker's overrun past settlement.
+    let long = Duration::from_secs(60);
+    let mut cancel = Vec::new();
+    let mut cancel_prompt = 0;
+    for i in 0..50u64 {
+        let body: String = (0..680)
+            .map(|w| format!("w{} ", (w * 13 + i) % 101))
+            .collect();
+        let text = format!("{i}: {body}");
+        cancel_prompt = tokenizer.count_tokens(&text);
+        let mut r = Request::user(text);
+        r.deadline = Some(long);
+        r.sampling.max_tokens = 4;
+        let run = h.start(r, RunOptions::new()).expect("starts");
+        let started = run.deadline() - long;
+        // Past the template and tokenizer, inside the prompt's decode.
+        std::thread::sleep(Duration::from_millis(60 + 23 * i));
+        let aborted_at = Instant::now();
+        run.abort();
+        let o = run.wait().expect("settles");
+        let settled = started + Duration::from_secs_f64(o.elapsed_ms / 1e3);
+        let overrun = match o.lane(Lane::Local).status {
+            LaneStatus::Late => rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("late worker"),
+            // Returned before settlement (the prompt was already done):
+            // not a cancel inside decode.
+            _ => continue,
+        };
+        cancel.push(settled.saturating_duration_since(aborted_at).as_secs_f64() * 1e3 + overrun);
+    }
     println!(
-        "# real local lane (bench-135m, {threads} threads), ~1500-token prompt, 150 ms deadline"
+        "# real local lane (bench-135m, {threads} threads, batch {batch}), ~1500-token prompt, 150 ms deadline"
     );
     println!("overshoot settle  local      {}", summary(&mut settle));
     println!("overshoot caller  local      {}", summary(&mut caller));
     println!("lane busy past the deadline  {}", summary(&mut release));
+    println!("# abort() during a ~{cancel_prompt}-token prompt's decode, to the lane free again");
+    println!("cancel to return  local      {}", summary(&mut cancel));
 }

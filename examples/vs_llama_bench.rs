@@ -2,12 +2,27 @@
 //! model file and thread count: prompt processing (pp) and generation (tg)
 //! tokens/s, and their ratio (ours / llama-bench).
 //!
-//! `cargo run --release --example vs_llama_bench -- LLAMA_BENCH MODEL THREADS [PP] [TG]`
-//! (`scripts/llama-bench-compare` builds llama-bench and runs this).
+//! `cargo run --release --example vs_llama_bench -- LLAMA_BENCH MODEL THREADS [PP] [TG] [ROUNDS]`
+//! (`scripts/llama-bench-compare` builds llama-bench and runs this;
+//! `scripts/perf-report` runs it on every model of the report).
 //!
-//! llama-bench decodes synthetic tokens; the lane runs a real chat request
-//! (template, tokenizer, sampler, log-probabilities, streaming), so the
-//! ratio is what the lane's bookkeeping costs on top of llama.cpp.
+//! How it stays fair:
+//! - **Interleaved.** Each round runs llama-bench (3 repetitions of each
+//!   test, in its own process) and then 3 lane jobs; the machine's drift
+//!   hits both sides alike. Figures are medians over all rounds; the
+//!   per-round ratios give the spread.
+//! - **Same depth.** The lane generates after its prompt, so its tokens
+//!   attend over `prompt` cached positions; llama-bench's tg runs at
+//!   `-d <prompt tokens>` to match (its plain tg64 starts from an empty
+//!   cache, which is slightly cheaper per token).
+//! - **A real request.** llama-bench decodes synthetic tokens; the lane
+//!   runs a real chat request (template, tokenizer, greedy sampling,
+//!   log-probabilities and first-token margin, UTF-8 streaming into a sink,
+//!   stop strings), so the ratio is what the lane's bookkeeping costs on
+//!   top of llama.cpp.
+//!
+//! The last line is machine-readable (`RESULT key=value ...`) for
+//! `scripts/perf-report`.
 
 use edgecloud::local::{LocalConfig, LocalLane};
 use edgecloud::{ChatMessage, LaneJob, Sampling};
@@ -15,35 +30,33 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const REPS: usize = 5;
+/// Repetitions per round on each side.
+const PER_ROUND: usize = 3;
 
-fn median(mut v: Vec<f64>) -> f64 {
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [llama_bench, model, threads, rest @ ..] = args.as_slice() else {
-        eprintln!("usage: vs_llama_bench LLAMA_BENCH MODEL THREADS [PP] [TG]");
-        std::process::exit(2);
-    };
-    let pp: usize = rest.first().and_then(|v| v.parse().ok()).unwrap_or(128);
-    let tg: u32 = rest.get(1).and_then(|v| v.parse().ok()).unwrap_or(64);
-    let threads_n: usize = threads.parse().expect("THREADS is a number");
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
 
-    let out = Command::new(llama_bench)
-        .args([
-            "-m",
-            model,
-            "-t",
-            threads,
-            "-p",
-            &pp.to_string(),
-            "-n",
-            &tg.to_string(),
-        ])
-        .args(["-r", &REPS.to_string(), "-o", "json"])
+/// One llama-bench process; returns the per-repetition tokens/s of its
+/// single test.
+fn llama_bench(bin: &str, model: &str, threads: &str, args: &[String]) -> Vec<f64> {
+    let out = Command::new(bin)
+        .args(["-m", model, "-t", threads])
+        .args(args)
+        .args(["-r", &PER_ROUND.to_string(), "-o", "json"])
         .output()
         .expect("llama-bench runs");
     assert!(
@@ -52,13 +65,25 @@ fn main() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("llama-bench JSON");
-    let rate = |want_pp: bool| {
-        rows.iter()
-            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == want_pp)
-            .and_then(|r| r["avg_ts"].as_f64())
-            .expect("llama-bench reported pp and tg")
+    let row = rows.first().expect("llama-bench ran one test");
+    row["samples_ts"]
+        .as_array()
+        .map(|s| s.iter().filter_map(Value::as_f64).collect())
+        .filter(|s: &Vec<f64>| !s.is_empty())
+        .or_else(|| row["avg_ts"].as_f64().map(|t| vec![t]))
+        .expect("llama-bench reported tokens/s")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [bin, model, threads, rest @ ..] = args.as_slice() else {
+        eprintln!("usage: vs_llama_bench LLAMA_BENCH MODEL THREADS [PP] [TG] [ROUNDS]");
+        std::process::exit(2);
     };
-    let (ref_pp, ref_tg) = (rate(true), rate(false));
+    let pp: usize = rest.first().and_then(|v| v.parse().ok()).unwrap_or(128);
+    let tg: u32 = rest.get(1).and_then(|v| v.parse().ok()).unwrap_or(64);
+    let rounds: usize = rest.get(2).and_then(|v| v.parse().ok()).unwrap_or(5);
+    let threads_n: usize = threads.parse().expect("THREADS is a number");
 
     let lane = LocalLane::start(LocalConfig {
         threads: Some(threads_n),
@@ -69,40 +94,95 @@ fn main() {
     let greedy = |max_tokens| Sampling {
         max_tokens,
         temperature: 0.0,
+        // A stop string the text never holds: the matcher's per-token cost
+        // is part of what is measured.
+        stop: vec!["\n\n\n\n\n\n".into()],
         ..Sampling::default()
     };
-    // A user message of about `pp` prompt tokens; its first word changes
-    // per run so nothing is reused from the previous job.
+    // A user message of about `pp` prompt tokens that a real model answers
+    // at length; its first word changes per job so nothing but the
+    // template's first tokens is reused from the previous job.
     let prompt = |variant: usize| {
-        let mut text = format!("{variant}");
+        let mut text = format!("Story {variant}. Continue this list of words, forever:");
         let mut i = 0;
-        while lane.count_tokens(&text) + 8 < pp {
-            text.push_str(&format!(" w{}", (i * 7 + variant) % 89));
+        while lane.count_tokens(&text) + 12 < pp {
+            text.push_str(&format!(" word{}", (i * 7 + variant) % 89));
             i += 1;
         }
         vec![ChatMessage::user(text)]
     };
-    let (mut ours_pp, mut ours_tg) = (Vec::new(), Vec::new());
-    let mut prompt_tokens = 0;
-    for rep in 0..=REPS {
-        let done = lane
-            .generate(LaneJob::new(prompt(rep), greedy(tg), far()))
-            .expect("local job");
-        prompt_tokens = done.prompt_tokens;
-        if rep == 0 {
-            continue; // warm-up
+    let mut job = 0;
+    let mut run = |max_tokens| {
+        job += 1;
+        lane.generate(
+            LaneJob::new(prompt(job), greedy(max_tokens), far()).with_sink(|piece: &str| {
+                std::hint::black_box(piece);
+            }),
+        )
+        .expect("local job")
+    };
+    let warm = run(tg);
+    let depth = warm.prompt_tokens;
+
+    let pp_args = vec!["-p".into(), pp.to_string(), "-n".into(), "0".into()];
+    let tg_args = vec![
+        "-p".into(),
+        "0".into(),
+        "-n".into(),
+        tg.to_string(),
+        "-d".into(),
+        depth.to_string(),
+    ];
+    let (mut ref_pp, mut ref_tg, mut ours_pp, mut ours_tg) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut round_pp, mut round_tg) = (Vec::new(), Vec::new());
+    let mut short = 0;
+    for _ in 0..rounds {
+        let r_pp = llama_bench(bin, model, threads, &pp_args);
+        let r_tg = llama_bench(bin, model, threads, &tg_args);
+        let (mut o_pp, mut o_tg) = (Vec::new(), Vec::new());
+        for _ in 0..PER_ROUND {
+            let done = run(tg);
+            o_pp.push(done.timings.prompt_tokens_per_s.unwrap_or(0.0));
+            if done.completion_tokens == tg {
+                o_tg.push(done.timings.gen_tokens_per_s.unwrap_or(0.0));
+            } else {
+                short += 1;
+            }
         }
-        ours_pp.push(done.timings.prompt_tokens_per_s.unwrap_or(0.0));
-        if done.completion_tokens == tg {
-            ours_tg.push(done.timings.gen_tokens_per_s.unwrap_or(0.0));
+        round_pp.push(median(&o_pp) / median(&r_pp));
+        if !o_tg.is_empty() {
+            round_tg.push(median(&o_tg) / median(&r_tg));
         }
+        ref_pp.extend(r_pp);
+        ref_tg.extend(r_tg);
+        ours_pp.extend(o_pp);
+        ours_tg.extend(o_tg);
     }
-    let (pp_ours, tg_ours) = (median(ours_pp), median(ours_tg));
-    println!("model {model}, {threads} threads");
-    println!("              llama-bench   edgecloud   ratio");
-    println!("pp{pp:<4} tok/s  {ref_pp:>10.1}  {pp_ours:>10.1}   {:.2}  (our prompt: {prompt_tokens} tokens)", pp_ours / ref_pp);
+    let (pp_ref, tg_ref) = (median(&ref_pp), median(&ref_tg));
+    let (pp_ours, tg_ours) = (median(&ours_pp), median(&ours_tg));
+    let (pp_lo, pp_hi) = min_max(&round_pp);
+    let (tg_lo, tg_hi) = min_max(&round_tg);
     println!(
-        "tg{tg:<4} tok/s  {ref_tg:>10.1}  {tg_ours:>10.1}   {:.2}",
-        tg_ours / ref_tg
+        "model {model}, {threads} threads, {rounds} interleaved rounds of {PER_ROUND}+{PER_ROUND}"
+    );
+    println!("                    llama-bench   edgecloud   ratio  (rounds min-max)");
+    println!(
+        "pp{pp:<4}      tok/s  {pp_ref:>10.1}  {pp_ours:>10.1}   {:.3}  ({pp_lo:.3}-{pp_hi:.3})  our prompt: {depth} tokens",
+        pp_ours / pp_ref
+    );
+    println!(
+        "tg{tg:<4} @d{depth:<4} tok/s  {tg_ref:>10.1}  {tg_ours:>10.1}   {:.3}  ({tg_lo:.3}-{tg_hi:.3})",
+        tg_ours / tg_ref
+    );
+    if short > 0 {
+        println!("note: {short} lane jobs ended before {tg} tokens and were left out of tg");
+    }
+    println!(
+        "RESULT pp_ref={pp_ref:.2} pp_ours={pp_ours:.2} pp_ratio={:.4} pp_lo={pp_lo:.4} pp_hi={pp_hi:.4} \
+         tg_ref={tg_ref:.2} tg_ours={tg_ours:.2} tg_ratio={:.4} tg_lo={tg_lo:.4} tg_hi={tg_hi:.4} \
+         depth={depth} rounds={rounds} short={short}",
+        pp_ours / pp_ref,
+        tg_ours / tg_ref
     );
 }

@@ -153,7 +153,8 @@ def main():
         timed(cu, FIRST_PIECE.encode())
 
     out = {k: [] for k in ("ec_first", "ec_total", "cu_first", "cu_total",
-                           "ec_in_ttft", "ec_in_total", "cu_in_ttfb", "cu_in_total")}
+                           "ec_in_ttft", "ec_in_total", "cu_in_ttfb", "cu_in_total",
+                           "ec_in_connect", "cu_in_connect", "ec_in_ttfb", "cu_in_pretransfer")}
     for _ in range(args.runs):
         f, t, text = timed(ec, FIRST_PIECE.encode())
         if text.decode().strip() != expected:
@@ -168,10 +169,29 @@ def main():
             sys.exit(f"edgecloud --json: {r}")
         out["ec_in_ttft"].append(r["ttft_ms"] / 1e3)
         out["ec_in_total"].append(r["total_ms"] / 1e3)
-        w = subprocess.run(cu + ["-o", "/dev/null", "-w", "%{time_starttransfer} %{time_total}"],
+        out["ec_in_connect"].append((r.get("connect_ms") or 0.0) / 1e3)
+        out["ec_in_ttfb"].append((r.get("ttfb_ms") or 0.0) / 1e3)
+        w = subprocess.run(cu + ["-o", "/dev/null", "-w",
+                                 "%{time_starttransfer} %{time_total} %{time_connect} %{time_pretransfer}"],
                            capture_output=True, text=True, check=True).stdout.split()
         out["cu_in_ttfb"].append(float(w[0]))
         out["cu_in_total"].append(float(w[1]))
+        out["cu_in_connect"].append(float(w[2]))
+        out["cu_in_pretransfer"].append(float(w[3]))
+    # Inside one long-lived process (where the harness runs): the lane's
+    # own example against curl fetching many URLs in one invocation (one
+    # kept-alive connection).
+    inproc = os.path.join(os.path.dirname(args.bin), "examples", "cloud_ttft_inprocess")
+    inproc_out = None
+    if os.path.exists(inproc):
+        inproc_out = subprocess.run([inproc, base, str(args.runs)], capture_output=True,
+                                    text=True, check=True).stdout
+        urls = []
+        for _ in range(args.runs + 1):
+            urls += ["-o", "/dev/null", base + "/chat/completions"]
+        w = subprocess.run(cu[:-1] + ["-w", "%{time_starttransfer}\n"] + urls,
+                           capture_output=True, text=True, check=True).stdout.split()
+        out["cu_pooled_ttfb"] = [float(x) for x in w[1:]]
     server.shutdown()
 
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cpus; "
@@ -187,6 +207,31 @@ def main():
     for label, a, b in rows:
         ma, mb = med(out[a]), med(out[b])
         print(f"{label:<34}{ma:>10.3f}{mb:>10.3f}{ma / mb:>8.2f}")
+    # Where the in-process time goes, stage by stage (medians; the stages
+    # are not quite the same events on both sides: edgecloud's connect ends
+    # when its connector has the socket, curl's when the TCP handshake is
+    # done; curl's pretransfer is "about to send", which edgecloud does not
+    # report).
+    print("in-process stages (median ms)     edgecloud      curl")
+    print(f"  connected                       {med(out['ec_in_connect']):>10.3f}{med(out['cu_in_connect']):>10.3f}")
+    print(f"  request ready to send           {'-':>10}{med(out['cu_in_pretransfer']):>10.3f}")
+    print(f"  first byte / headers            {med(out['ec_in_ttfb']):>10.3f}{med(out['cu_in_ttfb']):>10.3f}")
+    print(f"  first token                     {med(out['ec_in_ttft']):>10.3f}{'-':>10}")
+    if inproc_out:
+        print(inproc_out.rstrip())
+        print(f"curl, one process, kept-alive connection: first byte median "
+              f"{med(out['cu_pooled_ttfb']):.3f} ms")
+        pooled = dict(kv.split("=") for kv in inproc_out.strip().splitlines()[-1].split()[1:])
+        print(f"RESULT2 pooled_ttft_ms={pooled['pooled_ttft_ms']} curl_pooled_ttfb_ms="
+              f"{med(out['cu_pooled_ttfb']):.4f} first_ttft_ms={pooled['first_ttft_ms']} "
+              f"fresh_ttft_ms={pooled['fresh_ttft_ms']}")
+    ttft, ttfb = sorted(out["ec_in_ttft"]), sorted(out["cu_in_ttfb"])
+    p90 = lambda v: v[min(len(v) - 1, int(0.9 * len(v)))] * 1e3
+    print(f"RESULT cloud_ttft_ms={med(out['ec_in_ttft']):.4f} curl_ttfb_ms={med(out['cu_in_ttfb']):.4f} "
+          f"ratio={med(out['ec_in_ttft']) / med(out['cu_in_ttfb']):.4f} "
+          f"cloud_ttft_p90_ms={p90(ttft):.4f} curl_ttfb_p90_ms={p90(ttfb):.4f} "
+          f"cloud_connect_ms={med(out['ec_in_connect']):.4f} curl_connect_ms={med(out['cu_in_connect']):.4f} "
+          f"cloud_ttfb_ms={med(out['ec_in_ttfb']):.4f} runs={args.runs}")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ pub mod local;
 pub mod millis;
 mod panic_payload;
 pub mod request;
+mod sched;
 pub mod serve;
 
 pub use cloud::CloudConfig;

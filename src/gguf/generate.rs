@@ -28,6 +28,10 @@ pub enum Preset {
     /// 9 heads / 3 KV heads, FFN 1536, vocabulary 49152, Q8_0 matrices and
     /// F32 norms, tied output head; about 145 MB.
     Bench135m,
+    /// `bench-135m` with a 262,144-token vocabulary (the size of Gemma 3's):
+    /// the per-token work over the logits (sampling, log-probabilities)
+    /// weighs as it does on large-vocabulary models. About 300 MB.
+    Bench135mVocab262k,
 }
 
 impl Preset {
@@ -36,6 +40,7 @@ impl Preset {
         match self {
             Preset::Tiny => "tiny",
             Preset::Bench135m => "bench-135m",
+            Preset::Bench135mVocab262k => "bench-135m-262k",
         }
     }
 
@@ -65,6 +70,10 @@ impl Preset {
                 matrix_type: format::Q8_0,
                 file_type: 7,
             },
+            Preset::Bench135mVocab262k => Shape {
+                n_vocab: 262_144,
+                ..Preset::Bench135m.shape()
+            },
         }
     }
 }
@@ -75,9 +84,9 @@ impl fmt::Display for Preset {
     }
 }
 
-/// A preset name that is not `tiny` or `bench-135m`.
+/// A preset name that is not `tiny`, `bench-135m` or `bench-135m-262k`.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown model preset {0:?} (expected \"tiny\" or \"bench-135m\")")]
+#[error("unknown model preset {0:?} (expected \"tiny\", \"bench-135m\" or \"bench-135m-262k\")")]
 pub struct UnknownPreset(String);
 
 impl FromStr for Preset {
@@ -87,6 +96,7 @@ impl FromStr for Preset {
         match s {
             "tiny" => Ok(Preset::Tiny),
             "bench-135m" => Ok(Preset::Bench135m),
+            "bench-135m-262k" => Ok(Preset::Bench135mVocab262k),
             other => Err(UnknownPreset(other.to_string())),
         }
     }
@@ -448,7 +458,7 @@ mod tests {
 
     #[test]
     fn preset_names_round_trip() {
-        for p in [Preset::Tiny, Preset::Bench135m] {
+        for p in [Preset::Tiny, Preset::Bench135m, Preset::Bench135mVocab262k] {
             assert_eq!(p.to_string().parse::<Preset>().unwrap(), p);
         }
         let err = "huge".parse::<Preset>().unwrap_err();

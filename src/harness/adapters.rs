@@ -26,15 +26,14 @@ impl LocalBackend {
 
     /// Starts a lane (loads the model; blocking) and wraps it.
     ///
-    /// Unless `config.threads` is set, the lane gets one thread fewer than
-    /// the machine's physical cores (at least one): llama.cpp's compute
-    /// threads spin, and with every core taken the harness's own timer and
-    /// coordinator wait for a time slice, so settlement at the deadline goes
-    /// from sub-millisecond to tens of milliseconds at p99. Set `threads`
-    /// to trade that for local throughput.
+    /// Unless `config.nice` is set, llama.cpp's compute threads run
+    /// [`HARNESS_COMPUTE_NICE`] nice steps below normal: they take every
+    /// core, and when a deadline comes the harness's timer and coordinator
+    /// (which also ask the kernel for short time slices) must get one at
+    /// once. Threads default to all physical cores, as for the lane alone.
     pub fn start(mut config: LocalConfig) -> Result<Self, LocalError> {
-        if config.threads.is_none() {
-            config.threads = Some(harness_local_threads());
+        if config.nice.is_none() {
+            config.nice = Some(HARNESS_COMPUTE_NICE);
         }
         LocalLane::start(config).map(Self::new)
     }
@@ -45,11 +44,10 @@ impl LocalBackend {
     }
 }
 
-/// The local lane's default thread count under the harness: physical cores
-/// minus one, at least one (see [`LocalBackend::start`]).
-pub(crate) fn harness_local_threads() -> usize {
-    crate::cores::physical_cores().saturating_sub(1).max(1)
-}
+/// How many nice steps below normal llama.cpp's compute threads run under
+/// the harness unless `LocalConfig::nice` says otherwise (see
+/// [`LocalBackend::start`]).
+pub const HARNESS_COMPUTE_NICE: u8 = 0;
 
 impl Backend for LocalBackend {
     fn info(&self) -> BackendInfo {

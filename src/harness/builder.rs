@@ -321,6 +321,11 @@ impl HarnessBuilder {
                 let rt = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(self.worker_threads)
                     .thread_name("edgecloud-harness")
+                    // The coordinator settles runs at their deadlines: it
+                    // must preempt llama.cpp's compute threads on waking.
+                    .on_thread_start(|| {
+                        crate::sched::prefer_short_slices();
+                    })
                     .enable_all()
                     .build()
                     .map_err(HarnessError::Start)?;

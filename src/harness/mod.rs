@@ -92,7 +92,9 @@ pub mod scoring;
 mod slot;
 mod timer;
 
-pub use adapters::{candidate_from_cloud, candidate_from_local, CloudBackend, LocalBackend};
+pub use adapters::{
+    candidate_from_cloud, candidate_from_local, CloudBackend, LocalBackend, HARNESS_COMPUTE_NICE,
+};
 pub use api::{Diagnostic, Harness};
 pub use arbitration::pick_highest;
 pub use availability::{Availability, LaneHealth};

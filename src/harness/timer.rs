@@ -101,8 +101,12 @@ fn timer() -> Option<&'static Timer> {
         }));
         match std::thread::Builder::new()
             .name("edgecloud-deadlines".into())
-            .spawn(move || t.run())
-        {
+            .spawn(move || {
+                // It wakes at deadlines: it must preempt llama.cpp's
+                // compute threads at once (see crate::sched).
+                crate::sched::prefer_short_slices();
+                t.run()
+            }) {
             Ok(_) => Some(t),
             Err(e) => {
                 tracing::warn!(error = %e, "no deadline thread; using tokio's millisecond timer");

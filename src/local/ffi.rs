@@ -13,7 +13,8 @@
 //!   libraries from a folder, and each backend's compiled-in feature list.
 //!
 //! This module must stay small: everything else in the lane is safe code.
-//! It is the one place the crate-wide `unsafe_code = "deny"` is lifted.
+//! The crate-wide `unsafe_code = "deny"` is lifted here (and only in
+//! `crate::sched` and `local::simd` besides).
 
 #![allow(unsafe_code)]
 
@@ -21,31 +22,76 @@ use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_sys_2::llama_context_params;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// What the abort callback looks at: the running job's token and deadline.
 /// The worker arms it for each job and disarms it after.
-#[derive(Default)]
+///
+/// llama.cpp calls [`AbortSignal::should_abort`] after every graph node
+/// (hundreds per generated token), so it must cost next to nothing: the
+/// deadline is one clock read and an atomic compare, and the token (whose
+/// `is_cancelled` takes a lock) is looked at once per
+/// [`TOKEN_POLL_INTERVAL`] at most, which bounds what cancellation waits
+/// for on top of the node in flight.
 pub(crate) struct AbortSignal {
-    armed: Mutex<Option<(CancellationToken, Instant)>>,
+    /// The armed job's deadline in nanoseconds after `epoch`; `u64::MAX`
+    /// when disarmed or the deadline is out of range.
+    deadline_ns: AtomicU64,
+    /// When the token was last looked at, in nanoseconds after `epoch`.
+    token_checked_ns: AtomicU64,
+    epoch: Instant,
+    cancel: Mutex<Option<CancellationToken>>,
+}
+
+/// How often the abort callback looks at the cancellation token at most.
+pub(crate) const TOKEN_POLL_INTERVAL: Duration = Duration::from_micros(100);
+
+impl Default for AbortSignal {
+    fn default() -> Self {
+        Self {
+            deadline_ns: AtomicU64::new(u64::MAX),
+            token_checked_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
+            cancel: Mutex::new(None),
+        }
+    }
 }
 
 impl AbortSignal {
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
     pub(crate) fn arm(&self, cancel: CancellationToken, deadline: Instant) {
-        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some((cancel, deadline));
+        *self.cancel.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel);
+        self.token_checked_ns.store(0, Ordering::Relaxed);
+        self.deadline_ns
+            .store(self.nanos(deadline), Ordering::Release);
     }
 
     pub(crate) fn disarm(&self) {
-        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.deadline_ns.store(u64::MAX, Ordering::Release);
+        *self.cancel.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     pub(crate) fn should_abort(&self) -> bool {
-        match &*self.armed.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((cancel, deadline)) => cancel.is_cancelled() || Instant::now() >= *deadline,
-            None => false,
+        let now = self.nanos(Instant::now());
+        if now >= self.deadline_ns.load(Ordering::Acquire) {
+            return true;
         }
+        let interval = TOKEN_POLL_INTERVAL.as_nanos() as u64;
+        if now.saturating_sub(self.token_checked_ns.load(Ordering::Relaxed)) < interval {
+            return false;
+        }
+        self.token_checked_ns.store(now, Ordering::Relaxed);
+        self.cancel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 }
 
@@ -269,5 +315,45 @@ unsafe fn owned(p: *const c_char) -> String {
     } else {
         // SAFETY: non-null and NUL-terminated, per the caller.
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_aborts_at_once_and_disarm_clears_it() {
+        let signal = AbortSignal::default();
+        assert!(!signal.should_abort(), "a disarmed signal never aborts");
+        signal.arm(CancellationToken::new(), Instant::now());
+        assert!(signal.should_abort(), "a past deadline aborts");
+        signal.disarm();
+        assert!(!signal.should_abort());
+        signal.arm(
+            CancellationToken::new(),
+            Instant::now() + Duration::from_secs(3600),
+        );
+        assert!(!signal.should_abort());
+    }
+
+    #[test]
+    fn cancellation_is_seen_within_the_poll_interval() {
+        let signal = AbortSignal::default();
+        let cancel = CancellationToken::new();
+        signal.arm(cancel.clone(), Instant::now() + Duration::from_secs(3600));
+        assert!(!signal.should_abort());
+        cancel.cancel();
+        // Polled the way llama.cpp polls it: over and over. The bound is
+        // only a guard against hanging; the interval is 0.1 ms.
+        let cancelled_at = Instant::now();
+        while !signal.should_abort() {
+            assert!(
+                cancelled_at.elapsed() < Duration::from_secs(10),
+                "cancellation never seen"
+            );
+        }
+        signal.disarm();
+        assert!(!signal.should_abort(), "disarm forgets the cancelled token");
     }
 }

@@ -3,10 +3,10 @@
 //! watch for stops, cancellation and the deadline.
 
 use super::ffi::AbortSignal;
-use super::signals;
 use super::stop::{StopMatcher, StopState};
 use super::template::{self, Origin};
 use super::utf8::Utf8Stream;
+use super::{signals, simd};
 use super::{LocalCompletion, LocalError, LocalTimings, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
@@ -329,7 +329,10 @@ impl<'m> Session<'m> {
         out: &mut Progress,
     ) -> Result<(FinishReason, StopMatcher), LocalError> {
         let sampling = &job.sampling;
-        let mut sampler = build_sampler(sampling);
+        // Greedy picks the first largest logit, which the signals pass
+        // finds anyway: llama.cpp's sampler (a copy of the whole vocabulary
+        // per token) only runs when sampling is random.
+        let mut sampler = (sampling.temperature > 0.0).then(|| build_sampler(sampling));
         let mut stops = StopMatcher::new(&sampling.stop);
         let mut utf8 = Utf8Stream::default();
         let mut piece_bytes = Vec::with_capacity(32);
@@ -342,11 +345,13 @@ impl<'m> Session<'m> {
             if let Some(reason) = job.stop_reason() {
                 return Ok((reason, stops));
             }
-            let token = sampler.sample(&self.ctx, logits_index);
-            out.token_sampled(signals::scan(
-                self.ctx.get_logits_ith(logits_index),
-                token.0 as usize,
-            ));
+            let logits = self.ctx.get_logits_ith(logits_index);
+            let pass = simd::scan(logits);
+            let token = match sampler.as_mut() {
+                None => LlamaToken(pass.argmax as i32),
+                Some(sampler) => sampler.sample(&self.ctx, logits_index),
+            };
+            out.token_sampled(signals::from_pass(logits, &pass, token.0 as usize));
             if vocab.is_eog(token) {
                 return Ok((FinishReason::Stop, stops));
             }
@@ -495,6 +500,51 @@ impl Progress {
                 gen_tokens_per_s: per_s(self.completion_tokens.saturating_sub(1), generation),
                 total: now - self.submitted_at,
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::simd;
+    use llama_cpp_2::sampling::LlamaSampler;
+    use llama_cpp_2::token::data::LlamaTokenData;
+    use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+    use llama_cpp_2::token::LlamaToken;
+
+    /// The lane's own greedy choice (the first largest logit) is the one
+    /// llama.cpp's greedy sampler makes, ties included.
+    #[test]
+    fn greedy_picks_what_llama_cpp_greedy_picks() {
+        let mut x = 99u64;
+        for case in 0..50 {
+            let n = 1000 + case * 37;
+            let mut logits: Vec<f32> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Few distinct values: ties for the maximum are common.
+                    (x % 40) as f32 / 4.0
+                })
+                .collect();
+            if case % 5 == 0 {
+                logits[n - 1] = 100.0;
+            }
+            let mut data = LlamaTokenDataArray::from_iter(
+                logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+                false,
+            );
+            data.apply_sampler(&mut LlamaSampler::greedy());
+            let theirs = data.selected_token().expect("greedy selects a token");
+            assert_eq!(
+                LlamaToken(simd::scan(&logits).argmax as i32),
+                theirs,
+                "case {case}"
+            );
         }
     }
 }

@@ -33,6 +33,7 @@ mod ffi;
 mod generate;
 pub mod probe;
 mod signals;
+mod simd;
 mod stop;
 mod template;
 mod utf8;
@@ -51,6 +52,18 @@ use tokio::sync::oneshot;
 pub use crate::cores::physical_cores;
 pub use probe::{ProbeMode, ProbeReport};
 
+/// Not part of the API: the lane's per-token bookkeeping (the passes over
+/// the logits, streaming UTF-8, stop strings), public only so that
+/// `benches/bookkeeping.rs` can time it without llama.cpp. It may change
+/// in any release.
+#[doc(hidden)]
+pub mod bookkeeping {
+    pub use super::signals::{from_pass, TokenScan};
+    pub use super::simd::{scan, sum_exp, Scan};
+    pub use super::stop::{StopMatcher, StopState};
+    pub use super::utf8::Utf8Stream;
+}
+
 /// How to run the local model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -63,6 +76,14 @@ pub struct LocalConfig {
     /// capped at 4096.
     pub context_size: Option<u32>,
     /// Most tokens decoded in one llama.cpp call (prompt processing).
+    ///
+    /// It sets how often cancellation and the deadline are looked at while
+    /// a long prompt is decoded: llama.cpp checks its abort callback
+    /// between graph nodes, and a node's work grows with the batch. The
+    /// default, 128, keeps the longest node of a 135M model near 2 ms on
+    /// two cores (512 took up to 12 ms) at no measurable cost in prompt
+    /// throughput on a CPU; raise it for a GPU, which wants large batches
+    /// and aborts only between them anyway.
     pub batch_size: u32,
     /// Layers offloaded to the GPU (0 = CPU only). More than 0 where ggml
     /// finds no GPU device is [`LocalError::Devices`], not a silent CPU run.
@@ -70,6 +91,15 @@ pub struct LocalConfig {
     /// Override the model's chat template: a name llama.cpp knows
     /// (`chatml`, `llama3`, `mistral-v7`, ...) or a full template text.
     pub chat_template: Option<String>,
+    /// How much lower than normal the priority of llama.cpp's compute
+    /// threads is: a Linux nice increment (0-19) applied to the worker
+    /// thread before llama.cpp starts its threads, which inherit it.
+    /// `None`: [`crate::harness::HARNESS_COMPUTE_NICE`] under the harness
+    /// ([`crate::harness::LocalBackend::start`]), else 0. A higher value
+    /// lets the harness's timer and coordinator preempt llama.cpp sooner,
+    /// at the cost of llama.cpp's share of a machine shared with other
+    /// busy programs. Only on Linux.
+    pub nice: Option<u8>,
     /// Probe the model in a child process before serving (see
     /// [`probe`]): `auto` (default: when a probe program is known),
     /// `child` (always; no program is an error) or `off`.
@@ -93,9 +123,10 @@ impl Default for LocalConfig {
             model: PathBuf::new(),
             threads: None,
             context_size: None,
-            batch_size: 512,
+            batch_size: 128,
             gpu_layers: 0,
             chat_template: None,
+            nice: None,
             probe: ProbeMode::Auto,
             probe_program: None,
             probe_timeout_ms: 120_000,

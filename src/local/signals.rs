@@ -1,71 +1,51 @@
-//! Confidence figures of one sampled token, read from its row of logits in
-//! ONE pass ([`scan`]): the running maximum, the log-sum-exp (rescaled
-//! whenever the maximum rises, so no second pass is needed) and the two
-//! largest logits. From those: the sampled token's log-probability under
-//! the raw model distribution, and the top-1 minus top-2 probability
-//! margin. Also the per-completion summaries built from per-token figures
-//! ([`low_quantile`]). It must not touch llama.cpp or sample anything.
+//! Confidence figures of one sampled token, read from its row of logits:
+//! the sampled token's log-probability under the raw model distribution
+//! and the top-1 minus top-2 probability margin, from the maximum, the
+//! second-largest logit and the log-sum-exp. Also the per-completion
+//! summaries built from per-token figures ([`low_quantile`]). It must not
+//! touch llama.cpp or sample anything.
 //!
-//! Why f32 and one pass: this runs once per generated token over the whole
-//! vocabulary (49k to 262k logits). Partial sums are kept in several
-//! independent lanes, which keeps the f32 error small (each lane adds a
-//! few thousand terms no larger than 1) and lets the compiler vectorise.
+//! Speed: this runs once per generated token over the whole vocabulary
+//! (49k to 262k logits). The passes themselves are `local::simd`'s
+//! vectorised loops (a polynomial `exp`, f32 lanes summed in f64 per
+//! block); the generation loop runs `simd::scan` once, takes the greedy
+//! token from it, and hands it here ([`from_pass`]), so a token costs one
+//! max/top-2 pass and one exp-sum pass and no allocation.
+
+use super::simd;
 
 /// What one token's logits say.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct TokenScan {
+pub struct TokenScan {
     /// log softmax(logits)[chosen]; `-inf` when `chosen` is out of range.
-    pub(super) logprob: f32,
+    pub logprob: f32,
     /// softmax top-1 minus top-2 probability, in `[0, 1]`.
-    pub(super) margin: f32,
+    pub margin: f32,
 }
 
-const LANES: usize = 16;
-
-/// Scans `logits` once (see the module docs).
+/// Scans `logits` (both passes) for the token at `chosen`.
+#[cfg(test)]
 pub(super) fn scan(logits: &[f32], chosen: usize) -> TokenScan {
-    let mut max = f32::NEG_INFINITY;
-    let mut sums = [0f32; LANES];
-    let (mut top1, mut top2) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for chunk in logits.chunks(LANES) {
-        let chunk_max = chunk.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if chunk_max > top2 {
-            // Rare once the two largest are known: most chunks skip this.
-            for &x in chunk {
-                if x > top1 {
-                    top2 = top1;
-                    top1 = x;
-                } else if x > top2 {
-                    top2 = x;
-                }
-            }
-        }
-        if chunk_max > max {
-            let scale = (max - chunk_max).exp();
-            for s in &mut sums {
-                *s *= scale;
-            }
-            max = chunk_max;
-        }
-        if max == f32::NEG_INFINITY {
-            continue;
-        }
-        for (s, &x) in sums.iter_mut().zip(chunk) {
-            *s += (x - max).exp();
-        }
-    }
-    let lse = max + sums.iter().sum::<f32>().ln();
-    let logprob = logits.get(chosen).map_or(f32::NEG_INFINITY, |&l| l - lse);
+    from_pass(logits, &simd::scan(logits), chosen)
+}
+
+/// The figures of the token at `chosen`, given `simd::scan` of the same
+/// `logits` (the exp-sum pass runs here).
+pub fn from_pass(logits: &[f32], pass: &simd::Scan, chosen: usize) -> TokenScan {
+    let lse = f64::from(pass.max) + simd::sum_exp(logits, pass.max).ln();
+    let logprob = logits
+        .get(chosen)
+        .map_or(f32::NEG_INFINITY, |&l| (f64::from(l) - lse) as f32);
     let p = |l: f32| {
         if l == f32::NEG_INFINITY {
             0.0
         } else {
-            (l - lse).exp()
+            (f64::from(l) - lse).exp()
         }
     };
     TokenScan {
         logprob,
-        margin: (p(top1) - p(top2)).clamp(0.0, 1.0),
+        margin: (p(pass.max) - p(pass.second)).clamp(0.0, 1.0) as f32,
     }
 }
 

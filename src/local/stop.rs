@@ -4,7 +4,7 @@
 
 /// Tracks generated text against a set of stop strings.
 #[derive(Debug)]
-pub(crate) struct StopMatcher {
+pub struct StopMatcher {
     stops: Vec<String>,
     /// All text generated so far (after UTF-8 decoding).
     text: String,
@@ -14,7 +14,7 @@ pub(crate) struct StopMatcher {
 
 /// What the matcher decided after new text arrived.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum StopState {
+pub enum StopState {
     /// Keep generating.
     Continue,
     /// A stop string matched; the text has been cut before it.
@@ -22,7 +22,8 @@ pub(crate) enum StopState {
 }
 
 impl StopMatcher {
-    pub(crate) fn new(stops: &[String]) -> Self {
+    /// A matcher for `stops` (empty strings are ignored).
+    pub fn new(stops: &[String]) -> Self {
         Self {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             text: String::new(),
@@ -31,7 +32,7 @@ impl StopMatcher {
     }
 
     /// Adds generated text and checks for a stop string.
-    pub(crate) fn push(&mut self, piece: &str) -> StopState {
+    pub fn push(&mut self, piece: &str) -> StopState {
         if piece.is_empty() {
             return StopState::Continue;
         }
@@ -55,7 +56,7 @@ impl StopMatcher {
     }
 
     /// Text that is now safe to show: it cannot become part of a stop string.
-    pub(crate) fn releasable(&mut self) -> &str {
+    pub fn releasable(&mut self) -> &str {
         let held = self
             .stops
             .iter()
@@ -69,13 +70,14 @@ impl StopMatcher {
     }
 
     /// Releases whatever is left (the generation ended).
-    pub(crate) fn release_rest(&mut self) -> &str {
+    pub fn release_rest(&mut self) -> &str {
         let start = self.released;
         self.released = self.text.len();
         &self.text[start..]
     }
 
-    pub(crate) fn into_text(self) -> String {
+    /// All the text kept (cut before a stop string that matched).
+    pub fn into_text(self) -> String {
         self.text
     }
 }

@@ -4,13 +4,13 @@
 
 /// Turns a stream of byte pieces into valid UTF-8 text.
 #[derive(Debug, Default)]
-pub(crate) struct Utf8Stream {
+pub struct Utf8Stream {
     pending: Vec<u8>,
 }
 
 impl Utf8Stream {
     /// Feeds `bytes`; appends the text that is now complete to `out`.
-    pub(crate) fn push(&mut self, bytes: &[u8], out: &mut String) {
+    pub fn push(&mut self, bytes: &[u8], out: &mut String) {
         self.pending.extend_from_slice(bytes);
         let mut start = 0;
         loop {
@@ -45,7 +45,7 @@ impl Utf8Stream {
     }
 
     /// Ends the stream: an incomplete trailing sequence becomes U+FFFD.
-    pub(crate) fn finish(&mut self, out: &mut String) {
+    pub fn finish(&mut self, out: &mut String) {
         if !self.pending.is_empty() {
             self.pending.clear();
             out.push(char::REPLACEMENT_CHARACTER);

@@ -47,6 +47,9 @@ pub(super) fn spawn(config: LocalConfig, validate: bool) -> Result<Started, Loca
     std::thread::Builder::new()
         .name("edgecloud-local".into())
         .spawn(move || {
+            // Before llama.cpp exists: its compute threads, started from
+            // this thread, inherit the priority.
+            crate::sched::lower_current_thread(config.nice.unwrap_or(0));
             run_worker(config, validate, startup_tx, jobs_rx);
             let _ = exited_tx.send(());
         })

@@ -53,8 +53,9 @@ pub(crate) struct LocalArgs {
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long)]
     context_size: Option<u32>,
-    /// Prompt batch size.
-    #[arg(long, default_value_t = 512)]
+    /// Prompt batch size (tokens per llama.cpp call; smaller stops sooner
+    /// on cancellation).
+    #[arg(long, default_value_t = LocalConfig::default().batch_size)]
     batch_size: u32,
     /// Layers to offload to a GPU. More than 0 without a GPU is an error
     /// (`edgecloud doctor` shows the devices found).

@@ -1,0 +1,363 @@
+//! Vectorised passes over a logit vector, run once per generated token:
+//! the largest and second-largest logit with the first index of the
+//! largest ([`scan`]), and the sum of `exp(logit - shift)` ([`sum_exp`]).
+//!
+//! They are the per-token cost of the lane's signals and of greedy
+//! sampling, so they must keep pace with llama.cpp on large vocabularies
+//! (262k logits are 1 MiB per token):
+//! - loops run over fixed-width lane arrays that the compiler turns into
+//!   SIMD, and `exp` is a polynomial (relative error below 5e-6, most of
+//!   it f32's own rounding of the argument) instead
+//!   of libm's scalar call;
+//! - sums are kept in f32 lanes within a block of [`BLOCK`] values and in
+//!   f64 across blocks, so the rounding error does not grow with the
+//!   vocabulary;
+//! - on x86-64 the same code is compiled three times (baseline SSE2,
+//!   AVX2+FMA, AVX-512) and the best one the CPU has is picked once at run
+//!   time, so a portable build is fast too. Results may differ between
+//!   them in the last bits (FMA rounds once).
+//!
+//! This module computes; it must not know what a token or a signal is.
+//! It is one of the three places the crate-wide `unsafe_code = "deny"` is
+//! lifted: calling a function compiled for AVX2 or AVX-512 is unsafe, and
+//! is done only after run-time detection said the CPU has it.
+
+#![allow(unsafe_code)]
+
+use std::sync::OnceLock;
+
+/// Values per lane array: 16 f32 fill one AVX-512 register, two AVX2 ones.
+const LANES: usize = 16;
+/// Values summed in f32 before the block's sum is added in f64.
+const BLOCK: usize = 1024;
+/// Values per chunk when looking for the first index of the maximum.
+const FIND_CHUNK: usize = 64;
+
+/// What [`scan`] finds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scan {
+    /// The largest value (`-inf` for an empty or all-NaN slice).
+    pub max: f32,
+    /// The largest value once the maximum's first occurrence is set aside
+    /// (equal to `max` when it occurs twice; `-inf` with a single value).
+    pub second: f32,
+    /// The first index holding `max` (0 when there is none).
+    pub argmax: usize,
+}
+
+/// Largest value, second-largest value and first index of the largest.
+/// NaNs are ignored.
+pub fn scan(values: &[f32]) -> Scan {
+    (kernels().scan)(values)
+}
+
+/// `sum(exp(v - shift))` over `values`; `shift` should be their maximum,
+/// so every term is at most 1.
+pub fn sum_exp(values: &[f32], shift: f32) -> f64 {
+    (kernels().sum_exp)(values, shift)
+}
+
+struct Kernels {
+    scan: fn(&[f32]) -> Scan,
+    sum_exp: fn(&[f32], f32) -> f64,
+}
+
+fn kernels() -> &'static Kernels {
+    static PICKED: OnceLock<Kernels> = OnceLock::new();
+    PICKED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Kernels {
+                    scan: x86::scan_avx512,
+                    sum_exp: x86::sum_exp_avx512,
+                };
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Kernels {
+                    scan: x86::scan_avx2,
+                    sum_exp: x86::sum_exp_avx2,
+                };
+            }
+        }
+        Kernels {
+            scan: generic::scan,
+            sum_exp: generic::sum_exp,
+        }
+    })
+}
+
+/// The kernels' one body, inlined into each target-feature variant.
+mod generic {
+    use super::{Scan, BLOCK, FIND_CHUNK, LANES};
+
+    #[inline(always)]
+    fn max(a: f32, b: f32) -> f32 {
+        // Written as a select (not f32::max) so that it vectorises; a NaN
+        // in `b` never wins.
+        if b > a {
+            b
+        } else {
+            a
+        }
+    }
+
+    #[inline(always)]
+    fn min(a: f32, b: f32) -> f32 {
+        if b < a {
+            b
+        } else {
+            a
+        }
+    }
+
+    /// NaN becomes -inf, so it can never be first or second.
+    #[inline(always)]
+    #[allow(clippy::eq_op)]
+    fn not_nan(v: f32) -> f32 {
+        if v == v {
+            v
+        } else {
+            f32::NEG_INFINITY
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn scan(values: &[f32]) -> Scan {
+        // Per lane, the two largest values seen: a new value pushes the
+        // smaller of itself and the lane's best into second place.
+        let mut first = [f32::NEG_INFINITY; LANES];
+        let mut second = [f32::NEG_INFINITY; LANES];
+        let mut chunks = values.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            for j in 0..LANES {
+                let v = not_nan(chunk[j]);
+                second[j] = max(second[j], min(first[j], v));
+                first[j] = max(first[j], v);
+            }
+        }
+        for &v in chunks.remainder() {
+            let v = not_nan(v);
+            second[0] = max(second[0], min(first[0], v));
+            first[0] = max(first[0], v);
+        }
+        let (mut top, mut next) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for v in first.into_iter().chain(second) {
+            if v > top {
+                next = top;
+                top = v;
+            } else if v > next {
+                next = v;
+            }
+        }
+        Scan {
+            max: top,
+            second: next,
+            argmax: first_index_of(values, top),
+        }
+    }
+
+    /// The first index of `target`: a branch-free test per chunk, then a
+    /// scalar look inside the chunk that holds it.
+    #[inline(always)]
+    fn first_index_of(values: &[f32], target: f32) -> usize {
+        for (c, chunk) in values.chunks(FIND_CHUNK).enumerate() {
+            if chunk.iter().fold(false, |hit, &v| hit | (v == target)) {
+                let within = chunk.iter().position(|&v| v == target).unwrap_or(0);
+                return c * FIND_CHUNK + within;
+            }
+        }
+        0
+    }
+
+    /// exp(x) for x <= 0 (what a shifted logit is); about 1.6e-38 at and
+    /// below -87, and for NaN (a NaN logit then adds nothing to a sum).
+    /// 2^(x log2 e) split into an integer power of two, built in the
+    /// exponent bits, and 2^f for |f| <= 0.5 by a degree-6 polynomial.
+    #[inline(always)]
+    pub(super) fn exp_nonpositive(x: f32) -> f32 {
+        // Adding 1.5 * 2^23 rounds to an integer and leaves it in the low
+        // mantissa bits.
+        const ROUND: f32 = 12_582_912.0;
+        let x = if x > -87.0 { x } else { -87.0 };
+        let t = x * std::f32::consts::LOG2_E;
+        let r = t + ROUND;
+        let k = r - ROUND;
+        let f = t - k;
+        let p = 1.535_336_2e-4_f32;
+        let p = p * f + 1.339_887_4e-3;
+        let p = p * f + 9.618_438e-3;
+        let p = p * f + 5.550_332_5e-2;
+        let p = p * f + 2.402_264_8e-1;
+        let p = p * f + 6.931_472e-1;
+        let p = p * f + 1.0;
+        let pow2 = (r.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127)) << 23;
+        p * f32::from_bits(pow2)
+    }
+
+    #[inline(always)]
+    pub(super) fn sum_exp(values: &[f32], shift: f32) -> f64 {
+        let mut total = 0f64;
+        let mut blocks = values.chunks_exact(BLOCK);
+        for block in &mut blocks {
+            let mut acc = [0f32; LANES];
+            for chunk in block.chunks_exact(LANES) {
+                for j in 0..LANES {
+                    acc[j] += exp_nonpositive(chunk[j] - shift);
+                }
+            }
+            total += acc.iter().map(|&a| f64::from(a)).sum::<f64>();
+        }
+        let tail: f32 = blocks
+            .remainder()
+            .iter()
+            .map(|&v| exp_nonpositive(v - shift))
+            .sum();
+        total + f64::from(tail)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{generic, Scan};
+
+    // SAFETY (all four): `kernels()` hands these out only after
+    // `is_x86_feature_detected!` confirmed the features they enable.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn scan_avx512_impl(values: &[f32]) -> Scan {
+        generic::scan(values)
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sum_exp_avx512_impl(values: &[f32], shift: f32) -> f64 {
+        generic::sum_exp(values, shift)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn scan_avx2_impl(values: &[f32]) -> Scan {
+        generic::scan(values)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn sum_exp_avx2_impl(values: &[f32], shift: f32) -> f64 {
+        generic::sum_exp(values, shift)
+    }
+
+    pub(super) fn scan_avx512(values: &[f32]) -> Scan {
+        // SAFETY: see above.
+        unsafe { scan_avx512_impl(values) }
+    }
+
+    pub(super) fn sum_exp_avx512(values: &[f32], shift: f32) -> f64 {
+        // SAFETY: see above.
+        unsafe { sum_exp_avx512_impl(values, shift) }
+    }
+
+    pub(super) fn scan_avx2(values: &[f32]) -> Scan {
+        // SAFETY: see above.
+        unsafe { scan_avx2_impl(values) }
+    }
+
+    pub(super) fn sum_exp_avx2(values: &[f32], shift: f32) -> f64 {
+        // SAFETY: see above.
+        unsafe { sum_exp_avx2_impl(values, shift) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random logits in about [-10, 10].
+    fn logits(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed.max(1);
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 20_000) as f32 / 1000.0 - 10.0
+            })
+            .collect()
+    }
+
+    fn reference_scan(values: &[f32]) -> Scan {
+        let max = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let argmax = values.iter().position(|&v| v == max).unwrap_or(0);
+        let second = values
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != argmax)
+            .map(|(_, &v)| v)
+            .fold(f32::NEG_INFINITY, f32::max);
+        Scan {
+            max,
+            second,
+            argmax,
+        }
+    }
+
+    #[test]
+    fn scan_matches_a_plain_loop_on_every_length_and_position() {
+        for n in [1, 2, 15, 16, 17, 63, 64, 65, 1000, 1024, 1025, 49_152] {
+            let mut v = logits(n, n as u64);
+            assert_eq!(scan(&v), reference_scan(&v), "n={n}");
+            // The maximum at the very end, and tied with an earlier value.
+            v[n - 1] = 50.0;
+            assert_eq!(scan(&v), reference_scan(&v), "n={n}, max last");
+            if n > 2 {
+                v[n / 2] = 50.0;
+                let s = scan(&v);
+                assert_eq!((s.argmax, s.max, s.second), (n / 2, 50.0, 50.0));
+            }
+        }
+    }
+
+    #[test]
+    fn scan_ignores_nan_and_handles_degenerate_input() {
+        let s = scan(&[f32::NAN, 1.0, f32::NAN, 3.0, 2.0]);
+        assert_eq!((s.max, s.second, s.argmax), (3.0, 2.0, 3));
+        let mut v = vec![f32::NAN; 40];
+        v[5] = 5.0;
+        let s = scan(&v);
+        assert_eq!((s.max, s.second, s.argmax), (5.0, f32::NEG_INFINITY, 5));
+        assert!(sum_exp(&[0.0, f32::NAN], 0.0) - 1.0 < 1e-30);
+        let s = scan(&[]);
+        assert_eq!(
+            (s.max, s.second, s.argmax),
+            (f32::NEG_INFINITY, f32::NEG_INFINITY, 0)
+        );
+        let s = scan(&[f32::NEG_INFINITY; 3]);
+        assert_eq!((s.max, s.argmax), (f32::NEG_INFINITY, 0));
+    }
+
+    #[test]
+    fn exp_is_accurate_over_the_range_logits_use() {
+        let mut x = 0.0f32;
+        while x > -87.0 {
+            let got = f64::from(generic::exp_nonpositive(x));
+            let want = f64::from(x).exp();
+            // f32 rounding of x * log2(e) alone is worth up to 4e-6 at -87.
+            assert!(
+                ((got - want) / want).abs() < 5e-6,
+                "exp({x}) = {got}, want {want}"
+            );
+            x -= 0.0137;
+        }
+        assert!(generic::exp_nonpositive(-1000.0) < 1e-37);
+        assert!(generic::exp_nonpositive(f32::NEG_INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn sum_exp_matches_f64_on_large_vocabularies() {
+        for n in [1, 17, 1023, 1024, 1025, 262_144] {
+            let v = logits(n, 7 + n as u64);
+            let max = reference_scan(&v).max;
+            let want: f64 = v.iter().map(|&l| f64::from(l - max).exp()).sum();
+            let got = sum_exp(&v, max);
+            assert!(((got - want) / want).abs() < 1e-6, "n={n}: {got} vs {want}");
+        }
+    }
+}
