@@ -89,7 +89,7 @@ impl BackendInfo {
     }
 }
 
-/// Token counts, kept apart by where they come from (DESIGN point 9): a
+/// Token counts, kept apart by where they come from (docs/DESIGN.md point 9): a
 /// provider's report, the local tokenizer's count, and a compressor's
 /// estimate are different figures and are never mixed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
