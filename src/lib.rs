@@ -2,6 +2,44 @@
 //! **local lane** running a GGUF model in-process through llama.cpp, and a
 //! **cloud lane** calling any OpenAI-compatible HTTP endpoint.
 //!
+//! Start at [`Harness`]: build one with both lanes and a [`Policy`], then
+//! run [`Request`]s; each run settles into one [`Outcome`] (the winner, one
+//! [`LaneReport`] per lane, the decision and its reasons) by its deadline.
+//!
+//! ```
+//! use edgecloud::{CloudBackend, CloudConfig, Harness, Lane, LocalBackend, LocalConfig};
+//! use edgecloud::{LaneErrorKind, Policy, Request};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A real GGUF model. This one is tiny and generated, so the example runs
+//! // anywhere; point `LocalConfig::new` at your own model file.
+//! let model = std::env::temp_dir().join(format!("edgecloud-doc-{}.gguf", std::process::id()));
+//! edgecloud::gguf::write_model(&model, edgecloud::gguf::Preset::Tiny, 7)?;
+//!
+//! let harness = Harness::builder()
+//!     .local(LocalBackend::start(LocalConfig::new(&model))?)
+//!     // Any OpenAI-compatible endpoint. Nothing listens on this port, so
+//!     // the cloud lane fails at once and `fallback` answers locally.
+//!     .cloud(CloudBackend::start(CloudConfig::new("http://127.0.0.1:9/v1", "gpt-4o-mini"))?)
+//!     .policy(Policy::fallback())
+//!     .deadline(Duration::from_secs(30))
+//!     .build()?;
+//!
+//! let mut request = Request::user("Hello!");
+//! request.sampling.max_tokens = 8;
+//! request.sampling.seed = Some(7);
+//! let outcome = harness.run_blocking(request)?;
+//! assert_eq!(outcome.winner, Some(Lane::Local));
+//! let cloud = outcome.lane(Lane::Cloud);
+//! assert_eq!(cloud.error.as_ref().map(|e| e.kind()), Some(LaneErrorKind::Unreachable));
+//! println!("local answered {:?}; {}", outcome.text, outcome.decision.reason);
+//! # drop(harness);
+//! # std::fs::remove_file(&model)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Modules:
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
 //! - [`fetch`]: fetch real models from a package registry, verified.
@@ -29,10 +67,13 @@ pub mod request;
 mod sched;
 pub mod serve;
 
+pub use cloud::CloudConfig;
 pub use error_chain::error_chain;
 pub use harness::{
-    Backend, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError, Outcome,
-    Policy, Route, RunOptions, RunStatus,
+    Backend, BackendError, Candidate, CloudBackend, Event, Harness, HarnessBuilder, HarnessConfig,
+    HarnessError, LaneErrorKind, LaneReport, LaneStatus, LocalBackend, Observer, Outcome, Policy,
+    Route, RunOptions, RunStatus,
 };
 pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSink};
+pub use local::LocalConfig;
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};

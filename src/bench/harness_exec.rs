@@ -328,7 +328,8 @@ fn lane_record(r: &LaneReport, o: &Outcome) -> LaneRecord {
     l.reused_prompt_tokens = r.tokens.local_reused_prompt;
     l.provider_prompt_tokens = r.tokens.provider_prompt;
     l.provider_completion_tokens = r.tokens.provider_completion;
-    l.error = r.error.clone();
+    l.error = r.error.as_ref().map(|e| crate::error_chain(e));
+    l.error_kind = r.error.as_ref().map(|e| e.kind());
     // Lane reports carry no engine timings; the winner's completion does.
     if o.winner == Some(r.lane) {
         if let Some(c) = &o.completion {

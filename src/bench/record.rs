@@ -6,7 +6,7 @@
 //! count from that lane's admission; the run's `elapsed_ms` and `ttft_ms`
 //! count from the run's start, as the caller saw them.
 
-use crate::harness::Signal;
+use crate::harness::{LaneErrorKind, Signal};
 use crate::lane::Lane;
 use serde::{Deserialize, Serialize};
 
@@ -48,9 +48,12 @@ pub struct LaneRecord {
     /// Completion tokens the cloud provider reported (never estimated).
     #[serde(default)]
     pub provider_completion_tokens: Option<u64>,
-    /// Its error, when it failed.
+    /// Its error, when it failed (the whole message chain).
     #[serde(default)]
     pub error: Option<String>,
+    /// The error's typed kind, when it failed.
+    #[serde(default)]
+    pub error_kind: Option<LaneErrorKind>,
     /// Whether this lane's own answer was right (graded items only): its
     /// text graded for a completed lane, `false` for a lane that failed or
     /// was cut without another lane winning, absent for a lane that did
@@ -125,6 +128,7 @@ impl LaneRecord {
             provider_prompt_tokens: None,
             provider_completion_tokens: None,
             error: None,
+            error_kind: None,
             correct: None,
             signals: None,
         }

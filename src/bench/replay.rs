@@ -32,7 +32,8 @@
 
 use super::error::BenchError;
 use crate::harness::{
-    Backend, BackendError, BackendFuture, BackendInfo, Candidate, TokenCounts, TokenSignals,
+    Backend, BackendError, BackendFuture, BackendInfo, Candidate, LaneErrorKind, TokenCounts,
+    TokenSignals,
 };
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::Role;
@@ -177,7 +178,7 @@ impl Backend for Replay {
                 .unwrap_or_default();
             let Some(recorded) = this.answer(&question).cloned() else {
                 return Err(BackendError::new(
-                    "replay_unknown",
+                    LaneErrorKind::InvalidRequest,
                     format!(
                         "no recorded answer for this question ({} characters) in {}",
                         question.len(),

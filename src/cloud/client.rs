@@ -82,6 +82,7 @@ pub struct CloudTimings {
 
 /// A finished (possibly partial) answer from the cloud lane.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct CloudCompletion {
     /// The generated text (partial when `finish_reason` is `Deadline` or
     /// `Cancelled`).

@@ -1,7 +1,7 @@
 //! Whether the cloud lane is reachable: a small state machine (up, down for
 //! a cooldown, probing) fed with what each request found, so a lane that
 //! is offline is absent from a run at once instead of spending its
-//! deadline finding out (DESIGN point 12).
+//! deadline finding out (docs/DESIGN.md point 12).
 //!
 //! This module owns the state and its rules, on plain [`Instant`]s (the
 //! unit tests drive it with made-up instants); it opens no connection and

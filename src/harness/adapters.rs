@@ -3,7 +3,9 @@
 //! nothing more (no policy, no retries, no timing of their own).
 
 use super::availability::{Availability, LaneHealth};
-use super::backend::{Backend, BackendError, BackendFuture, BackendInfo, Candidate, Timings};
+use super::backend::{
+    Backend, BackendError, BackendFuture, BackendInfo, Candidate, LaneErrorKind, Timings,
+};
 use super::backend::{TokenCounts, TokenSignals};
 use crate::cloud::{Admission, CloudCompletion, CloudConfig, CloudError, CloudLane};
 use crate::lane::{FinishReason, LaneJob};
@@ -62,10 +64,9 @@ impl Backend for LocalBackend {
         // which drops it when the work really ends.
         let ticket = self.lane.submit(job);
         Box::pin(async move {
-            ticket
-                .await
-                .map(candidate_from_local)
-                .map_err(|e| BackendError::new(e.kind(), crate::error_chain(&e)))
+            ticket.await.map(candidate_from_local).map_err(|e| {
+                BackendError::new(local_kind(&e), "local generation failed").with_source(e)
+            })
         })
     }
 }
@@ -176,7 +177,9 @@ impl Backend for CloudBackend {
                     c.http_status = e.http_status();
                     Ok(c)
                 }
-                Err(e) => Err(BackendError::new(e.kind(), crate::error_chain(&e))),
+                Err(e) => {
+                    Err(BackendError::new(cloud_kind(&e), "cloud request failed").with_source(e))
+                }
             }
         })
     }
@@ -206,5 +209,59 @@ pub fn candidate_from_cloud(c: CloudCompletion) -> Candidate {
         signals: None,
         http_status: Some(c.http_status),
         text: c.text,
+    }
+}
+
+/// The class of a local lane error (the error itself becomes the source).
+/// Exhaustive on purpose: a new variant must be classed here.
+fn local_kind(e: &LocalError) -> LaneErrorKind {
+    match e {
+        LocalError::InvalidModel(_)
+        | LocalError::ModelLoad { .. }
+        | LocalError::Context { .. }
+        | LocalError::ChatTemplate { .. }
+        | LocalError::Decode { .. } => LaneErrorKind::Model,
+        LocalError::Devices(_) => LaneErrorKind::Config,
+        // The model crashed or hung a probe process: the model is at fault;
+        // a probe that could not run at all leaves the lane unavailable.
+        LocalError::ProbeCrashed { .. }
+        | LocalError::ProbeTimedOut { .. }
+        | LocalError::ProbeFailed { .. } => LaneErrorKind::Model,
+        LocalError::ProbeUnavailable { .. } => LaneErrorKind::Unavailable,
+        LocalError::PromptTooLong { .. } | LocalError::InvalidRequest(_) => {
+            LaneErrorKind::InvalidRequest
+        }
+        LocalError::Panicked { .. } => LaneErrorKind::Panicked,
+        LocalError::WorkerGone | LocalError::Spawn { .. } => LaneErrorKind::Unavailable,
+    }
+}
+
+/// The class of a cloud lane error (the error itself becomes the source).
+/// Exhaustive on purpose: a new variant must be classed here.
+fn cloud_kind(e: &CloudError) -> LaneErrorKind {
+    use CloudError as E;
+    match e {
+        E::InvalidConfig { .. } => LaneErrorKind::Config,
+        E::InvalidRequest(_) => LaneErrorKind::InvalidRequest,
+        E::Dns { .. }
+        | E::ConnectRefused { .. }
+        | E::ConnectTimeout { .. }
+        | E::Tls { .. }
+        | E::Connect { .. } => LaneErrorKind::Unreachable,
+        E::Transport { .. } | E::Truncated { .. } | E::Stalled { .. } => LaneErrorKind::Transport,
+        E::DeadlineBeforeHeaders | E::DeadlineBeforeFirstToken { .. } => LaneErrorKind::Deadline,
+        E::Cancelled => LaneErrorKind::Cancelled,
+        E::Auth { .. } => LaneErrorKind::Auth,
+        E::RateLimited { .. } => LaneErrorKind::RateLimited,
+        E::Server { .. } => LaneErrorKind::ServerError,
+        E::NotFound { .. } | E::HttpStatus { .. } | E::Redirect { .. } => LaneErrorKind::HttpStatus,
+        E::MalformedJson { .. } | E::Provider { .. } | E::InvalidUtf8 | E::EmptyChoices => {
+            LaneErrorKind::Protocol
+        }
+        E::BodyTooLarge { .. }
+        | E::ContentTooLarge { .. }
+        | E::LineTooLong { .. }
+        | E::HeadersTooLarge { .. } => LaneErrorKind::TooLarge,
+        E::SinkPanicked => LaneErrorKind::Panicked,
     }
 }

@@ -70,6 +70,7 @@ impl std::fmt::Debug for Harness {
 /// The result of a synchronous single-lane diagnostic
 /// ([`Harness::local_only`], [`Harness::cloud_only`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Diagnostic {
     /// The lane.
     pub lane: Lane,
@@ -239,13 +240,12 @@ impl Harness {
             }),
             _ => Err(HarnessError::Lane {
                 lane,
-                error: super::BackendError::new(
-                    "failed",
-                    report
-                        .error
-                        .or(outcome.error)
-                        .unwrap_or_else(|| "no result".into()),
-                ),
+                error: report.error.unwrap_or_else(|| {
+                    super::BackendError::new(
+                        super::LaneErrorKind::Other,
+                        outcome.error.unwrap_or_else(|| "no result".into()),
+                    )
+                }),
             }),
         }
     }

@@ -3,7 +3,7 @@
 //! health at a glance ([`LaneHealth`]). Plain data: the rules that decide
 //! (for the cloud lane: `cloud::health`) live with the backend; the
 //! harness only asks at admission and treats a lane that is down like a
-//! busy one: absent from the run at once (DESIGN point 12).
+//! busy one: absent from the run at once (docs/DESIGN.md point 12).
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

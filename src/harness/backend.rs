@@ -7,6 +7,7 @@ use crate::lane::{FinishReason, LaneJob};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The future a [`Backend`] returns for one job. It owns everything it uses
@@ -88,7 +89,7 @@ impl BackendInfo {
     }
 }
 
-/// Token counts, kept apart by where they come from (DESIGN point 9): a
+/// Token counts, kept apart by where they come from (docs/DESIGN.md point 9): a
 /// provider's report, the local tokenizer's count, and a compressor's
 /// estimate are different figures and are never mixed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +208,7 @@ impl TokenSignals {
 /// One lane's finished completion and its signals: what scorers and
 /// arbiters look at, and what the winner's outcome carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Candidate {
     /// The generated text.
     pub text: String,
@@ -248,25 +250,178 @@ impl Candidate {
     }
 }
 
-/// Why a backend could not produce a candidate. `kind` is a short stable
-/// word a program can match on (`connect`, `http_status`, `model`,
-/// `panic`, ...); `message` is for people.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{kind}: {message}")]
+/// What kind of failure a lane had: the classes a caller can act on
+/// (retry later, fix the configuration, shorten the prompt, ...). The
+/// backend's own error, with every detail, is the [`BackendError`]'s
+/// `source()`. More kinds may come; match with a `_` arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LaneErrorKind {
+    /// The request was refused before any work (bad sampling, a prompt
+    /// longer than the context, ...).
+    InvalidRequest,
+    /// The lane's configuration is wrong (bad URL, missing key, ...).
+    Config,
+    /// The model could not be loaded or run (file, template, context,
+    /// decode).
+    Model,
+    /// The endpoint could not be reached (DNS, refused, connect timeout,
+    /// TLS): the lane is likely down.
+    Unreachable,
+    /// The connection broke or stalled after it was made, or the answer
+    /// was cut short.
+    Transport,
+    /// The endpoint refused the credentials (401, 403).
+    Auth,
+    /// The endpoint asked us to slow down (429).
+    RateLimited,
+    /// The endpoint failed (5xx).
+    ServerError,
+    /// The endpoint answered with another unexpected status (404, a
+    /// redirect, ...).
+    HttpStatus,
+    /// The answer broke the protocol (malformed JSON, an error object, no
+    /// choices, invalid UTF-8).
+    Protocol,
+    /// The answer exceeded a size cap (body, content, line, headers).
+    TooLarge,
+    /// The deadline passed before the lane had any answer.
+    Deadline,
+    /// The job was cancelled before the lane had any answer.
+    Cancelled,
+    /// The backend (or a sink it called) panicked.
+    Panicked,
+    /// The lane's worker is gone or could not start.
+    Unavailable,
+    /// Anything else (custom backends, tests).
+    Other,
+}
+
+impl LaneErrorKind {
+    /// Snake-case name, as in JSON and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LaneErrorKind::InvalidRequest => "invalid_request",
+            LaneErrorKind::Config => "config",
+            LaneErrorKind::Model => "model",
+            LaneErrorKind::Unreachable => "unreachable",
+            LaneErrorKind::Transport => "transport",
+            LaneErrorKind::Auth => "auth",
+            LaneErrorKind::RateLimited => "rate_limited",
+            LaneErrorKind::ServerError => "server_error",
+            LaneErrorKind::HttpStatus => "http_status",
+            LaneErrorKind::Protocol => "protocol",
+            LaneErrorKind::TooLarge => "too_large",
+            LaneErrorKind::Deadline => "deadline",
+            LaneErrorKind::Cancelled => "cancelled",
+            LaneErrorKind::Panicked => "panicked",
+            LaneErrorKind::Unavailable => "unavailable",
+            LaneErrorKind::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for LaneErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a backend could not produce a candidate: a typed [`kind`](Self::kind)
+/// a program can act on, a message in the backend's own words, and the
+/// backend's original error as [`source`](std::error::Error::source) (its
+/// text is never parsed). Render the whole story with
+/// [`error_chain`](crate::error_chain); JSON carries the kind and that
+/// chain as `message`.
+#[derive(Clone)]
 pub struct BackendError {
-    /// Stable, machine-readable kind.
-    pub kind: String,
-    /// Human-readable detail (never contains secrets).
-    pub message: String,
+    kind: LaneErrorKind,
+    message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl BackendError {
-    /// An error of the given kind.
-    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+    /// An error of the given kind (never put a secret in the message).
+    pub fn new(kind: LaneErrorKind, message: impl Into<String>) -> Self {
         Self {
-            kind: kind.into(),
+            kind,
             message: message.into(),
+            source: None,
         }
+    }
+
+    /// The same error with its cause.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// What kind of failure it was.
+    pub fn kind(&self) -> LaneErrorKind {
+        self.kind
+    }
+
+    /// The backend's message, without its causes.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendError")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Equal when kind and whole message chain are: sources are compared by
+/// what they say, since error types rarely implement `PartialEq`.
+impl PartialEq for BackendError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && crate::error_chain(self) == crate::error_chain(other)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct BackendErrorJson {
+    kind: LaneErrorKind,
+    message: String,
+}
+
+impl Serialize for BackendError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        BackendErrorJson {
+            kind: self.kind,
+            message: crate::error_chain(self),
+        }
+        .serialize(s)
+    }
+}
+
+/// Read back from JSON, the chain becomes the message (the source's type
+/// is gone).
+impl<'de> Deserialize<'de> for BackendError {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let j = BackendErrorJson::deserialize(d)?;
+        Ok(BackendError::new(j.kind, j.message))
     }
 }
 
@@ -299,6 +454,21 @@ mod tests {
         };
         assert_eq!(t.prompt(), Some(5));
         assert_eq!(TokenCounts::default().prompt(), None);
+    }
+
+    #[test]
+    fn an_error_keeps_its_kind_and_cause_and_serializes_the_chain() {
+        let cause = std::io::Error::other("connection refused");
+        let e = BackendError::new(LaneErrorKind::Unreachable, "cloud request failed")
+            .with_source(cause);
+        assert_eq!(e.kind(), LaneErrorKind::Unreachable);
+        assert_eq!(e.to_string(), "cloud request failed");
+        assert!(std::error::Error::source(&e).is_some());
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["kind"], "unreachable");
+        assert_eq!(json["message"], "cloud request failed: connection refused");
+        let back: BackendError = serde_json::from_value(json).unwrap();
+        assert_eq!(back, e);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!
 //! Why a blocking thread: a callback is plain synchronous code of unknown
 //! cost. Running it beside the coordinator, not inside it, keeps every wait
-//! of the run bounded by the deadline (DESIGN point 1): the coordinator
+//! of the run bounded by the deadline (docs/DESIGN.md point 1): the coordinator
 //! awaits the callback's result *or* the deadline, whichever comes first. A
 //! callback still running at settlement is abandoned (its thread finishes on
 //! its own; nothing waits for it) and reported `timed_out`. No harness lock
@@ -73,7 +73,7 @@ where
 }
 
 /// A compressed prompt, with the compressor's own token estimates
-/// (reported apart from provider and tokenizer counts, DESIGN point 9).
+/// (reported apart from provider and tokenizer counts, docs/DESIGN.md point 9).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compressed {
     /// What the cloud lane receives.
@@ -258,7 +258,7 @@ pub enum CallbackStatus {
     TimedOut,
 }
 
-/// One callback call, timed (DESIGN point 6).
+/// One callback call, timed (docs/DESIGN.md point 6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallbackReport {
     /// Which callback.

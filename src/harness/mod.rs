@@ -99,8 +99,8 @@ pub use api::{Diagnostic, Harness};
 pub use arbitration::pick_highest;
 pub use availability::{Availability, LaneHealth};
 pub use backend::{
-    Backend, BackendError, BackendFuture, BackendInfo, Candidate, Timings, TokenCounts,
-    TokenSignals,
+    Backend, BackendError, BackendFuture, BackendInfo, Candidate, LaneErrorKind, Timings,
+    TokenCounts, TokenSignals,
 };
 pub use builder::HarnessBuilder;
 pub use callbacks::{

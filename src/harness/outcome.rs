@@ -8,7 +8,7 @@
 //! is what the caller saw: from the run's start to the first piece of
 //! text handed to the caller's stream (streaming runs only).
 
-use super::backend::{Candidate, TokenCounts};
+use super::backend::{BackendError, Candidate, TokenCounts};
 use super::callbacks::CallbackReport;
 use super::policy::PolicyKind;
 use crate::lane::{FinishReason, Lane};
@@ -110,6 +110,7 @@ pub enum CancelResult {
 
 /// One lane's part in a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LaneReport {
     /// Which lane.
     pub lane: Lane,
@@ -137,8 +138,9 @@ pub struct LaneReport {
     /// The score's named components.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub signals: BTreeMap<String, f64>,
-    /// Its error, when it failed.
-    pub error: Option<String>,
+    /// Its error, when it failed: a typed kind, and the whole message
+    /// chain in JSON.
+    pub error: Option<BackendError>,
     /// What cancelling it achieved, when the run cancelled it.
     pub cancel: Option<CancelResult>,
     /// Why it was not started or skipped, or what else a reader should
@@ -204,6 +206,7 @@ pub struct Decision {
 
 /// The settled result of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Outcome {
     /// The run's id (unique within one harness).
     pub run_id: u64,

@@ -21,7 +21,7 @@
 
 use super::arbitration::pick_highest;
 use super::availability::{unavailable_note, Availability};
-use super::backend::{Backend, BackendError, Candidate};
+use super::backend::{Backend, BackendError, Candidate, LaneErrorKind};
 use super::callbacks::{
     offload, CallResult, CallbackKind, CallbackReport, CallbackStatus, CloudNeed, Compressed,
     Score, ScoreContext, Scored,
@@ -1176,7 +1176,9 @@ impl Coordinator {
                 _ => {
                     error = Some(format!(
                         "committed lane {lane} failed: {}",
-                        self.lane_error(lane).unwrap_or_default()
+                        self.lane_error(lane)
+                            .map(|e| format!("({}) {}", e.kind(), crate::error_chain(e)))
+                            .unwrap_or_default()
                     ));
                     (
                         RunStatus::Failed,
@@ -1384,9 +1386,9 @@ impl Coordinator {
         }
     }
 
-    fn lane_error(&self, lane: Lane) -> Option<String> {
+    fn lane_error(&self, lane: Lane) -> Option<&BackendError> {
         match &self.lanes[lane].result {
-            Some(Err(e)) => Some(e.to_string()),
+            Some(Err(e)) => Some(e),
             _ => None,
         }
     }
@@ -1400,7 +1402,9 @@ impl Coordinator {
                     (Phase::Absent(s), _) => s.as_str().to_string(),
                     (Phase::Idle, _) => "not started".into(),
                     (Phase::Running, _) => "still running".into(),
-                    (_, Some(Err(e))) => format!("failed: {e}"),
+                    (_, Some(Err(e))) => {
+                        format!("failed ({}): {}", e.kind(), crate::error_chain(e))
+                    }
                     (_, Some(Ok(c))) if !c.is_usable() => {
                         format!("unusable answer ({})", c.finish_reason.as_str())
                     }
@@ -1462,7 +1466,7 @@ impl Coordinator {
                     rep.score = Some(s.value);
                     rep.signals = s.signals.clone();
                 }
-                rep.error = self.lane_error(lane);
+                rep.error = self.lane_error(lane).cloned();
                 rep.cancel = cancel;
                 rep.note = r.note.clone();
                 rep.retry_in_ms = r.retry_in.map(to_ms);
@@ -1507,7 +1511,7 @@ async fn call_backend(backend: &dyn Backend, job: LaneJob) -> Result<Candidate, 
         Ok(f) => f,
         Err(p) => {
             return Err(BackendError::new(
-                "panic",
+                LaneErrorKind::Panicked,
                 format!("backend panicked: {}", message(&*p)),
             ))
         }
@@ -1518,7 +1522,7 @@ async fn call_backend(backend: &dyn Backend, job: LaneJob) -> Result<Candidate, 
     match res {
         Ok(r) => r,
         Err(p) => Err(BackendError::new(
-            "panic",
+            LaneErrorKind::Panicked,
             format!("backend panicked: {}", message(&*p)),
         )),
     }

@@ -1,6 +1,6 @@
 //! Lane slots: one per configured lane, holding the shared backend and a
 //! one-permit semaphore. Admission is `try_acquire` (a busy lane is absent,
-//! nothing queues, DESIGN point 2); the permit goes into the worker's
+//! nothing queues, docs/DESIGN.md point 2); the permit goes into the worker's
 //! [`LaneJob`](crate::lane::LaneJob) and is released by RAII wherever the
 //! work really ends. This module must not start workers or decide policy.
 

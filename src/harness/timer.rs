@@ -2,7 +2,7 @@
 //!
 //! tokio's timer wheel has millisecond granularity: a `sleep_until` can
 //! wake up to a millisecond after its instant, which alone would spend the
-//! overshoot budget (DESIGN point 1, p99 < 2 ms; measured: tokio's sleep
+//! overshoot budget (docs/DESIGN.md point 1, p99 < 2 ms; measured: tokio's sleep
 //! put the median overshoot at 1.17 ms). Deadlines instead go through one
 //! process-wide thread (`edgecloud-deadlines`) that parks on a condition
 //! variable until the earliest registered instant (a futex wait, precise to

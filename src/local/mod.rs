@@ -201,6 +201,7 @@ pub struct LocalTimings {
 
 /// A finished local job (completed, or cut short by cancel or deadline).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct LocalCompletion {
     /// The generated text (stop string excluded).
     pub text: String,

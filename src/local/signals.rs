@@ -17,7 +17,7 @@ use super::simd;
 /// What one token's logits say.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TokenScan {
-    /// log softmax(logits)[chosen]; `-inf` when `chosen` is out of range.
+    /// log softmax(logits)\[chosen\]; `-inf` when `chosen` is out of range.
     pub logprob: f32,
     /// softmax top-1 minus top-2 probability, in `[0, 1]`.
     pub margin: f32,

@@ -6,7 +6,7 @@
 //! module must not know HTTP, and the server must not know the harness
 //! beyond this trait.
 
-use crate::harness::LaneHealth;
+use crate::harness::{LaneErrorKind, LaneHealth};
 use crate::lane::{FinishReason, Lane};
 use crate::request::Request;
 use serde::Serialize;
@@ -147,9 +147,9 @@ pub(crate) struct LaneSummary {
     pub(crate) score: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
-    /// The error's stable kind (`connect`, `http_status`, `model`, ...).
+    /// The error's typed kind (the metrics label).
     #[serde(skip)]
-    pub(crate) error_kind: Option<String>,
+    pub(crate) error_kind: Option<LaneErrorKind>,
     pub(crate) tokens: Tokens,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,

@@ -8,7 +8,7 @@ use super::engine::{
     StartError, Summary, Tokens,
 };
 use crate::harness::{
-    self, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions,
+    self, BackendError, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions,
 };
 use crate::lane::Lane;
 use std::time::{Duration, Instant};
@@ -171,22 +171,6 @@ impl Run for HarnessRun {
     }
 }
 
-/// The stable kind at the front of a lane error (`kind: message`, as
-/// backends report them), or `other`.
-fn error_kind(error: &str) -> String {
-    match error.split_once(": ") {
-        Some((kind, _))
-            if !kind.is_empty()
-                && kind
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
-        {
-            kind.to_string()
-        }
-        _ => "other".into(),
-    }
-}
-
 /// The compact summary of an outcome.
 pub(crate) fn summarize(o: &Outcome) -> Summary {
     let status = o.status;
@@ -200,8 +184,8 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
             total_ms: r.total_ms,
             finish_reason: r.finish_reason,
             score: r.score,
-            error: r.error.clone(),
-            error_kind: r.error.as_deref().map(error_kind),
+            error: r.error.as_ref().map(|e| crate::error_chain(e)),
+            error_kind: r.error.as_ref().map(BackendError::kind),
             tokens: Tokens {
                 provider_prompt: r.tokens.provider_prompt,
                 provider_completion: r.tokens.provider_completion,
@@ -257,16 +241,5 @@ mod tests {
         }
         let models: Vec<String> = engine.models().into_iter().map(|m| m.id).collect();
         assert_eq!(models, ["edgecloud"]);
-    }
-
-    #[test]
-    fn error_kinds_come_from_the_backend_prefix() {
-        assert_eq!(
-            error_kind("connect_refused: connection refused"),
-            "connect_refused"
-        );
-        assert_eq!(error_kind("model: decode failed: 2"), "model");
-        assert_eq!(error_kind("Weird: thing"), "other");
-        assert_eq!(error_kind("no kind here"), "other");
     }
 }

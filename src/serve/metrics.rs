@@ -5,6 +5,7 @@
 //! must not decide anything.
 
 use super::engine::{Health, LaneStatus, Status, Summary};
+use crate::harness::LaneErrorKind;
 use crate::lane::{FinishReason, Lane, PerLane};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -69,7 +70,7 @@ struct LaneMetrics {
     unavailable: u64,
     deadline_misses: u64,
     late_workers: u64,
-    failures: BTreeMap<String, u64>,
+    failures: BTreeMap<LaneErrorKind, u64>,
     prompt_provider: u64,
     prompt_local: u64,
     completion_provider: u64,
@@ -152,7 +153,7 @@ impl Metrics {
                 LaneStatus::Cancelled => m.cancelled += 1,
                 LaneStatus::Late => m.late_workers += 1,
                 LaneStatus::Failed => {
-                    let kind = l.error_kind.clone().unwrap_or_else(|| "other".into());
+                    let kind = l.error_kind.unwrap_or(LaneErrorKind::Other);
                     *m.failures.entry(kind).or_default() += 1;
                 }
                 LaneStatus::NotStarted | LaneStatus::Skipped => {}
@@ -394,7 +395,7 @@ impl Metrics {
                 let _ = writeln!(
                     o,
                     "edgecloud_lane_failures_total{{lane=\"{lane}\",kind=\"{}\"}} {n}",
-                    escape(kind)
+                    kind.as_str()
                 );
             }
         }
@@ -509,7 +510,7 @@ mod tests {
         local.ttft_ms = Some(4.0);
         local.total_ms = Some(30.0);
         let mut cloud = lane(Lane::Cloud, LaneStatus::Failed);
-        cloud.error_kind = Some("http_status".into());
+        cloud.error_kind = Some(LaneErrorKind::HttpStatus);
         cloud.tokens.provider_prompt = Some(7);
         m.run(&summary(Status::Ok, vec![local, cloud]));
         let mut late = lane(Lane::Local, LaneStatus::Late);

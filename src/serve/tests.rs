@@ -227,7 +227,7 @@ impl Engine for Fake {
                 summary.error = Some("the committed lane failed".into());
                 let mut failed = lane(Lane::Local, LaneStatus::Failed);
                 failed.error = Some("model: decode failed".into());
-                failed.error_kind = Some("model".into());
+                failed.error_kind = Some(crate::harness::LaneErrorKind::Model);
                 summary.lanes = vec![failed, lane(Lane::Cloud, LaneStatus::Cancelled)];
                 tokens = VecDeque::from(["partial ".to_string()]);
             }

@@ -158,7 +158,8 @@ async fn cascade_escalates_to_nothing_when_the_cloud_is_down() {
         let out = run_with(&h, PolicyKind::Cascade).await;
         let c = out.lane(Lane::Cloud);
         assert_eq!(c.status, LaneStatus::Failed, "{out:#?}");
-        assert!(c.error.as_deref().unwrap().contains("refused"), "{c:?}");
+        let e = c.error.as_ref().unwrap();
+        assert!(edgecloud::error_chain(e).contains("refused"), "{c:?}");
     }
     let out = run_with(&h, PolicyKind::Cascade).await;
     assert_eq!(out.lane(Lane::Local).status, LaneStatus::Failed);

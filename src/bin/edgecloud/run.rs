@@ -279,7 +279,7 @@ fn lane_line(r: &LaneReport) -> String {
         });
     }
     if let Some(e) = &r.error {
-        line.push_str(&format!("  error: {e}"));
+        line.push_str(&format!("  error: {}", edgecloud::error_chain(e)));
     } else if let Some(n) = &r.note {
         if r.lane == Lane::Cloud || r.lane == Lane::Local {
             line.push_str(&format!("  ({n})"));

@@ -38,7 +38,7 @@ fn p2_the_permit_comes_back_on_every_path() {
         ("success", |t, _| t.complete("ok"), RunStatus::Ok),
         (
             "error",
-            |t, _| t.fail("boom", "scripted"),
+            |t, _| t.fail(LaneErrorKind::Other, "scripted"),
             RunStatus::Failed,
         ),
         ("panic", |t, _| t.panic("scripted panic"), RunStatus::Failed),
@@ -128,6 +128,8 @@ fn p2_a_backend_panicking_before_its_future_frees_the_lane() {
         assert_eq!(out.status, RunStatus::Failed);
         let l = out.lane(Lane::Local);
         assert_eq!(l.status, LaneStatus::Failed, "admitted, not busy");
-        assert!(l.error.as_deref().unwrap().contains("run itself panicked"));
+        let e = l.error.as_ref().unwrap();
+        assert_eq!(e.kind(), LaneErrorKind::Panicked);
+        assert!(e.message().contains("run itself panicked"));
     }
 }

@@ -22,8 +22,8 @@ use crate::support::scripted::{Recorder, Scripted, Task, HANG};
 use edgecloud::harness::{
     AbortHandle, AbortResult, Backend, BackendFuture, BackendInfo, CallbackKind, CallbackStatus,
     CancelResult, Candidate, CloudNeed, CommitMode, Compressed, DecidedBy, Event, Harness,
-    HarnessBuilder, HarnessConfig, HarnessError, KeepRecent, LaneStatus, Outcome, Policy, Route,
-    RunOptions, RunStatus, Score, ScoreContext, Scored, TokenCounts,
+    HarnessBuilder, HarnessConfig, HarnessError, KeepRecent, LaneErrorKind, LaneStatus, Outcome,
+    Policy, Route, RunOptions, RunStatus, Score, ScoreContext, Scored, TokenCounts,
 };
 use edgecloud::{ChatMessage, FinishReason, Lane, LaneJob, Request};
 use std::sync::mpsc;

@@ -33,16 +33,19 @@ fn race_with_both_lanes_failing_fails_and_says_why() {
     let (local, cloud) = (Scripted::new("l"), Scripted::new("c"));
     let h = both(&local, &cloud, Policy::Race).build().unwrap();
     let run = h.start(req("q"), RunOptions::new()).unwrap();
-    local.next_task().fail("model", "out of memory");
-    cloud.next_task().fail("connect", "refused");
+    local
+        .next_task()
+        .fail(LaneErrorKind::Model, "out of memory");
+    cloud
+        .next_task()
+        .fail(LaneErrorKind::Unreachable, "refused");
     let out = run.wait().unwrap();
     assert_eq!(out.status, RunStatus::Failed);
     let e = out.error.clone().unwrap();
     assert!(e.contains("out of memory") && e.contains("refused"), "{e}");
-    assert_eq!(
-        out.lane(Lane::Cloud).error.as_deref(),
-        Some("connect: refused")
-    );
+    let cloud_error = out.lane(Lane::Cloud).error.clone().unwrap();
+    assert_eq!(cloud_error.kind(), LaneErrorKind::Unreachable);
+    assert_eq!(cloud_error.message(), "refused");
 }
 
 #[test]
@@ -59,7 +62,7 @@ fn hedge_waits_for_its_delay_and_skips_it_when_the_primary_fails() {
     assert!(cloud.try_task().is_none());
 
     let run = h.start(req("q"), RunOptions::new()).unwrap();
-    local.next_task().fail("model", "x");
+    local.next_task().fail(LaneErrorKind::Model, "x");
     cloud.next_task().complete("hedged");
     let out = run.wait().unwrap();
     assert_eq!(out.winner, Some(Lane::Cloud));
@@ -168,7 +171,7 @@ fn cascade_falls_back_to_a_low_scored_local_answer_when_the_cloud_fails() {
         .unwrap();
     let run = h.start(req("q"), RunOptions::new()).unwrap();
     local.next_task().complete("meh");
-    cloud.next_task().fail("http_status", "503");
+    cloud.next_task().fail(LaneErrorKind::ServerError, "503");
     let out = run.wait().unwrap();
     assert_eq!(out.status, RunStatus::Ok);
     assert_eq!(out.winner, Some(Lane::Local));
@@ -190,7 +193,9 @@ fn fallback_goes_cloud_first_and_local_when_the_cloud_fails() {
     assert_eq!(out.lane(Lane::Local).status, LaneStatus::NotStarted);
 
     let run = h.start(req("q"), RunOptions::new()).unwrap();
-    cloud.next_task().fail("connect", "offline");
+    cloud
+        .next_task()
+        .fail(LaneErrorKind::Unreachable, "offline");
     local.next_task().complete("local");
     let out = run.wait().unwrap();
     assert_eq!(out.winner, Some(Lane::Local));

@@ -12,7 +12,7 @@
 //! test wait for one.
 
 use edgecloud::harness::{
-    Backend, BackendError, BackendFuture, BackendInfo, Candidate, Event, Observer,
+    Backend, BackendError, BackendFuture, BackendInfo, Candidate, Event, LaneErrorKind, Observer,
 };
 use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +61,7 @@ impl Task {
     }
 
     /// Fails with an error.
-    pub fn fail(&self, kind: &str, message: &str) {
+    pub fn fail(&self, kind: LaneErrorKind, message: &str) {
         let _ = self.ctl.send(Cmd::Fail(BackendError::new(kind, message)));
     }
 
@@ -373,7 +373,7 @@ async fn run_scripted(
                         cancel.cancelled().await;
                         return Ok(Candidate::new(text, FinishReason::Cancelled));
                     }
-                    return Err(BackendError::new("abandoned", "task dropped by the test"));
+                    return Err(BackendError::new(LaneErrorKind::Other, "task dropped by the test"));
                 }
             },
             () = cancel.cancelled(), if inner.honours_cancel => {
@@ -407,7 +407,7 @@ async fn run_auto(a: Auto, job: &mut LaneJob) -> Result<Candidate, BackendError>
     }
     match a.end {
         AutoEnd::Complete(t) => Ok(Candidate::new(format!("{text}{t}"), FinishReason::Stop)),
-        AutoEnd::Fail => Err(BackendError::new("scripted", "auto failure")),
+        AutoEnd::Fail => Err(BackendError::new(LaneErrorKind::Other, "auto failure")),
         AutoEnd::Panic => panic!("scripted auto panic"),
     }
 }
