@@ -52,6 +52,19 @@ fn open(height: f64, title: &str) -> String {
     s
 }
 
+/// One legend entry: a colour swatch with its name, the text's baseline at
+/// (`lx` + 16, `ly`).
+fn legend_entry(s: &mut String, lx: f64, ly: f64, fill: &str, name: &str) {
+    let _ = writeln!(
+        s,
+        "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{fill}\"/>\n\
+         <text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
+        ly - 10.0,
+        lx + 16.0,
+        escape(name)
+    );
+}
+
 fn note(s: &mut String, y: f64, text: &str) {
     let _ = writeln!(
         s,
@@ -300,14 +313,7 @@ pub(crate) fn line_chart(
         }
         let lx = LEFT + (k % 3) as f64 * 200.0;
         let ly = plot_bottom + BOTTOM + (k / 3) as f64 * 18.0;
-        let _ = writeln!(
-            s,
-            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{c}\"/>\n\
-             <text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
-            ly - 10.0,
-            lx + 16.0,
-            escape(&line.name)
-        );
+        legend_entry(&mut s, lx, ly, c, &line.name);
     }
     s.push_str("</svg>\n");
     s
@@ -379,14 +385,7 @@ pub(crate) fn xy_chart(
         );
         let lx = LEFT + (k % 2) as f64 * 300.0;
         let ly = plot_bottom + BOTTOM + (k / 2) as f64 * 18.0;
-        let _ = writeln!(
-            s,
-            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{c}\"/>\n\
-             <text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
-            ly - 10.0,
-            lx + 16.0,
-            escape(&line.name)
-        );
+        legend_entry(&mut s, lx, ly, c, &line.name);
     }
     if let Some((x, y)) = marker {
         let _ = writeln!(
@@ -449,15 +448,7 @@ pub(crate) fn stacked_chart(title: &str, part_names: &[&str], rows: &[StackRow])
     for (k, name) in part_names.iter().enumerate() {
         let lx = LEFT + k as f64 * 140.0;
         let ly = plot_bottom + BOTTOM + 4.0;
-        let _ = writeln!(
-            s,
-            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{}\"/>\n\
-             <text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
-            ly - 10.0,
-            color(k),
-            lx + 16.0,
-            escape(name)
-        );
+        legend_entry(&mut s, lx, ly, color(k), name);
     }
     s.push_str("</svg>\n");
     s
