@@ -196,13 +196,28 @@ fn token_from_file(path: &Path) -> anyhow::Result<BearerToken> {
 fn lane_lines(harness: &Harness, cfg: &HarnessConfig, total: Duration) -> Vec<String> {
     let mut lines = Vec::new();
     if let (Some(info), Some(local)) = (harness.lane_info(Lane::Local), &cfg.local) {
-        let size = std::fs::metadata(&local.model)
-            .map(|m| format!("{:.1} MB", m.len() as f64 / 1e6))
-            .unwrap_or_else(|_| "size unknown".into());
+        // The GGUF header's name and quantisation (already validated by
+        // the lane's start, so this read is cheap and should not fail).
+        let header = edgecloud::gguf::inspect(&local.model).ok().map(|i| i.info);
+        let name = header
+            .as_ref()
+            .and_then(|i| i.name.clone())
+            .unwrap_or_else(|| local.model.display().to_string());
+        let size = header
+            .as_ref()
+            .map(|i| i.file_size)
+            .or_else(|| std::fs::metadata(&local.model).ok().map(|m| m.len()))
+            .map_or_else(
+                || "size unknown".into(),
+                |b| format!("{:.1} MB", b as f64 / 1e6),
+            );
+        let quant = header
+            .as_ref()
+            .map(|i| format!(", {}", i.quantization))
+            .unwrap_or_default();
         let load = info.load_time.unwrap_or(total);
         lines.push(format!(
-            "edgecloud serve: local lane loaded {} ({}, {size}) in {:.0} ms",
-            info.model.as_deref().unwrap_or("a model"),
+            "edgecloud serve: local lane loaded {name} ({size}{quant}, {}) in {:.0} ms",
             local.model.display(),
             load.as_secs_f64() * 1e3
         ));
