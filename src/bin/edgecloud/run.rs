@@ -245,7 +245,22 @@ pub(crate) struct RunArgs {
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.lanes.load_config()?;
     let user = args.prompt.user_message()?;
-    let harness = args.lanes.build(&cfg)?;
+    let harness = match args.lanes.build(&cfg) {
+        Ok(h) => h,
+        // With --json, a lane that cannot start is still one JSON line
+        // (as `local` and `cloud` report theirs), so a script reading
+        // stdout always gets an object; usage errors print none.
+        Err(e) if args.output.json && exit::status_of(&e) == exit::FAILURE => {
+            args.output.print(&serde_json::json!({
+                "status": "failed",
+                "error": {"kind": "startup", "message": format!("{e:#}")},
+                "lanes": [],
+            }))?;
+            eprintln!("error: {e:#}");
+            return Ok(exit::code(exit::FAILURE));
+        }
+        Err(e) => return Err(e),
+    };
     let messages = ChatMessage::conversation(args.prompt.system.clone(), user);
     let request = Request {
         id: None,
