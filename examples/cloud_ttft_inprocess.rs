@@ -8,7 +8,10 @@
 //! for: the process's first request; later requests each on a new lane
 //! (a new connection, warm process); later requests on one lane (a pooled,
 //! kept-alive connection). The first against the others is what a cold
-//! process costs; the last is what a serving process pays per request.
+//! process costs; the pooled one is what a serving process pays per
+//! request. Two references on a kept-alive connection in the same process
+//! show where that time goes: plain reqwest (the HTTP stack alone) and the
+//! exchange written by hand on a `TcpStream` (the server and the kernel).
 //! The last line is machine-readable (`RESULT key=value ...`).
 
 use edgecloud::cloud::{CloudConfig, CloudLane};
@@ -24,6 +27,96 @@ fn ms(d: Option<Duration>) -> f64 {
     d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
 }
 
+/// `http://HOST:PORT/PREFIX` -> (`HOST:PORT`, `/PREFIX/chat/completions`).
+fn split_base(base: &str) -> (String, String) {
+    let rest = base
+        .strip_prefix("http://")
+        .expect("a plain http:// base URL");
+    let (host, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let prefix = prefix.trim_end_matches('/');
+    let path = if prefix.is_empty() {
+        "/chat/completions".to_owned()
+    } else {
+        format!("/{prefix}/chat/completions")
+    };
+    (host.to_owned(), path)
+}
+
+const BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+
+/// The floor: the same exchange written by hand on one kept-alive
+/// `std::net::TcpStream` (the request in one write; bytes read until the
+/// first answer text, then to the end of the chunked body). What is left
+/// is the server, the kernel and the loopback.
+async fn raw_pooled(host: &str, path: &str, runs: usize, gap: Duration) -> Vec<f64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(host).expect("loopback server");
+    stream.set_nodelay(true).expect("nodelay");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+         accept: text/event-stream\r\ncontent-length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..=runs {
+        let started = Instant::now();
+        stream.write_all(request.as_bytes()).expect("write");
+        let (mut seen, mut first) = (Vec::new(), None);
+        loop {
+            let n = stream.read(&mut buf).expect("read");
+            assert!(n > 0, "the server closed the connection");
+            seen.extend_from_slice(&buf[..n]);
+            if first.is_none() && contains(&seen, b"\"content\":\"Once\"") {
+                first = Some(started.elapsed());
+            }
+            if seen.ends_with(b"0\r\n\r\n") {
+                break;
+            }
+        }
+        out.push(ms(first));
+        tokio::time::sleep(gap).await;
+    }
+    out.remove(0);
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// reqwest with its defaults on one kept-alive connection: headers, then
+/// body chunks until the first answer text, then the rest of the body.
+async fn reqwest_pooled(url: &str, runs: usize, gap: Duration) -> Vec<f64> {
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .expect("client");
+    let mut out = Vec::new();
+    for _ in 0..=runs {
+        let started = Instant::now();
+        let mut response = client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .body(BODY)
+            .send()
+            .await
+            .expect("loopback answer");
+        let (mut seen, mut first) = (Vec::new(), None);
+        while let Some(bytes) = response.chunk().await.expect("body") {
+            seen.extend_from_slice(&bytes);
+            if first.is_none() && contains(&seen, b"\"content\":\"Once\"") {
+                first = Some(started.elapsed());
+            }
+        }
+        out.push(ms(first));
+        tokio::time::sleep(gap).await;
+    }
+    out.remove(0);
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(base) = args.first() else {
@@ -31,6 +124,10 @@ fn main() {
         std::process::exit(2);
     };
     let runs: usize = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(50);
+    // Requests a millisecond apart, as a serving process sees them: the
+    // runtime runs between them (a kept-alive connection goes back to the
+    // pool on a task of its own once the body has ended).
+    let gap = Duration::from_millis(1);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -46,9 +143,12 @@ fn main() {
             Sampling::default(),
             Instant::now() + Duration::from_secs(10),
         );
-        let done = rt.block_on(lane.run(job)).expect("loopback answer");
-        let t = done.timings;
-        (ms(t.connect), ms(t.ttfb), ms(t.ttft))
+        rt.block_on(async {
+            let done = lane.run(job).await.expect("loopback answer");
+            tokio::time::sleep(gap).await;
+            let t = done.timings;
+            (ms(t.connect), ms(t.ttfb), ms(t.ttft))
+        })
     };
     let first = once(&lane());
     let (mut fresh, mut pooled) = (Vec::new(), Vec::new());
@@ -58,6 +158,10 @@ fn main() {
         fresh.push(once(&lane()));
         pooled.push(once(&kept));
     }
+    let (host, path) = split_base(base);
+    let raw = median(rt.block_on(raw_pooled(&host, &path, runs, gap)));
+    let url = format!("http://{host}{path}");
+    let plain = median(rt.block_on(reqwest_pooled(&url, runs, gap)));
     let col = |v: &[(f64, f64, f64)], i: usize| {
         median(
             v.iter()
@@ -77,14 +181,25 @@ fn main() {
         col(&fresh, 1),
         col(&fresh, 2)
     );
+    // A pooled request that opened a connection anyway (the pool had none
+    // idle) would show here.
+    let reconnects = pooled.iter().filter(|t| !t.0.is_nan()).count();
     println!(
-        "pooled connection               {:>8}  {:>8.3}  {:>8.3}",
+        "pooled connection               {:>8}  {:>8.3}  {:>8.3}   ({reconnects} of {runs} opened a connection)",
         "-",
         col(&pooled, 1),
         col(&pooled, 2)
     );
     println!(
-        "RESULT first_ttft_ms={:.4} fresh_ttft_ms={:.4} fresh_connect_ms={:.4} pooled_ttft_ms={:.4} pooled_ttfb_ms={:.4}",
+        "pooled, plain reqwest           {:>8}  {:>8}  {:>8.3}",
+        "-", "-", plain
+    );
+    println!(
+        "pooled, by hand on a TcpStream  {:>8}  {:>8}  {:>8.3}",
+        "-", "-", raw
+    );
+    println!(
+        "RESULT first_ttft_ms={:.4} fresh_ttft_ms={:.4} fresh_connect_ms={:.4} pooled_ttft_ms={:.4} pooled_ttfb_ms={:.4} reqwest_pooled_ttft_ms={plain:.4} raw_pooled_ttft_ms={raw:.4}",
         first.2,
         col(&fresh, 2),
         col(&fresh, 0),

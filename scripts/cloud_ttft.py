@@ -224,7 +224,9 @@ def main():
         pooled = dict(kv.split("=") for kv in inproc_out.strip().splitlines()[-1].split()[1:])
         print(f"RESULT2 pooled_ttft_ms={pooled['pooled_ttft_ms']} curl_pooled_ttfb_ms="
               f"{med(out['cu_pooled_ttfb']):.4f} first_ttft_ms={pooled['first_ttft_ms']} "
-              f"fresh_ttft_ms={pooled['fresh_ttft_ms']}")
+              f"fresh_ttft_ms={pooled['fresh_ttft_ms']} "
+              f"reqwest_pooled_ttft_ms={pooled.get('reqwest_pooled_ttft_ms', 'nan')} "
+              f"raw_pooled_ttft_ms={pooled.get('raw_pooled_ttft_ms', 'nan')}")
     ttft, ttfb = sorted(out["ec_in_ttft"]), sorted(out["cu_in_ttfb"])
     p90 = lambda v: v[min(len(v) - 1, int(0.9 * len(v)))] * 1e3
     print(f"RESULT cloud_ttft_ms={med(out['ec_in_ttft']):.4f} curl_ttfb_ms={med(out['cu_in_ttfb']):.4f} "

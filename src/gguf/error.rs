@@ -401,6 +401,17 @@ impl GgufError {
     }
 }
 
+/// A file's text (a token, a model name) as it goes into an error: token
+/// texts can be long or full of control characters, so messages keep the
+/// first 64 characters.
+pub(super) fn shorten(s: &str) -> String {
+    const MAX: usize = 64;
+    match s.char_indices().nth(MAX) {
+        None => s.to_string(),
+        Some((cut, _)) => format!("{}...", &s[..cut]),
+    }
+}
+
 /// A float as short as it reads back: an f32 from the file shows as
 /// `-0.00001`, not as its f64 widening `-0.000009999999747378752`.
 fn short_float(v: f64) -> String {
@@ -409,5 +420,17 @@ fn short_float(v: f64) -> String {
         narrow.to_string()
     } else {
         v.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shorten_keeps_messages_short() {
+        assert_eq!(shorten("abc"), "abc");
+        let long = "é".repeat(100);
+        assert_eq!(shorten(&long).chars().count(), 67);
     }
 }

@@ -13,6 +13,7 @@
 //!
 //! This module only reads the parsed header; it never calls llama.cpp.
 
+use super::error::shorten;
 use super::reader::{Header, Kv, Value};
 use super::GgufError;
 
@@ -231,7 +232,7 @@ fn check_rope_scaling(h: &Header, arch: &str, problems: &mut Vec<GgufError>) {
         Some(name) if ROPE_SCALING_TYPES.contains(&name) => {}
         Some(name) => problems.push(GgufError::UnknownRopeScaling {
             key: kv.key.clone(),
-            value: super::validate::shorten(name),
+            value: shorten(name),
         }),
         None => problems.push(GgufError::WrongValueType {
             key: kv.key.clone(),

@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::error::shorten;
 use super::format::{file_type_name, pad_to, ValueType};
 use super::reader::{read_header, Header, Kv, Value};
 use super::GgufError;
@@ -557,15 +558,6 @@ fn wrong_type(kv: &Kv, expected: &'static str) -> GgufError {
     }
 }
 
-/// Token texts can be long or full of control characters; keep messages short.
-pub(super) fn shorten(s: &str) -> String {
-    const MAX: usize = 64;
-    match s.char_indices().nth(MAX) {
-        None => s.to_string(),
-        Some((cut, _)) => format!("{}...", &s[..cut]),
-    }
-}
-
 fn summarize(path: &Path, h: &Header) -> ModelInfo {
     let str_of = |key: &str| {
         h.get(key)
@@ -791,12 +783,5 @@ mod tests {
             "llama3"
         );
         assert_eq!(template_family("{{ custom }}"), "unknown");
-    }
-
-    #[test]
-    fn shorten_keeps_messages_short() {
-        assert_eq!(shorten("abc"), "abc");
-        let long = "é".repeat(100);
-        assert_eq!(shorten(&long).chars().count(), 67);
     }
 }

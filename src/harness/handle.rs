@@ -5,8 +5,7 @@
 use super::error::HarnessError;
 use super::outcome::Outcome;
 use super::policy::{CommitMode, Policy};
-use super::run::RunShared;
-use serde::{Deserialize, Serialize};
+use super::run::{AbortResult, RunShared};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -53,18 +52,6 @@ impl RunOptions {
         self.policy = Some(policy);
         self
     }
-}
-
-/// What an abort request achieved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AbortResult {
-    /// This was the first abort; the run will settle as `aborted`.
-    Accepted,
-    /// An abort was already requested; nothing more happens.
-    AlreadyRequested,
-    /// The run had already settled; nothing happens.
-    Stale,
 }
 
 /// Aborts one run from any thread. Cheap to clone.

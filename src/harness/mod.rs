@@ -80,6 +80,7 @@ mod builder;
 mod callbacks;
 pub mod compression;
 mod config;
+mod decision;
 mod error;
 mod handle;
 mod observer;
@@ -111,7 +112,7 @@ pub use callbacks::{
 pub use compression::KeepRecent;
 pub use config::{EscalateBelow, HarnessConfig, RouteConfig, EXAMPLE_CONFIG};
 pub use error::{ConfigError, HarnessError};
-pub use handle::{AbortHandle, AbortResult, RunHandle, RunOptions};
+pub use handle::{AbortHandle, RunHandle, RunOptions};
 pub use observer::{Event, Observer};
 pub use outcome::{CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, RunStatus};
 pub use policy::{
@@ -121,6 +122,7 @@ pub use registry::{HarnessStats, RunningWorker, ShutdownReport};
 pub use route::{
     Route, DEFAULT_CALLBACK_BUDGET, DEFAULT_CANCEL_GRACE, DEFAULT_DEADLINE, DEFAULT_ROUTE,
 };
+pub use run::AbortResult;
 pub use scoring::{
     ConfidenceScorer, DefaultScorer, GenericScorer, Signal, SignalScorer, UnknownSignal,
 };

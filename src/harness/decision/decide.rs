@@ -1,0 +1,454 @@
+//! The decision: which answers count (acceptable: whole, not blank, at or
+//! above its threshold; usable: whole and not blank), the rules that end a
+//! run (the first acceptable answer; a committed lane that returned; when
+//! every lane has ended, the one candidate or the arbiter over the pool,
+//! "acceptable, else usable"; the deadline; an abort), scores and the
+//! arbiter's answer, and what each end means at settlement ([`Verdict`]).
+//! Every reason a run can give is a [`Reason`]. It must not start or
+//! cancel lanes itself (`plan`, `admit` do), nor build reports.
+
+use super::calls::Call;
+use super::lanes::Phase;
+use super::{Core, Effect};
+use crate::harness::arbitration::pick_highest;
+use crate::harness::callbacks::{Score, Scored};
+use crate::harness::outcome::{DecidedBy, RunStatus};
+use crate::harness::policy::Pick;
+use crate::lane::{FinishReason, Lane};
+use std::fmt;
+use std::time::Instant;
+
+/// How the deciding ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum End {
+    Winner {
+        lane: Lane,
+        by: DecidedBy,
+        reason: Reason,
+    },
+    /// A streaming run's committed lane returned.
+    Committed(Lane),
+    NoAnswer(Reason),
+    Deadline,
+    Abort,
+}
+
+/// Which candidates a pool holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pool {
+    /// Those that passed every test.
+    Acceptable,
+    /// None passed: the whole, non-blank ones.
+    Usable,
+}
+
+impl Pool {
+    fn what(self) -> &'static str {
+        match self {
+            Pool::Acceptable => "best acceptable answer",
+            Pool::Usable => "no acceptable answer; best usable one",
+        }
+    }
+}
+
+/// Why a run ended as it did: the outcome's `decision.reason`, one
+/// variant per rule.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Reason {
+    /// The first lane, in finishing order, whose answer was acceptable.
+    FirstAcceptable(Lane),
+    /// Every lane ended and the pool held one candidate.
+    OnlyCandidate { pool: Pool, lane: Lane },
+    /// Every lane ended; no arbiter: the built-in rule over the pool.
+    HighestScore { pool: Pool, lane: Lane },
+    /// The arbiter picked a candidate.
+    ArbiterPicked(Lane),
+    /// The arbiter failed (panic, index out of range): the built-in rule.
+    ArbiterFailed(Lane),
+    /// The arbiter rejected every candidate.
+    ArbiterRejectedAll,
+    /// The built-in rule had nothing to pick from.
+    NoCandidate,
+    /// Every lane ended, none usable.
+    NoUsableAnswer,
+    /// A streaming run's committed lane completed.
+    CommittedCompleted(Lane),
+    /// A streaming run's committed lane returned cut short.
+    CommittedStoppedEarly(Lane),
+    /// A streaming run's committed lane failed.
+    CommittedFailed(Lane),
+    /// The caller aborted the run.
+    Aborted,
+    /// The deadline came just as the committed lane completed.
+    CommittedAtDeadline(Lane),
+    /// The deadline came before the committed lane finished.
+    DeadlineWhileCommitted(Lane),
+    /// The deadline came; the best answer finished by then won.
+    DeadlineBestFinished(Lane),
+    /// The deadline came with no usable answer.
+    DeadlineNoUsableAnswer,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const BUILT_IN: &str = "built-in rule: highest score";
+        match self {
+            Reason::FirstAcceptable(l) => write!(f, "first acceptable answer: {l}"),
+            Reason::OnlyCandidate { pool, lane } => {
+                write!(f, "{}: only candidate {lane}", pool.what())
+            }
+            Reason::HighestScore { pool, lane } => {
+                write!(f, "{}; {BUILT_IN}: {lane}", pool.what())
+            }
+            Reason::ArbiterPicked(l) => write!(f, "arbiter picked {l}"),
+            Reason::ArbiterFailed(l) => write!(f, "arbiter failed; {BUILT_IN}: {l}"),
+            Reason::ArbiterRejectedAll => f.write_str("arbiter rejected every candidate"),
+            Reason::NoCandidate => f.write_str("no candidate to pick from"),
+            Reason::NoUsableAnswer => f.write_str("no lane produced a usable answer"),
+            Reason::CommittedCompleted(l) => write!(f, "stream committed to {l}, which completed"),
+            Reason::CommittedStoppedEarly(l) => {
+                write!(f, "stream committed to {l}, which stopped early")
+            }
+            Reason::CommittedFailed(l) => write!(f, "stream committed to {l}, which failed"),
+            Reason::Aborted => f.write_str("run aborted"),
+            Reason::CommittedAtDeadline(l) => {
+                write!(
+                    f,
+                    "stream committed to {l}, which completed at the deadline"
+                )
+            }
+            Reason::DeadlineWhileCommitted(l) => {
+                write!(f, "deadline reached; stream committed to {l}")
+            }
+            Reason::DeadlineBestFinished(l) => {
+                write!(f, "deadline reached; best answer finished by then: {l}")
+            }
+            Reason::DeadlineNoUsableAnswer => f.write_str("deadline reached with no usable answer"),
+        }
+    }
+}
+
+/// What an end means for the outcome.
+pub(super) struct Verdict {
+    pub(super) status: RunStatus,
+    pub(super) winner: Option<Lane>,
+    pub(super) reason: Reason,
+    pub(super) by: DecidedBy,
+    pub(super) error: Option<String>,
+}
+
+/// A decision being made by a callback.
+#[derive(Default)]
+pub(super) struct Pending {
+    /// The candidates the arbiter was asked about.
+    arbitrating: Option<Vec<Scored>>,
+    /// The arbiter's decision, taken by the next evaluation.
+    decided: Option<End>,
+}
+
+impl Core {
+    /// The threshold `lane`'s score must reach, if any.
+    fn threshold(&self, lane: Lane) -> Option<f64> {
+        if lane == self.plan.primary {
+            if let Some(t) = self.plan.primary_threshold {
+                return Some(t);
+            }
+        }
+        self.run.min_score
+    }
+
+    /// Returned, scored where needed, whole, not blank, at or above its
+    /// threshold.
+    pub(super) fn acceptable(&self, lane: Lane) -> bool {
+        let r = &self.lanes[lane];
+        if r.phase != Phase::Done {
+            return false;
+        }
+        let Some(c) = r.candidate() else {
+            return false;
+        };
+        if !c.is_usable() {
+            return false;
+        }
+        match self.threshold(lane) {
+            None => true,
+            Some(t) => r.score.as_ref().is_some_and(|s| s.value >= t),
+        }
+    }
+
+    /// Returned whole and not blank (a diagnostic takes any completion).
+    fn usable(&self, lane: Lane) -> bool {
+        let r = &self.lanes[lane];
+        r.has_returned()
+            && r.candidate()
+                .is_some_and(|c| self.run.diagnostic || c.is_usable())
+    }
+
+    /// Returned lanes in the order they returned.
+    fn returned_in_order(&self) -> Vec<Lane> {
+        let mut v: Vec<Lane> = Lane::ALL
+            .into_iter()
+            .filter(|&l| self.lanes[l].has_returned())
+            .collect();
+        v.sort_by_key(|&l| self.lanes[l].finish_order);
+        v
+    }
+
+    /// The candidates a decision picks from: the acceptable ones, else the
+    /// usable ones (a low-scored answer beats no answer), in finishing
+    /// order.
+    fn pool(&self) -> (Vec<Lane>, Pool) {
+        let done = self.returned_in_order();
+        let acceptable: Vec<Lane> = done
+            .iter()
+            .copied()
+            .filter(|&l| self.acceptable(l))
+            .collect();
+        if acceptable.is_empty() {
+            let usable = done.into_iter().filter(|&l| self.usable(l)).collect();
+            (usable, Pool::Usable)
+        } else {
+            (acceptable, Pool::Acceptable)
+        }
+    }
+
+    /// The run's rules, applied to its current state: an end, or nothing
+    /// yet (and maybe a lane to start).
+    pub(super) fn evaluate(&mut self, now: Instant, fx: &mut Vec<Effect>) -> Option<End> {
+        if let Some(end) = self.deciding.decided.take() {
+            return Some(end);
+        }
+        if let Some(c) = self.stream.committed {
+            return (self.lanes[c].phase == Phase::Done).then_some(End::Committed(c));
+        }
+        if self.plan.pick == Pick::FirstAcceptable {
+            let first = self
+                .returned_in_order()
+                .into_iter()
+                .find(|&l| self.acceptable(l));
+            if let Some(lane) = first {
+                return Some(End::Winner {
+                    lane,
+                    by: DecidedBy::Policy,
+                    reason: Reason::FirstAcceptable(lane),
+                });
+            }
+        }
+        self.escalate_if_primary_out(now, fx);
+        if self.lanes.values().any(|r| r.is_open()) || self.deciding.arbitrating.is_some() {
+            return None;
+        }
+        // Every lane has ended and none was taken on the way.
+        let (pool, kind) = self.pool();
+        // A lane cut by the deadline can return before the run's own timer
+        // fires (both watch the same instant): that is still the deadline.
+        let cut_by_deadline = self.lanes.values().any(|r| {
+            r.candidate()
+                .is_some_and(|c| c.finish_reason == FinishReason::Deadline)
+        });
+        match pool.len() {
+            0 if cut_by_deadline || now >= self.run.deadline => Some(End::Deadline),
+            0 => Some(End::NoAnswer(Reason::NoUsableAnswer)),
+            1 => Some(End::Winner {
+                lane: pool[0],
+                by: DecidedBy::Policy,
+                reason: Reason::OnlyCandidate {
+                    pool: kind,
+                    lane: pool[0],
+                },
+            }),
+            _ => {
+                let cands = self.scored(&pool);
+                if self.run.callbacks.arbiter {
+                    self.deciding.arbitrating = Some(cands.clone());
+                    self.call(Call::Arbitrate(cands), now, fx);
+                    None
+                } else {
+                    Some(built_in(&cands, |lane| Reason::HighestScore {
+                        pool: kind,
+                        lane,
+                    }))
+                }
+            }
+        }
+    }
+
+    /// The scorer's answer (`None`: it failed; the lane stays unscored).
+    /// Returns what was invalid about it.
+    pub(super) fn on_scored(&mut self, lane: Lane, out: Option<Score>) -> Option<String> {
+        let r = &mut self.lanes[lane];
+        let invalid = match out {
+            Some(s) if s.value.is_finite() => {
+                r.score = Some(s);
+                None
+            }
+            Some(s) => Some(format!("non-finite score {}", s.value)),
+            None => None,
+        };
+        if r.phase == Phase::Scoring {
+            r.phase = Phase::Done;
+        }
+        invalid
+    }
+
+    /// The arbiter's answer (`None`: it failed; the built-in rule picks).
+    /// Returns what was invalid about it.
+    pub(super) fn on_arbitrated(&mut self, out: Option<Option<usize>>) -> Option<String> {
+        let cands = self.deciding.arbitrating.take().unwrap_or_default();
+        let (end, invalid) = match out {
+            Some(Some(i)) if i < cands.len() => (
+                End::Winner {
+                    lane: cands[i].lane,
+                    by: DecidedBy::Arbiter,
+                    reason: Reason::ArbiterPicked(cands[i].lane),
+                },
+                None,
+            ),
+            Some(None) => (End::NoAnswer(Reason::ArbiterRejectedAll), None),
+            other => (
+                built_in(&cands, Reason::ArbiterFailed),
+                other
+                    .flatten()
+                    .map(|i| format!("index {i} out of range ({} candidates)", cands.len())),
+            ),
+        };
+        self.deciding.decided = Some(end);
+        invalid
+    }
+
+    /// What the end means: status, winner, reason, who decided, and the
+    /// error of a run without a winner.
+    pub(super) fn verdict(&self, end: End) -> Verdict {
+        let verdict = |status, winner, reason, by, error| Verdict {
+            status,
+            winner,
+            reason,
+            by,
+            error,
+        };
+        match end {
+            End::Winner { lane, by, reason } => {
+                verdict(RunStatus::Ok, Some(lane), reason, by, None)
+            }
+            End::Committed(lane) => match self.lanes[lane].result.as_ref() {
+                Some(Ok(c)) if c.finish_reason.is_complete() => verdict(
+                    RunStatus::Ok,
+                    Some(lane),
+                    Reason::CommittedCompleted(lane),
+                    DecidedBy::Policy,
+                    None,
+                ),
+                Some(Ok(c)) => verdict(
+                    if c.finish_reason == FinishReason::Deadline {
+                        RunStatus::DeadlineExceeded
+                    } else {
+                        RunStatus::Failed
+                    },
+                    None,
+                    Reason::CommittedStoppedEarly(lane),
+                    DecidedBy::Nobody,
+                    Some(format!(
+                        "committed lane {lane} stopped early ({})",
+                        c.finish_reason.as_str()
+                    )),
+                ),
+                _ => verdict(
+                    RunStatus::Failed,
+                    None,
+                    Reason::CommittedFailed(lane),
+                    DecidedBy::Nobody,
+                    Some(format!(
+                        "committed lane {lane} failed: {}",
+                        self.lanes[lane]
+                            .error()
+                            .map(|e| format!("({}) {}", e.kind(), crate::error_chain(e)))
+                            .unwrap_or_default()
+                    )),
+                ),
+            },
+            End::NoAnswer(reason) => {
+                let error = format!("{reason} ({})", self.lanes_summary());
+                verdict(
+                    RunStatus::Failed,
+                    None,
+                    reason,
+                    DecidedBy::Nobody,
+                    Some(error),
+                )
+            }
+            End::Abort => verdict(
+                RunStatus::Aborted,
+                None,
+                Reason::Aborted,
+                DecidedBy::Nobody,
+                Some("aborted".into()),
+            ),
+            End::Deadline => self.at_deadline(),
+        }
+    }
+
+    /// The deadline came first: take the best finished answer, if any
+    /// (built-in rule; no callback can run now).
+    fn at_deadline(&self) -> Verdict {
+        if let Some(c) = self.stream.committed {
+            let complete = self.lanes[c]
+                .candidate()
+                .is_some_and(|cand| cand.finish_reason.is_complete());
+            return if complete {
+                Verdict {
+                    status: RunStatus::Ok,
+                    winner: Some(c),
+                    reason: Reason::CommittedAtDeadline(c),
+                    by: DecidedBy::Policy,
+                    error: None,
+                }
+            } else {
+                Verdict {
+                    status: RunStatus::DeadlineExceeded,
+                    winner: None,
+                    reason: Reason::DeadlineWhileCommitted(c),
+                    by: DecidedBy::Nobody,
+                    error: Some(format!(
+                        "deadline reached before committed lane {c} finished"
+                    )),
+                }
+            };
+        }
+        let cands = self.scored(&self.pool().0);
+        match pick_highest(&cands) {
+            Some(i) => Verdict {
+                status: RunStatus::Ok,
+                winner: Some(cands[i].lane),
+                reason: Reason::DeadlineBestFinished(cands[i].lane),
+                by: if cands.len() > 1 {
+                    DecidedBy::BuiltIn
+                } else {
+                    DecidedBy::Policy
+                },
+                error: None,
+            },
+            None => Verdict {
+                status: RunStatus::DeadlineExceeded,
+                winner: None,
+                reason: Reason::DeadlineNoUsableAnswer,
+                by: DecidedBy::Nobody,
+                error: Some(format!(
+                    "deadline reached with no usable answer ({})",
+                    self.lanes_summary()
+                )),
+            },
+        }
+    }
+}
+
+/// The built-in rule over `cands`, with the reason it gives a winner.
+fn built_in(cands: &[Scored], reason: impl FnOnce(Lane) -> Reason) -> End {
+    match pick_highest(cands) {
+        Some(i) => End::Winner {
+            lane: cands[i].lane,
+            by: DecidedBy::BuiltIn,
+            reason: reason(cands[i].lane),
+        },
+        None => End::NoAnswer(Reason::NoCandidate),
+    }
+}
