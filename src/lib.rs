@@ -67,7 +67,7 @@
 //! | `cloud` | [`cloud`], [`CloudBackend`] | reqwest (rustls), tower, bytes, httpdate |
 //! | `serve` | [`serve`] over any harness (no lane needed) | hyper, hyper-util, http-body-util, subtle |
 //! | `bench` | [`bench`](mod@bench); implies `local` (reports record ggml's devices) | regex, sha2 |
-//! | `cli` | the `edgecloud` binary: all of the above | clap, anyhow, tracing-subscriber |
+//! | `cli` | the `edgecloud` binary: all of the above | clap, clap_complete, anyhow, tracing-subscriber |
 //!
 //! `cuda`, `vulkan`, `metal` and `portable` select llama.cpp builds and
 //! imply `local`. The binary, the integration tests, the benches and the

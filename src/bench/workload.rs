@@ -18,11 +18,36 @@
 //! | `grader` | how the reply is graded against `expected`: `contains` (default), `exact`, `number`, `choice`, `regex` (see [`Grader`]) |
 //!
 //! Unknown fields are errors, so a typo never passes silently.
+//!
+//! # Workloads people already have
+//! Two OpenAI formats are lines too, so an existing request log or batch
+//! file runs as it is:
+//! - a plain chat-completion body: `{"messages": [...], "max_tokens": 8,
+//!   "temperature": 0}`. Its `max_tokens` (or `max_completion_tokens`),
+//!   `temperature`, `top_p`, `top_k`, `seed` and `stop` are the sampling
+//!   settings (instead of `sampling`, not with it); what it leaves out
+//!   keeps the defaults `edgecloud serve` applies to the same body.
+//!   `model`, `stream`, `stream_options`, `user`, `metadata` and `store`
+//!   are accepted and ignored (the bench's lanes and policies decide
+//!   those). Fields no lane can honour (`tools`, `tool_choice`,
+//!   `functions`, `function_call`, a non-text `response_format`,
+//!   `logprobs`, `n` > 1) are refused, never dropped: dropping them would
+//!   benchmark a different request.
+//! - an OpenAI Batch API line: `{"custom_id": "q1", "method": "POST",
+//!   "url": "/v1/chat/completions", "body": {...}}`, `custom_id` being the
+//!   item's id and `body` a chat-completion body as above; `tag`,
+//!   `expected` and `grader` may sit next to `custom_id`.
+//!
+//! Messages may use OpenAI's spellings in every format: role `developer`
+//! (a system message), content as a list of text parts, an assistant's
+//! content null. Errors name the line and the field
+//! (`line 3: `body.messages[1].role`: unsupported role `tool``).
 
 use super::error::BenchError;
 use super::grade::Grader;
-use crate::request::{ChatMessage, Request, Sampling};
+use crate::request::{ChatMessage, Request, Role, Sampling};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -60,18 +85,304 @@ pub struct Workload {
     pub items: Vec<WorkloadItem>,
 }
 
+/// One line of edgecloud's own format, which also takes OpenAI's
+/// chat-completion fields at the top level: a plain chat-completion body
+/// is a valid line.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Line {
     id: Option<String>,
     tag: Option<String>,
-    messages: Option<Vec<ChatMessage>>,
+    messages: Option<Vec<Value>>,
     prompt: Option<String>,
     system: Option<String>,
-    #[serde(default)]
+    sampling: Option<Sampling>,
+    expected: Option<String>,
+    grader: Option<Grader>,
+    // OpenAI chat-completion fields.
+    /// Ignored: the bench's lanes decide the model.
+    #[allow(dead_code)]
+    model: Option<String>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<u64>,
+    seed: Option<u64>,
+    stop: Option<Stop>,
+    n: Option<u64>,
+    /// Ignored: the bench decides whether lanes stream.
+    #[allow(dead_code)]
+    stream: Option<bool>,
+    #[allow(dead_code)]
+    stream_options: Option<Value>,
+    /// Ignored: bookkeeping fields with no effect on the answer.
+    #[allow(dead_code)]
+    user: Option<Value>,
+    #[allow(dead_code)]
+    metadata: Option<Value>,
+    #[allow(dead_code)]
+    store: Option<Value>,
+    // Fields no lane can honour: refused when set, never dropped.
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    functions: Option<Value>,
+    function_call: Option<Value>,
+    response_format: Option<Value>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<Value>,
+}
+
+/// `stop`: one string or a list, as OpenAI takes it.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// An OpenAI Batch API line: `{"custom_id", "method", "url", "body"}`,
+/// plus edgecloud's grading fields if wanted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchLine {
+    custom_id: String,
+    method: Option<String>,
+    url: Option<String>,
+    body: Value,
+    tag: Option<String>,
+    expected: Option<String>,
+    grader: Option<Grader>,
+}
+
+/// Keys of edgecloud's own format that are not OpenAI fields: in a batch
+/// line's `body` they are mistakes.
+const NATIVE_ONLY: &[&str] = &[
+    "id", "tag", "prompt", "system", "sampling", "expected", "grader",
+];
+
+/// A line, parsed, before the checks every format shares.
+struct Parsed {
+    id: Option<String>,
+    tag: Option<String>,
+    messages: Vec<ChatMessage>,
     sampling: Sampling,
     expected: Option<String>,
     grader: Option<Grader>,
+}
+
+/// Parses one non-blank line in any of the three formats; the error is
+/// the reason, without the line number.
+fn parse_line(raw: &str) -> Result<Parsed, String> {
+    let value: Value = serde_json::from_str(raw).map_err(|e| format!("not valid JSON: {e}"))?;
+    let Value::Object(obj) = value else {
+        return Err("a line must be a JSON object".into());
+    };
+    if obj.contains_key("custom_id") || obj.contains_key("body") {
+        return batch_line(Value::Object(obj));
+    }
+    let line: Line = serde_json::from_value(Value::Object(obj)).map_err(|e| e.to_string())?;
+    line.into_parsed("")
+}
+
+fn batch_line(value: Value) -> Result<Parsed, String> {
+    let b: BatchLine = serde_json::from_value(value).map_err(|e| {
+        format!("an OpenAI Batch API line ({{\"custom_id\", \"method\", \"url\", \"body\"}}): {e}")
+    })?;
+    if let Some(m) = &b.method {
+        if !m.eq_ignore_ascii_case("POST") {
+            return Err(format!("`method` must be \"POST\", not \"{m}\""));
+        }
+    }
+    if let Some(url) = &b.url {
+        if url != "/v1/chat/completions" && url != "/chat/completions" {
+            return Err(format!(
+                "`url` must be \"/v1/chat/completions\" (only chat completions can be benchmarked), not \"{url}\""
+            ));
+        }
+    }
+    let Value::Object(body) = b.body else {
+        return Err("`body` must be a JSON object (a chat-completion request)".into());
+    };
+    if let Some(k) = NATIVE_ONLY.iter().find(|k| body.contains_key(**k)) {
+        return Err(format!(
+            "`body.{k}` is not an OpenAI field (custom_id is the id; tag, expected and grader go on the line itself)"
+        ));
+    }
+    let line: Line =
+        serde_json::from_value(Value::Object(body)).map_err(|e| format!("`body`: {e}"))?;
+    let mut parsed = line.into_parsed("body.")?;
+    parsed.id = Some(b.custom_id);
+    parsed.tag = b.tag;
+    parsed.expected = b.expected;
+    parsed.grader = b.grader;
+    Ok(parsed)
+}
+
+impl Line {
+    /// `at` prefixes field names in errors (`body.` in a batch line).
+    fn into_parsed(self, at: &str) -> Result<Parsed, String> {
+        let refused: [(&str, bool); 7] = [
+            ("tools", set(&self.tools)),
+            ("tool_choice", set(&self.tool_choice)),
+            ("functions", set(&self.functions)),
+            ("function_call", set(&self.function_call)),
+            (
+                "response_format",
+                self.response_format
+                    .as_ref()
+                    .is_some_and(|v| v.get("type").and_then(Value::as_str) != Some("text")),
+            ),
+            ("logprobs", self.logprobs == Some(true)),
+            ("top_logprobs", set(&self.top_logprobs)),
+        ];
+        if let Some((name, _)) = refused.iter().find(|(_, on)| *on) {
+            return Err(format!(
+                "`{at}{name}` is not supported: no lane can honour it, and dropping it would benchmark a different request"
+            ));
+        }
+        if let Some(n) = self.n {
+            if n != 1 {
+                return Err(format!("`{at}n` must be 1 (one answer per request)"));
+            }
+        }
+        let sampling = self.sampling(at)?;
+        let messages = match (self.messages, self.prompt) {
+            (Some(_), Some(_)) => return Err("give either `messages` or `prompt`, not both".into()),
+            (None, None) => return Err(format!("missing `{at}messages` (or `prompt`)")),
+            (Some(_), None) if self.system.is_some() => {
+                return Err("`system` goes with `prompt`; put it in `messages`".into())
+            }
+            (Some(m), None) => m
+                .iter()
+                .enumerate()
+                .map(|(i, v)| message(v, &format!("{at}messages[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?,
+            (None, Some(p)) => ChatMessage::conversation(self.system, p),
+        };
+        Ok(Parsed {
+            id: self.id,
+            tag: self.tag,
+            messages,
+            sampling,
+            expected: self.expected,
+            grader: self.grader,
+        })
+    }
+
+    /// `sampling`, or OpenAI's top-level fields (not both); what neither
+    /// sets keeps the defaults `edgecloud serve` uses for the same body.
+    fn sampling(&self, at: &str) -> Result<Sampling, String> {
+        let top_level = self.max_tokens.is_some()
+            || self.max_completion_tokens.is_some()
+            || self.temperature.is_some()
+            || self.top_p.is_some()
+            || self.top_k.is_some()
+            || self.seed.is_some()
+            || self.stop.is_some();
+        if let Some(s) = &self.sampling {
+            if top_level {
+                return Err("give sampling settings either in `sampling` or as top-level OpenAI fields (max_tokens, temperature, ...), not both".into());
+            }
+            return Ok(s.clone());
+        }
+        let mut s = Sampling::default();
+        if let Some(n) = self.max_completion_tokens.or(self.max_tokens) {
+            s.max_tokens =
+                u32::try_from(n).map_err(|_| format!("`{at}max_tokens` is too large"))?;
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(format!("`{at}temperature` must be between 0 and 2"));
+            }
+            s.temperature = t as f32;
+        }
+        if let Some(p) = self.top_p {
+            s.top_p = p as f32;
+        }
+        if let Some(k) = self.top_k {
+            s.top_k = u32::try_from(k).unwrap_or(u32::MAX);
+        }
+        if self.seed.is_some() {
+            s.seed = self.seed;
+        }
+        match &self.stop {
+            Some(Stop::One(one)) => s.stop = vec![one.clone()],
+            Some(Stop::Many(many)) => s.stop = many.clone(),
+            None => {}
+        }
+        Ok(s)
+    }
+}
+
+/// A field counts as set unless absent, null, an empty list or `"none"`
+/// (how clients say "no tools").
+fn set(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::String(s)) => s != "none",
+        Some(_) => true,
+    }
+}
+
+/// One chat message as OpenAI clients write it: role `system`,
+/// `developer` (a system message), `user` or `assistant`; content a
+/// string or a list of text parts (an assistant's may be null). `at`
+/// names it in errors (`messages[2]`).
+fn message(v: &Value, at: &str) -> Result<ChatMessage, String> {
+    let Value::Object(m) = v else {
+        return Err(format!(
+            "`{at}` must be an object with `role` and `content`"
+        ));
+    };
+    let role = match m.get("role").and_then(Value::as_str) {
+        Some("system" | "developer") => Role::System,
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some(other) => {
+            return Err(format!(
+                "`{at}.role`: unsupported role `{other}`; expected system, developer, user or assistant"
+            ))
+        }
+        None => return Err(format!("`{at}.role` is required (a string)")),
+    };
+    let content = match m.get("content") {
+        None | Some(Value::Null) if role == Role::Assistant => String::new(),
+        None | Some(Value::Null) => return Err(format!("`{at}.content` is required")),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    (Some("text"), None) => {
+                        return Err(format!("`{at}.content[{j}].text` is required (a string)"))
+                    }
+                    _ => {
+                        return Err(format!(
+                            "`{at}.content[{j}]`: only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported"
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        Some(_) => {
+            return Err(format!(
+                "`{at}.content` must be a string or a list of text parts"
+            ))
+        }
+    };
+    if let Some(k) = m
+        .keys()
+        .find(|k| !matches!(k.as_str(), "role" | "content" | "name"))
+    {
+        return Err(format!(
+            "`{at}.{k}` is not supported (only role, content and name)"
+        ));
+    }
+    Ok(ChatMessage::new(role, content))
 }
 
 impl Workload {
@@ -103,25 +414,8 @@ impl Workload {
             if raw.trim().is_empty() {
                 continue;
             }
-            let line: Line = serde_json::from_str(raw).map_err(|e| err(n, e.to_string()))?;
-            let messages = match (line.messages, line.prompt) {
-                (Some(_), Some(_)) => {
-                    return Err(err(
-                        n,
-                        "give either `messages` or `prompt`, not both".into(),
-                    ))
-                }
-                (None, None) => return Err(err(n, "missing `messages` (or `prompt`)".into())),
-                (Some(m), None) if line.system.is_some() => {
-                    drop(m);
-                    return Err(err(
-                        n,
-                        "`system` goes with `prompt`; put it in `messages`".into(),
-                    ));
-                }
-                (Some(m), None) => m,
-                (None, Some(p)) => ChatMessage::conversation(line.system, p),
-            };
+            let line = parse_line(raw).map_err(|r| err(n, r))?;
+            let messages = line.messages;
             let id = line.id.unwrap_or_else(|| format!("line-{n}"));
             if let Some(first) = seen.insert(id.clone(), n) {
                 return Err(err(n, format!("id `{id}` already used on line {first}")));
@@ -557,5 +851,133 @@ mod tests {
             Workload::parse("w", "\n \n"),
             Err(BenchError::EmptyWorkload { .. })
         ));
+    }
+
+    #[test]
+    fn plain_openai_chat_bodies_are_lines() {
+        let text = concat!(
+            r#"{"model": "gpt-4o-mini", "messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}], "max_tokens": 8, "temperature": 0, "stop": "\n", "seed": 5, "stream": true}"#,
+            "\n",
+            r#"{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null}, {"role": "user", "content": "y"}], "max_completion_tokens": 3, "top_p": 0.5, "stop": ["a", "b"], "expected": "z"}"#,
+            "\n",
+        );
+        let w = Workload::parse("openai.jsonl", text).unwrap();
+        let a = &w.items[0];
+        assert_eq!(a.id, "line-1");
+        assert_eq!(a.request.messages[0], ChatMessage::system("be brief"));
+        assert_eq!(a.request.messages[1], ChatMessage::user("hi there"));
+        assert_eq!(a.request.sampling.max_tokens, 8);
+        assert_eq!(a.request.sampling.temperature, 0.0);
+        assert_eq!(a.request.sampling.seed, Some(5));
+        assert_eq!(a.request.sampling.stop, ["\n"]);
+        // What the body leaves out keeps serve's defaults.
+        assert_eq!(a.request.sampling.top_p, Sampling::default().top_p);
+        let b = &w.items[1];
+        assert_eq!(b.request.messages[1], ChatMessage::assistant(""));
+        assert_eq!(b.request.sampling.max_tokens, 3);
+        assert_eq!(b.request.sampling.top_p, 0.5);
+        assert_eq!(b.request.sampling.stop, ["a", "b"]);
+        assert_eq!(b.matches("z!"), Some(true));
+    }
+
+    #[test]
+    fn openai_batch_lines_use_custom_id_as_the_id() {
+        let text = concat!(
+            r#"{"custom_id": "req-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 4, "temperature": 0}, "expected": "4", "grader": "number"}"#,
+            "\n\n",
+            r#"{"custom_id": "req-2", "body": {"messages": [{"role": "user", "content": "hi"}]}, "tag": "greet"}"#,
+        );
+        let w = Workload::parse("batch.jsonl", text).unwrap();
+        assert_eq!(w.items.len(), 2);
+        assert_eq!(w.items[0].id, "req-1");
+        assert_eq!(w.items[0].request.id.as_deref(), Some("req-1"));
+        assert_eq!(w.items[0].request.sampling.max_tokens, 4);
+        assert_eq!(w.items[0].grader, Grader::Number);
+        assert_eq!(w.items[0].matches("it is 4"), Some(true));
+        assert_eq!(w.items[1].id, "req-2");
+        assert_eq!(w.items[1].tag.as_deref(), Some("greet"));
+        // Written back in edgecloud's own format, it reads the same.
+        let back = Workload::parse("t", &w.to_jsonl()).unwrap();
+        assert_eq!(back.items, w.items);
+    }
+
+    #[test]
+    fn bad_openai_lines_name_the_line_and_the_field() {
+        let ok = r#"{"messages": [{"role": "user", "content": "a"}]}"#;
+        let cases: &[(&str, &str)] = &[
+            (
+                r#"{"messages": [{"role": "tool", "content": "a"}]}"#,
+                "messages[0].role",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
+                "messages[0].content[0]",
+            ),
+            (r#"{"messages": [{"role": "user"}]}"#, "messages[0].content"),
+            (
+                r#"{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]}"#,
+                "tools",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "a"}], "n": 2}"#,
+                "`n`",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "a"}], "max_tokens": 0}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "a"}], "temperature": 3}"#,
+                "temperature",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "a"}], "max_tokens": 4, "sampling": {"max_tokens": 4}}"#,
+                "not both",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "a"}], "frequency_penalty": 1}"#,
+                "frequency_penalty",
+            ),
+            (
+                r#"{"custom_id": "x", "method": "POST", "url": "/v1/embeddings", "body": {"input": "a"}}"#,
+                "/v1/chat/completions",
+            ),
+            (
+                r#"{"custom_id": "x", "method": "GET", "url": "/v1/chat/completions", "body": {}}"#,
+                "POST",
+            ),
+            (
+                r#"{"custom_id": "x", "body": {"messages": [{"role": "user", "content": "a"}], "expected": "b"}}"#,
+                "body.expected",
+            ),
+            (
+                r#"{"custom_id": "x", "body": {"messages": [{"role": "bot", "content": "a"}]}}"#,
+                "body.messages[0].role",
+            ),
+            (r#"{"body": {"messages": []}}"#, "custom_id"),
+            (r#"{"custom_id": "x", "body": "text"}"#, "body"),
+            (r#"["not", "an", "object"]"#, "JSON object"),
+        ];
+        for (bad, says) in cases {
+            let text = format!("{ok}\n{bad}\n");
+            match Workload::parse("w.jsonl", &text) {
+                Err(BenchError::WorkloadLine { line, reason, .. }) => {
+                    assert_eq!(line, 2, "{bad}");
+                    assert!(
+                        reason.contains(says),
+                        "{bad}: {reason:?} should say {says:?}"
+                    );
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // custom_id values must be unique like ids.
+        let dup = r#"{"custom_id": "x", "body": {"messages": [{"role": "user", "content": "a"}]}}"#;
+        match Workload::parse("w", &format!("{dup}\n{dup}\n")) {
+            Err(BenchError::WorkloadLine {
+                line: 2, reason, ..
+            }) => assert!(reason.contains("`x`")),
+            other => panic!("{other:?}"),
+        }
     }
 }

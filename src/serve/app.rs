@@ -1,7 +1,7 @@
 //! The state every request handler shares: the engine, metrics, limits and
 //! the server's shutdown flags. Data only; it must not handle requests.
 
-use super::engine::Engine;
+use super::engine::{Engine, ModelEntry};
 use super::metrics::Metrics;
 use super::wire::Limits;
 use super::BearerToken;
@@ -18,7 +18,42 @@ pub(crate) struct App {
     pub(crate) body_timeout: Duration,
     pub(crate) limits: Limits,
     pub(crate) retry_after_secs: u64,
+    /// More names of the default route.
+    pub(crate) model_aliases: Vec<String>,
+    /// Unknown model names select the default route.
+    pub(crate) accept_any_model: bool,
     pub(crate) created: u64,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) connections: AtomicUsize,
+}
+
+impl App {
+    /// The names a request may put in `model`: the engine's first (the
+    /// default route's `edgecloud`), then the aliases, then the routes. A
+    /// route's own name wins over an alias of the same spelling.
+    pub(crate) fn models(&self) -> Vec<ModelEntry> {
+        let mut models = self.engine.models();
+        let at = models.len().min(1);
+        let aliases: Vec<ModelEntry> = self
+            .model_aliases
+            .iter()
+            .filter(|a| !models.iter().any(|m| &m.id == *a))
+            .map(|a| ModelEntry {
+                id: a.clone(),
+                route: None,
+            })
+            .collect();
+        models.splice(at..at, aliases);
+        models
+    }
+
+    /// What the model name `id` selects; `None`: it is unknown here.
+    pub(crate) fn resolve_model(&self, id: &str) -> Option<ModelEntry> {
+        self.models().into_iter().find(|m| m.id == id).or_else(|| {
+            self.accept_any_model.then(|| ModelEntry {
+                id: id.to_string(),
+                route: None,
+            })
+        })
+    }
 }

@@ -150,7 +150,6 @@ fn metrics(app: &App) -> Response<Body> {
 
 fn models(app: &App) -> Response<Body> {
     let data: Vec<Value> = app
-        .engine
         .models()
         .iter()
         .map(|m| wire::model_json(&m.id, app.created))
@@ -159,9 +158,9 @@ fn models(app: &App) -> Response<Body> {
 }
 
 fn model(app: &App, id: &str) -> Response<Body> {
-    match app.engine.models().iter().find(|m| m.id == id) {
+    match app.resolve_model(id) {
         Some(m) => json_response(200, &wire::model_json(&m.id, app.created)),
-        None => error_response(&unknown_model(id, &app.engine.models()).param("model")),
+        None => error_response(&unknown_model(id, &app.models()).param("model")),
     }
 }
 
@@ -259,9 +258,8 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     let id = request_id(req.headers());
     let body = read_body(app, req).await?;
     let params = wire::parse_chat(&body, app.limits)?;
-    let known = app.engine.models();
-    let Some(entry) = known.iter().find(|m| m.id == params.model) else {
-        return Err(unknown_model(&params.model, &known).param("model"));
+    let Some(entry) = app.resolve_model(&params.model) else {
+        return Err(unknown_model(&params.model, &app.models()).param("model"));
     };
     let policy = params.policy.clone().or(header_policy);
     let policy_param = if params.policy.is_some() {

@@ -122,7 +122,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// The server's settings. `Default` binds 127.0.0.1:8080 with no token.
+/// The port `edgecloud serve` listens on by default: not llama-server's
+/// 8080, vLLM's 8000, LiteLLM's 4000, Ollama's 11434 or LM Studio's 1234,
+/// so edgecloud runs next to any of them (and in front of one) unchanged.
+pub const DEFAULT_PORT: u16 = 8181;
+
+/// The server's settings. `Default` binds 127.0.0.1:[`DEFAULT_PORT`] with
+/// no token.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServeConfig {
@@ -155,12 +161,21 @@ pub struct ServeConfig {
     /// [`observer`](ServeMetrics::observer) to the harness builder so late
     /// workers' overrun is counted too. `None`: fresh metrics.
     pub metrics: Option<ServeMetrics>,
+    /// More names for the default route (vLLM's `--served-model-name`):
+    /// a client with a hard-coded model name (`gpt-4o-mini`, `llama3`)
+    /// works unchanged. Listed in `/v1/models` after `edgecloud`; a route's
+    /// own name wins over an alias.
+    pub model_aliases: Vec<String>,
+    /// Any model name not otherwise known selects the default route
+    /// instead of a 404 (`model_not_found`); `/v1/models` still lists the
+    /// known names.
+    pub accept_any_model: bool,
 }
 
 impl Default for ServeConfig {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
             token: None,
             max_body_bytes: 1024 * 1024,
             max_messages: 256,
@@ -172,11 +187,26 @@ impl Default for ServeConfig {
             body_timeout: Duration::from_secs(30),
             policy_presets: Vec::new(),
             metrics: None,
+            model_aliases: Vec::new(),
+            accept_any_model: false,
         }
     }
 }
 
 impl ServeConfig {
+    /// Adds a name for the default route (see
+    /// [`model_aliases`](Self::model_aliases)).
+    pub fn model_alias(mut self, name: impl Into<String>) -> Self {
+        self.model_aliases.push(name.into());
+        self
+    }
+
+    /// Lets any unknown model name select the default route.
+    pub fn accept_any_model(mut self, yes: bool) -> Self {
+        self.accept_any_model = yes;
+        self
+    }
+
     /// Listens on `addr`.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = addr;
@@ -428,6 +458,8 @@ impl Server {
                 default_max_tokens: config.default_max_tokens,
             },
             retry_after_secs: config.retry_after.as_secs().max(1),
+            model_aliases: config.model_aliases,
+            accept_any_model: config.accept_any_model,
             created,
             shutting_down: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
@@ -447,10 +479,10 @@ impl Server {
     }
 
     /// The names a request may put in `model`: `edgecloud` (the harness's
-    /// default route), then each route's name when the harness has named
-    /// routes.
+    /// default route), the configured aliases of it, then each route's name
+    /// when the harness has named routes.
     pub fn models(&self) -> Vec<String> {
-        self.app.engine.models().into_iter().map(|m| m.id).collect()
+        self.app.models().into_iter().map(|m| m.id).collect()
     }
 
     /// Serves until `shutdown` completes, then shuts down gracefully: stops

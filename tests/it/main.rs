@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod cli_conventions;
 mod cloud;
 mod cloud_down;
 mod cloud_tls;

@@ -4,12 +4,14 @@
 //! signals live here; everything measured and written comes from
 //! `edgecloud::bench`.
 
+use crate::exit::{self, usage};
+use crate::output::JsonArgs;
 use crate::run::HarnessArgs;
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use edgecloud::bench::{
     compare, read_runs, read_summary, render_comparison, run_bench, utc_now, write_report,
-    BenchPlan, BenchSettings, CloudSetup, CurrentRun, Environment, HarnessExecutor, LateWorkerLog,
-    LocalSetup, Progress, Summary, Workload,
+    BenchPlan, BenchSettings, CloudSetup, Environment, HarnessExecutor, LateWorkerLog, LocalSetup,
+    Progress, Summary, Workload,
 };
 use edgecloud::harness::{Harness, PolicyKind, EXAMPLE_CONFIG};
 use std::io::{IsTerminal as _, Write as _};
@@ -25,10 +27,13 @@ fn after_help() -> String {
      (flushed run by run), DIR/summary.json, DIR/report.md and SVG charts. \
      Ctrl-C stops after the run in flight is aborted and keeps what was \
      measured; a second Ctrl-C exits at once.\n\n\
-     Workloads: a JSON Lines file (one request per line: {\"prompt\": \"...\"} or \
-     {\"messages\": [...]}, optional \"sampling\", \"id\", \"tag\", \"expected\", \"grader\": \
-     contains, exact, number, choice or regex), \
-     or builtin:short, builtin:long, builtin:chat (optionally :COUNT).\n\n\
+     Workloads: a JSON Lines file, one request per line: edgecloud's own \
+     ({\"prompt\": \"...\"} or {\"messages\": [...]}, optional \"sampling\", \"id\", \
+     \"tag\", \"expected\", \"grader\": contains, exact, number, choice or regex), \
+     a plain OpenAI chat-completion body ({\"messages\": [...], \"max_tokens\": 8, \
+     \"temperature\": 0}), or an OpenAI Batch API line ({\"custom_id\", \"method\", \
+     \"url\", \"body\"}; custom_id is the item's id); or builtin:short, \
+     builtin:long, builtin:chat (optionally :COUNT).\n\n\
      Lanes: --model starts the local lane, --base-url with --cloud-model the \
      cloud lane; flags override --config, as for `edgecloud run`.\n\n\
      Example config (edgecloud.toml):\n\n"
@@ -77,9 +82,6 @@ pub(crate) struct BenchArgs {
     /// earlier late workers to return, so it starts with idle lanes.
     #[arg(long)]
     back_to_back: bool,
-    /// No progress bar.
-    #[arg(long)]
-    quiet: bool,
     /// Test stand-in for the local lane: answer with the recorded answers
     /// (and recorded log-probabilities) of this file instead of a model.
     /// A scripted lane of known confidence, for calibration tests.
@@ -98,9 +100,8 @@ enum BenchCommand {
         a: PathBuf,
         /// The second output directory (B), or its summary.json.
         b: PathBuf,
-        /// Print the comparison as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: JsonArgs,
     },
     /// Rebuild summary.json, report.md and the charts of an output
     /// directory from its runs.jsonl (after a crash, or after editing).
@@ -121,7 +122,7 @@ enum BenchCommand {
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        Some(BenchCommand::Compare { a, b, json }) => compare_cmd(a, b, json),
+        Some(BenchCommand::Compare { a, b, output }) => compare_cmd(a, b, output),
         Some(BenchCommand::Report { dir }) => report_cmd(dir),
         Some(BenchCommand::Calibrate(a)) => crate::bench_quality::calibrate_cmd(a),
         Some(BenchCommand::ReplayCloud(a)) => crate::bench_quality::replay_cloud_cmd(a),
@@ -129,12 +130,12 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn compare_cmd(a: PathBuf, b: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
+fn compare_cmd(a: PathBuf, b: PathBuf, output: JsonArgs) -> anyhow::Result<ExitCode> {
     let sa = read_summary(&a).with_context(|| format!("reading report A ({})", a.display()))?;
     let sb = read_summary(&b).with_context(|| format!("reading report B ({})", b.display()))?;
     let c = compare(&sa, &sb);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&c)?);
+    if output.json {
+        output.print(&c)?;
     } else {
         print!(
             "{}",
@@ -179,7 +180,7 @@ fn report_cmd(dir: PathBuf) -> anyhow::Result<ExitCode> {
 
 /// The endpoint's scheme, host and port: never a path, query or user info
 /// (which may hold secrets).
-fn endpoint_of(url: &str) -> String {
+pub(crate) fn endpoint_of(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host = authority.rsplit('@').next().unwrap_or("");
@@ -214,19 +215,16 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         vec![PolicyKind::CloudOnly]
     };
     if !has_local && !has_cloud {
-        bail!(
-            "no lane configured: give --model (local lane), --base-url with \
-             --cloud-model (cloud lane), or --config FILE"
-        );
+        crate::run::require_a_lane(&cfg)?;
     }
     for p in &policies {
         if (*p == PolicyKind::LocalOnly && !has_local)
             || (*p == PolicyKind::CloudOnly && !has_cloud)
         {
-            bail!(
+            return Err(usage(format!(
                 "policy {p} needs its lane (--model for local; --base-url and \
                  --cloud-model for cloud)"
-            );
+            )));
         }
     }
     let deadlines_ms = if !args.deadlines_ms.is_empty() {
@@ -268,7 +266,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| PathBuf::from("bench-results").join(utc_now().replace(':', "-")));
 
     let late = LateWorkerLog::new();
-    if !args.quiet {
+    if !crate::quiet() {
         eprintln!("starting lanes...");
     }
     let mut builder = Harness::builder().config(&cfg)?.lanes_from(&cfg)?;
@@ -289,9 +287,18 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     )
     .back_to_back(args.back_to_back);
     let stop = Arc::new(AtomicBool::new(false));
-    watch_ctrl_c(stop.clone(), executor.current_run());
+    {
+        // First Ctrl-C: stop after aborting the run in flight (the bench
+        // keeps what it measured); a second one exits at once.
+        let (stop, current) = (stop.clone(), executor.current_run());
+        crate::interrupt::on_ctrl_c(move || {
+            eprintln!("\nstopping: writing what was measured (Ctrl-C again to quit now)");
+            stop.store(true, Ordering::SeqCst);
+            current.abort();
+        });
+    }
 
-    let mut bar = Bar::new(!args.quiet);
+    let mut bar = Bar::new(!crate::quiet());
     let model = cfg
         .local
         .as_ref()
@@ -308,62 +315,36 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     )?;
     bar.finish();
     let s = &result.summary;
-    if s.interrupted {
-        eprintln!("stopped: kept {} runs in {}", s.total_runs, out.display());
-    } else {
-        eprintln!("{} runs in {}", s.total_runs, out.display());
-    }
-    for g in &s.groups {
-        let p = |d: Option<edgecloud::bench::stats::Distribution>| {
-            d.map_or("-".to_string(), |d| format!("{:.1}", d.p50))
-        };
+    // The figures are in the report files; -q prints nothing more.
+    if !crate::quiet() {
+        if s.interrupted {
+            eprintln!("stopped: kept {} runs in {}", s.total_runs, out.display());
+        } else {
+            eprintln!("{} runs in {}", s.total_runs, out.display());
+        }
+        for g in &s.groups {
+            let p = |d: Option<edgecloud::bench::stats::Distribution>| {
+                d.map_or("-".to_string(), |d| format!("{:.1}", d.p50))
+            };
+            eprintln!(
+                "  {:<10} {:>6} ms  hit {:>5.1}%  latency p50 {:>8} ms  ttft p50 {:>8} ms",
+                g.policy,
+                g.deadline_ms,
+                g.deadline_hit_rate * 100.0,
+                p(g.latency_ms),
+                p(g.ttft_ms)
+            );
+        }
         eprintln!(
-            "  {:<10} {:>6} ms  hit {:>5.1}%  latency p50 {:>8} ms  ttft p50 {:>8} ms",
-            g.policy,
-            g.deadline_ms,
-            g.deadline_hit_rate * 100.0,
-            p(g.latency_ms),
-            p(g.ttft_ms)
+            "report: {}",
+            out.join(edgecloud::bench::REPORT_FILE).display()
         );
     }
-    eprintln!(
-        "report: {}",
-        out.join(edgecloud::bench::REPORT_FILE).display()
-    );
-    Ok(if s.interrupted {
-        ExitCode::from(130)
+    Ok(exit::code(if s.interrupted {
+        exit::INTERRUPTED
     } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// First Ctrl-C: stop after aborting the run in flight (the bench keeps
-/// what it measured). Second: exit at once.
-fn watch_ctrl_c(stop: Arc<AtomicBool>, current: CurrentRun) {
-    let spawned = std::thread::Builder::new()
-        .name("edgecloud-ctrl-c".into())
-        .spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if tokio::signal::ctrl_c().await.is_err() {
-                    return;
-                }
-                eprintln!("\nstopping: writing what was measured (Ctrl-C again to quit now)");
-                stop.store(true, Ordering::SeqCst);
-                current.abort();
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    std::process::exit(130);
-                }
-            });
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "no Ctrl-C handler; Ctrl-C will end the bench abruptly");
-    }
+        exit::OK
+    }))
 }
 
 /// A one-line progress bar with an estimate of the time left, redrawn in

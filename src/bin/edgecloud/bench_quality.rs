@@ -44,9 +44,8 @@ pub(crate) struct CalibrateArgs {
     /// (default: DIR itself).
     #[arg(long, value_name = "OUT")]
     out: Option<PathBuf>,
-    /// Print the calibration as JSON instead of the report.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: crate::output::JsonArgs,
 }
 
 pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
@@ -79,8 +78,8 @@ pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     if let Some(s) = &snippet {
         write(CALIBRATION_CONFIG, s)?;
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&c)?);
+    if args.output.json {
+        args.output.print(&c)?;
     } else {
         print!("{md}");
         if let Some(s) = &snippet {

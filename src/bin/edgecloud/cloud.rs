@@ -3,6 +3,9 @@
 //! the timings and the provider's usage, as text or as one JSON object.
 //! Only the library speaks HTTP; this module only formats.
 
+use crate::exit::{self, usage};
+use crate::output::JsonArgs;
+use crate::prompt::PromptArgs;
 use anyhow::Context;
 use edgecloud::cloud::{CloudConfig, CloudDiagnostic, CloudError, CloudLane, DEFAULT_API_KEY_ENV};
 use edgecloud::millis::to_ms_rounded;
@@ -12,51 +15,59 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const EXIT_FAILED: u8 = 1;
-const EXIT_DEADLINE: u8 = 124;
-const EXIT_CANCELLED: u8 = 130;
-
 /// Arguments of `edgecloud cloud`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 The API key is read from the environment variable named by --api-key-env \
 (default OPENAI_API_KEY; unset or empty sends no key, fine for local servers). \
-It is never taken as an argument.
-
-Exit status: 0 completed, 1 failed, 124 deadline exceeded, 130 cancelled (Ctrl-C).")]
+It is never taken as an argument.")]
 pub(crate) struct CloudArgs {
     /// Base URL of the OpenAI-compatible API, up to the version segment
-    /// (e.g. http://127.0.0.1:8080/v1).
-    #[arg(long, value_name = "URL")]
-    base_url: String,
+    /// (e.g. http://127.0.0.1:8080/v1); else OPENAI_BASE_URL.
+    #[arg(long, value_name = "URL", env = "EDGECLOUD_BASE_URL")]
+    base_url: Option<String>,
     /// Model name to request.
-    #[arg(long, value_name = "NAME")]
-    model: String,
-    /// The user message.
-    #[arg(long, value_name = "TEXT")]
-    prompt: String,
-    /// An optional system message, sent first.
-    #[arg(long, value_name = "TEXT")]
-    system: Option<String>,
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "EDGECLOUD_CLOUD_MODEL",
+        required_unless_present = "legacy_model"
+    )]
+    cloud_model: Option<String>,
+    /// The spelling before --cloud-model (kept so scripts keep working;
+    /// `--model` is the GGUF file everywhere else).
+    #[arg(
+        long = "model",
+        value_name = "NAME",
+        hide = true,
+        conflicts_with = "cloud_model"
+    )]
+    legacy_model: Option<String>,
+    #[command(flatten)]
+    prompt: PromptArgs,
     /// Name of the environment variable holding the API key.
-    #[arg(long, value_name = "VAR", default_value = DEFAULT_API_KEY_ENV)]
+    #[arg(long, value_name = "VAR", env = "EDGECLOUD_API_KEY_ENV", default_value = DEFAULT_API_KEY_ENV)]
     api_key_env: String,
     /// PEM file of CA certificates to trust besides the web roots (a
     /// private CA or a self-signed server).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "EDGECLOUD_CA_FILE")]
     ca_file: Option<std::path::PathBuf>,
     /// Most tokens to generate.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
     /// Deadline for the whole request, in milliseconds.
-    #[arg(long, value_name = "N", default_value_t = 60_000)]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "EDGECLOUD_DEADLINE_MS",
+        default_value_t = 60_000
+    )]
     deadline_ms: u64,
     /// Ask for one JSON answer instead of a stream of server-sent events.
     #[arg(long)]
     no_stream: bool,
-    /// Print one JSON object instead of the streamed text and a breakdown.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: JsonArgs,
 }
 
 pub(crate) fn run(args: CloudArgs) -> anyhow::Result<ExitCode> {
@@ -72,7 +83,21 @@ async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let deadline = started + Duration::from_millis(args.deadline_ms);
 
-    let mut config = CloudConfig::new(&args.base_url, &args.model);
+    let Some(base_url) = args.base_url.clone().or_else(crate::run::openai_base_url) else {
+        return Err(usage(
+            "the cloud lane needs a base URL: --base-url, EDGECLOUD_BASE_URL or OPENAI_BASE_URL",
+        ));
+    };
+    let model = match (&args.cloud_model, &args.legacy_model) {
+        (Some(m), _) => m.clone(),
+        (None, Some(m)) => {
+            eprintln!("edgecloud: `edgecloud cloud --model` is now --cloud-model (--model is the GGUF file everywhere)");
+            m.clone()
+        }
+        (None, None) => unreachable!("clap requires --cloud-model"),
+    };
+    let user = args.prompt.user_message()?;
+    let mut config = CloudConfig::new(&base_url, &model);
     config.api_key_env = args.api_key_env.clone();
     config.stream = !args.no_stream;
     config.ca_file = args.ca_file.clone();
@@ -84,11 +109,11 @@ async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
                 http_status: None,
                 timings: Default::default(),
             };
-            return Ok(report(&args, &diag, started.elapsed()));
+            return report(&args, &diag, started.elapsed());
         }
     };
 
-    let messages = ChatMessage::conversation(args.system.clone(), args.prompt.clone());
+    let messages = ChatMessage::conversation(args.prompt.system.clone(), user);
     let sampling = Sampling {
         max_tokens: args.max_tokens,
         ..Sampling::default()
@@ -103,7 +128,7 @@ async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
     });
 
     let mut job = LaneJob::new(messages, sampling, deadline).with_cancel(cancel);
-    if !args.json {
+    if !args.output.json {
         job = job.with_sink(|piece| {
             let mut out = std::io::stdout().lock();
             // A closed stdout (`| head`) must not stop the request.
@@ -112,7 +137,7 @@ async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let diag = lane.run_diagnostic(job).await;
-    Ok(report(&args, &diag, diag.timings.total))
+    report(&args, &diag, diag.timings.total)
 }
 
 /// How the request ended, as the JSON `status` field says it.
@@ -171,7 +196,7 @@ struct ErrorReport {
     message: String,
 }
 
-fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> ExitCode {
+fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> anyhow::Result<ExitCode> {
     let status = status_of(diag);
     let completion = diag.result.as_ref().ok();
     let error = diag.result.as_ref().err();
@@ -210,18 +235,17 @@ fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> ExitCode
             _ => None,
         },
     };
-    if args.json {
-        let line = serde_json::to_string(&r).expect("the report is plain data");
-        println!("{line}");
+    if args.output.json {
+        args.output.print(&r)?;
     } else {
         print_breakdown(&r);
     }
-    ExitCode::from(match status {
-        "completed" => 0,
-        "deadline_exceeded" => EXIT_DEADLINE,
-        "cancelled" => EXIT_CANCELLED,
-        _ => EXIT_FAILED,
-    })
+    Ok(exit::code(match status {
+        "completed" => exit::OK,
+        "deadline_exceeded" => exit::DEADLINE,
+        "cancelled" => exit::INTERRUPTED,
+        _ => exit::FAILURE,
+    }))
 }
 
 /// The text was already streamed to stdout; the breakdown goes to stderr so

@@ -5,19 +5,16 @@
 //! can offload anything. Text, or one JSON object with `--json`. Exits
 //! non-zero when ggml has no device at all. Must not load a model.
 
-use anyhow::Context as _;
 use edgecloud::bench::BuildInfo;
 use edgecloud::local::devices::{self, DeviceKind, Inventory, Loading};
 use serde_json::json;
-use std::io::Write as _;
 use std::process::ExitCode;
 
 /// Arguments of `edgecloud doctor`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DoctorArgs {
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: crate::output::JsonArgs,
 }
 
 pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
@@ -25,7 +22,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let build = BuildInfo::current();
     // The answer `--gpu-layers 1` would get, without its layer count.
     let offload = devices::check_gpu_layers(1);
-    if args.json {
+    if args.output.json {
         let value = json!({
             "edgecloud": build.edgecloud_version,
             "build": build,
@@ -33,9 +30,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             "gpu_offload": offload.is_ok(),
             "problem": offload.as_ref().err().map(|e| json!({"kind": e.kind(), "message": e.to_string()})),
         });
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &value).context("writing JSON to stdout")?;
-        writeln!(out)?;
+        args.output.print(&value)?;
     } else {
         print_text(&build, &inv, &offload);
     }

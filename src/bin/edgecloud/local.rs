@@ -2,11 +2,13 @@
 //! model (reported apart, as `load_ms`), then runs one request whose
 //! deadline and `total_ms` both count from the request's start.
 
-use anyhow::Context as _;
+use crate::exit;
+use crate::output::JsonArgs;
+use crate::prompt::PromptArgs;
 use edgecloud::local::devices::DeviceError;
 use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode};
 use edgecloud::millis::to_ms_rounded;
-use edgecloud::{ChatMessage, FinishReason, LaneJob, Sampling};
+use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
 use serde_json::{json, Value};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -17,53 +19,54 @@ use std::time::{Duration, Instant};
 #[derive(Debug, clap::Args)]
 pub(crate) struct LocalArgs {
     /// GGUF model file.
-    #[arg(long)]
+    #[arg(short, long, value_name = "PATH", env = "EDGECLOUD_MODEL")]
     model: PathBuf,
-    /// The user message.
-    #[arg(long)]
-    prompt: String,
-    /// An optional system message.
-    #[arg(long)]
-    system: Option<String>,
+    #[command(flatten)]
+    prompt: PromptArgs,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, value_name = "N", default_value_t = 128)]
     max_tokens: u32,
     /// Cancel the request this many milliseconds after it starts (after the
     /// model has loaded), even in the middle of the prompt.
-    #[arg(long)]
+    #[arg(long, value_name = "N", env = "EDGECLOUD_DEADLINE_MS")]
     deadline_ms: Option<u64>,
     /// Compute threads (default: physical cores).
-    #[arg(long)]
+    #[arg(long, value_name = "N", env = "EDGECLOUD_THREADS")]
     threads: Option<usize>,
     /// Sampling seed, for reproducible output.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     seed: Option<u64>,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, value_name = "T", default_value_t = 0.8)]
     temperature: f32,
     /// Nucleus sampling threshold.
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, value_name = "P", default_value_t = 0.95)]
     top_p: f32,
     /// Top-k sampling (0 = off).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, value_name = "K", default_value_t = 40)]
     top_k: u32,
     /// Stop before this string (repeatable).
-    #[arg(long)]
+    #[arg(long, value_name = "TEXT")]
     stop: Vec<String>,
     /// Context size in tokens (default: the model's, at most 4096).
-    #[arg(long)]
+    #[arg(long, value_name = "N", env = "EDGECLOUD_CONTEXT_SIZE")]
     context_size: Option<u32>,
     /// Prompt batch size (tokens per llama.cpp call; smaller stops sooner
     /// on cancellation).
-    #[arg(long, default_value_t = LocalConfig::default().batch_size)]
+    #[arg(long, value_name = "N", env = "EDGECLOUD_BATCH_SIZE",
+          default_value_t = LocalConfig::default().batch_size)]
     batch_size: u32,
     /// Layers to offload to a GPU. More than 0 without a GPU is an error
     /// (`edgecloud doctor` shows the devices found).
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "EDGECLOUD_GPU_LAYERS",
+        default_value_t = 0
+    )]
     gpu_layers: u32,
-    /// Print one JSON object instead of streaming text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: JsonArgs,
     /// Probe the model in a child process first (a llama.cpp crash is
     /// then an error, not a dead process): child (default) or off.
     #[arg(long, value_name = "MODE", default_value = "child")]
@@ -71,6 +74,8 @@ pub(crate) struct LocalArgs {
 }
 
 pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
+    // Read first: a prompt on stdin should not wait for the model to load.
+    let user = args.prompt.user_message()?;
     let config = LocalConfig {
         model: args.model.clone(),
         threads: args.threads,
@@ -84,7 +89,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         Ok(lane) => lane,
         Err(err) => return report_failure(&args, &err, None),
     };
-    let messages = ChatMessage::conversation(args.system.clone(), args.prompt.clone());
+    let messages = ChatMessage::conversation(args.prompt.system.clone(), user);
     let sampling = Sampling {
         max_tokens: args.max_tokens,
         temperature: args.temperature,
@@ -99,8 +104,11 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         .map_or(start + Duration::from_secs(365 * 24 * 3600), |ms| {
             start + Duration::from_millis(ms)
         });
-    let mut job = LaneJob::new(messages, sampling, deadline);
-    if !args.json {
+    let cancel = CancellationToken::new();
+    let on_ctrl_c = cancel.clone();
+    crate::interrupt::on_ctrl_c(move || on_ctrl_c.cancel());
+    let mut job = LaneJob::new(messages, sampling, deadline).with_cancel(cancel);
+    if !args.output.json {
         job = job.with_sink(|text| {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(text.as_bytes());
@@ -130,9 +138,9 @@ fn report(
 ) -> anyhow::Result<ExitCode> {
     let status = status(done.finish_reason);
     let t = &done.timings;
-    if args.json {
+    if args.output.json {
         let info = lane.info();
-        print_json(&json!({
+        args.output.print(&json!({
             "lane": "local",
             "status": status,
             "text": done.text,
@@ -191,11 +199,14 @@ fn report(
         );
     }
     if status == "completed" {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!("edgecloud: the request did not complete: {status}");
-        Ok(ExitCode::FAILURE)
+        return Ok(exit::code(exit::OK));
     }
+    eprintln!("edgecloud: the request did not complete: {status}");
+    Ok(exit::code(match done.finish_reason {
+        FinishReason::Deadline => exit::DEADLINE,
+        FinishReason::Cancelled => exit::INTERRUPTED,
+        _ => exit::FAILURE,
+    }))
 }
 
 fn report_failure(
@@ -203,8 +214,8 @@ fn report_failure(
     err: &LocalError,
     load_ms: Option<f64>,
 ) -> anyhow::Result<ExitCode> {
-    if args.json {
-        print_json(&json!({
+    if args.output.json {
+        args.output.print(&json!({
             "lane": "local",
             "status": "failed",
             "text": "",
@@ -233,12 +244,5 @@ fn report_failure(
              `edgecloud doctor` lists what this binary has"
         );
     }
-    Ok(ExitCode::FAILURE)
-}
-
-fn print_json(value: &Value) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value).context("writing JSON to stdout")?;
-    writeln!(out)?;
-    Ok(())
+    Ok(exit::code(exit::FAILURE))
 }

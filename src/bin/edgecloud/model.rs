@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::output::JsonArgs;
 use anyhow::Context;
 use edgecloud::gguf::{self, GgufError, ModelInfo, Preset};
 
@@ -33,10 +34,10 @@ pub(crate) enum ModelCommand {
 pub(crate) struct InspectArgs {
     /// The GGUF file.
     path: PathBuf,
-    /// Print one JSON object (with `valid`, `error` and the summary fields)
-    /// instead of text.
-    #[arg(long)]
-    json: bool,
+    /// `--json`: one JSON object (with `valid`, `error` and the summary
+    /// fields) instead of text.
+    #[command(flatten)]
+    output: JsonArgs,
 }
 
 /// Arguments of `edgecloud model check`.
@@ -44,9 +45,8 @@ pub(crate) struct InspectArgs {
 pub(crate) struct CheckArgs {
     /// The GGUF file.
     path: PathBuf,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: JsonArgs,
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long, value_name = "N")]
     context_size: Option<u32>,
@@ -116,7 +116,7 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let probe_ok = matches!(&probed, Some(Ok(r)) if r.child_error.is_none());
     let ok = valid && probe_ok;
 
-    if args.json {
+    if args.output.json {
         let obj = serde_json::json!({
             "path": args.path.to_string_lossy(),
             "ok": ok,
@@ -125,7 +125,7 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             "error": validation.as_ref().err().map(|e| describe(&args.path, e)),
             "probe": probe_json(probed.as_ref()),
         });
-        println!("{}", serde_json::to_string_pretty(&obj)?);
+        args.output.print(&obj)?;
         return Ok(if ok {
             ExitCode::SUCCESS
         } else {
@@ -220,8 +220,9 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         Ok(inspection) => (Some(inspection.info), inspection.problems),
         Err(err) => (None, vec![err]),
     };
-    if args.json {
-        println!("{}", json_report(&args.path, info.as_ref(), &problems)?);
+    if args.output.json {
+        args.output
+            .print(&json_report(&args.path, info.as_ref(), &problems)?)?;
     } else if let Some(info) = &info {
         print_summary(info, problems.is_empty());
     }
@@ -251,7 +252,7 @@ fn json_report(
     path: &Path,
     info: Option<&ModelInfo>,
     problems: &[GgufError],
-) -> anyhow::Result<String> {
+) -> anyhow::Result<serde_json::Value> {
     let mut obj = match info {
         Some(info) => match serde_json::to_value(info)? {
             serde_json::Value::Object(map) => map,
@@ -275,7 +276,7 @@ fn json_report(
             .collect::<Vec<_>>()
             .into(),
     );
-    Ok(serde_json::to_string_pretty(&obj)?)
+    Ok(serde_json::Value::Object(obj))
 }
 
 fn print_summary(info: &ModelInfo, valid: bool) {

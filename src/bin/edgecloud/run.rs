@@ -2,85 +2,139 @@
 //! deadline, a policy), over the library's public API only.
 //!
 //! [`HarnessArgs`] are the lane flags every command that builds a harness
-//! shares (`run` now; `serve` and `bench` later): a config file, then flags
-//! that override it.
+//! shares (`run`, `serve`, `bench`, `config show`): a config file, then
+//! environment variables and flags that override it.
 
-use anyhow::{bail, Context as _};
+use crate::exit::{self, usage, usage_from};
+use crate::output::JsonArgs;
+use crate::prompt::PromptArgs;
+use anyhow::Context as _;
 use edgecloud::cloud::CloudConfig;
 use edgecloud::harness::{
-    CancelResult, Harness, HarnessConfig, LaneReport, Outcome, PolicyKind, RunOptions, RunStatus,
-    EXAMPLE_CONFIG,
+    AbortHandle, CancelResult, Harness, HarnessConfig, LaneReport, Outcome, PolicyKind, RunOptions,
+    RunStatus, EXAMPLE_CONFIG,
 };
 use edgecloud::local::{LocalConfig, ProbeMode};
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Lane and policy flags shared by every command that builds a harness.
+/// Lane and policy flags shared by every command that builds a harness
+/// (`run`, `serve`, `bench`, `config show`). Where a setting comes from,
+/// first found wins: the flag, its `EDGECLOUD_*` variable, the config file,
+/// the default (`OPENAI_BASE_URL` comes after the config file: it is the
+/// OpenAI SDKs' variable, likely set for other tools too).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct HarnessArgs {
     /// TOML config file: lanes, policy, deadline, named routes (flags
     /// override it; see the example below).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", env = "EDGECLOUD_CONFIG")]
+    pub(crate) config: Option<PathBuf>,
     /// GGUF model file for the local lane.
-    #[arg(long, value_name = "PATH")]
-    model: Option<PathBuf>,
+    #[arg(short, long, value_name = "PATH", env = "EDGECLOUD_MODEL")]
+    pub(crate) model: Option<PathBuf>,
     /// Base URL of the OpenAI-compatible cloud API, up to the version
-    /// segment (e.g. https://api.openai.com/v1).
-    #[arg(long, value_name = "URL")]
-    base_url: Option<String>,
+    /// segment (e.g. https://api.openai.com/v1); else OPENAI_BASE_URL
+    /// when the config file sets none.
+    #[arg(long, value_name = "URL", env = "EDGECLOUD_BASE_URL")]
+    pub(crate) base_url: Option<String>,
     /// Model name for the cloud lane.
-    #[arg(long, value_name = "NAME")]
-    cloud_model: Option<String>,
+    #[arg(long, value_name = "NAME", env = "EDGECLOUD_CLOUD_MODEL")]
+    pub(crate) cloud_model: Option<String>,
     /// Environment variable holding the cloud API key (default
     /// OPENAI_API_KEY).
-    #[arg(long, value_name = "VAR")]
-    api_key_env: Option<String>,
+    #[arg(long, value_name = "VAR", env = "EDGECLOUD_API_KEY_ENV")]
+    pub(crate) api_key_env: Option<String>,
     /// PEM file of CA certificates the cloud lane trusts besides the web
     /// roots (a private CA or a self-signed server).
-    #[arg(long, value_name = "FILE")]
-    ca_file: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", env = "EDGECLOUD_CA_FILE")]
+    pub(crate) ca_file: Option<PathBuf>,
     /// Policy: local-only, cloud-only, race, hedge, cascade, fallback,
     /// best-of (default: the config's, else race).
-    #[arg(long, value_name = "POLICY")]
-    policy: Option<PolicyKind>,
+    #[arg(long, value_name = "POLICY", env = "EDGECLOUD_POLICY")]
+    pub(crate) policy: Option<PolicyKind>,
     /// Time budget of a run, in milliseconds (default: the config's, else
     /// 5000).
-    #[arg(long, value_name = "N")]
-    deadline_ms: Option<u64>,
+    #[arg(long, value_name = "N", env = "EDGECLOUD_DEADLINE_MS")]
+    pub(crate) deadline_ms: Option<u64>,
     /// Compute threads of the local lane (default: physical cores).
-    #[arg(long, value_name = "N")]
-    threads: Option<usize>,
+    #[arg(long, value_name = "N", env = "EDGECLOUD_THREADS")]
+    pub(crate) threads: Option<usize>,
+    /// Layers of the local model to offload to a GPU (default 0). More
+    /// than 0 without a GPU is an error (`edgecloud doctor` lists devices).
+    #[arg(long, value_name = "N", env = "EDGECLOUD_GPU_LAYERS")]
+    pub(crate) gpu_layers: Option<u32>,
+    /// Context size of the local lane in tokens (default: the model's, at
+    /// most 4096).
+    #[arg(long, value_name = "N", env = "EDGECLOUD_CONTEXT_SIZE")]
+    pub(crate) context_size: Option<u32>,
+    /// Prompt batch size of the local lane (tokens per llama.cpp call;
+    /// default 128: smaller stops sooner on cancellation, a GPU wants more).
+    #[arg(long, value_name = "N", env = "EDGECLOUD_BATCH_SIZE")]
+    pub(crate) batch_size: Option<u32>,
     /// Probe the local model in a child process before serving, so a
     /// llama.cpp crash is an error, not a dead process: child (the
     /// default for the CLI) or off.
     #[arg(long, value_name = "MODE")]
-    probe: Option<ProbeMode>,
+    pub(crate) probe: Option<ProbeMode>,
+}
+
+/// The OpenAI SDKs' base URL variable, when set and not empty.
+pub(crate) fn openai_base_url() -> Option<String> {
+    std::env::var("OPENAI_BASE_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
 }
 
 impl HarnessArgs {
-    /// The config file (if any) with the flags applied on top.
+    /// The config file (if any) with the environment and flags applied on
+    /// top. Every mistake here is a usage error (exit status 2).
     pub(crate) fn load_config(&self) -> anyhow::Result<HarnessConfig> {
         let mut cfg = match &self.config {
-            Some(path) => HarnessConfig::from_file(path)?,
+            Some(path) => HarnessConfig::from_file(path).map_err(|e| usage_from(&e))?,
             None => HarnessConfig::default(),
         };
         if let Some(model) = &self.model {
             cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
         }
-        if let Some(mode) = self.probe {
-            match cfg.local.as_mut() {
-                Some(local) => local.probe = mode,
-                None => bail!("--probe needs a local model (--model, or [local] in --config)"),
+        let needs_local = |flag: &str| {
+            usage(format!(
+                "{flag} needs a local model (--model, or [local] in --config)"
+            ))
+        };
+        let local_flags: [(&str, bool); 5] = [
+            ("--probe", self.probe.is_some()),
+            ("--threads", self.threads.is_some()),
+            ("--gpu-layers", self.gpu_layers.is_some()),
+            ("--context-size", self.context_size.is_some()),
+            ("--batch-size", self.batch_size.is_some()),
+        ];
+        match cfg.local.as_mut() {
+            Some(local) => {
+                if let Some(mode) = self.probe {
+                    local.probe = mode;
+                }
+                if let Some(threads) = self.threads {
+                    local.threads = Some(threads);
+                }
+                if let Some(n) = self.gpu_layers {
+                    local.gpu_layers = n;
+                }
+                if let Some(n) = self.context_size {
+                    local.context_size = Some(n);
+                }
+                if let Some(n) = self.batch_size {
+                    local.batch_size = n;
+                }
             }
-        }
-        if let Some(threads) = self.threads {
-            match cfg.local.as_mut() {
-                Some(local) => local.threads = Some(threads),
-                None => bail!("--threads needs a local model (--model, or [local] in --config)"),
+            None => {
+                if let Some((flag, _)) = local_flags.iter().find(|(_, given)| *given) {
+                    return Err(needs_local(flag));
+                }
             }
         }
         if self.base_url.is_some()
@@ -101,8 +155,19 @@ impl HarnessArgs {
             if let Some(file) = &self.ca_file {
                 cloud.ca_file = Some(file.clone());
             }
+        }
+        if let Some(cloud) = cfg.cloud.as_mut() {
+            if cloud.base_url.is_empty() {
+                if let Some(url) = openai_base_url() {
+                    cloud.base_url = url;
+                }
+            }
             if cloud.base_url.is_empty() || cloud.model.is_empty() {
-                bail!("the cloud lane needs both --base-url and --cloud-model (or [cloud] in --config)");
+                return Err(usage(
+                    "the cloud lane needs both a base URL (--base-url, EDGECLOUD_BASE_URL, \
+                     [cloud] base_url in --config, or OPENAI_BASE_URL) and a model \
+                     (--cloud-model, EDGECLOUD_CLOUD_MODEL, or [cloud] model)",
+                ));
             }
         }
         if let Some(kind) = self.policy {
@@ -111,18 +176,13 @@ impl HarnessArgs {
         if let Some(ms) = self.deadline_ms {
             cfg.harness.deadline_ms = Some(ms);
         }
-        cfg.validate()?;
+        cfg.validate().map_err(|e| usage_from(&e))?;
         Ok(cfg)
     }
 
     /// Starts the configured lanes and builds the harness.
     pub(crate) fn build(&self, cfg: &HarnessConfig) -> anyhow::Result<Harness> {
-        if cfg.local.is_none() && cfg.cloud.is_none() {
-            bail!(
-                "no lane configured: give --model (local lane), --base-url with \
-                 --cloud-model (cloud lane), or --config FILE"
-            );
-        }
+        require_a_lane(cfg)?;
         Ok(cfg.build()?)
     }
 
@@ -136,10 +196,24 @@ impl HarnessArgs {
     }
 }
 
-fn example_help() -> String {
+/// No lane at all is a usage error: nothing could answer.
+pub(crate) fn require_a_lane(cfg: &HarnessConfig) -> anyhow::Result<()> {
+    if cfg.local.is_none() && cfg.cloud.is_none() {
+        return Err(usage(
+            "no lane configured: give --model (local lane), --base-url with \
+             --cloud-model (cloud lane), or --config FILE",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn example_help() -> String {
     format!(
         "Lanes: --model starts the local lane, --base-url with --cloud-model the \
-         cloud lane; either may be absent. Flags override --config.\n\n\
+         cloud lane; either may be absent. Each setting comes from, first found: \
+         the flag, its EDGECLOUD_* variable (shown with each flag), --config, the \
+         default; OPENAI_BASE_URL is the base URL's last resort. \
+         `edgecloud config show` prints the result.\n\n\
          Example config (edgecloud.toml):\n\n{EXAMPLE_CONFIG}"
     )
 }
@@ -148,12 +222,8 @@ fn example_help() -> String {
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = example_help())]
 pub(crate) struct RunArgs {
-    /// The user message.
-    #[arg(long, value_name = "TEXT")]
-    prompt: String,
-    /// An optional system message, sent first.
-    #[arg(long, value_name = "TEXT")]
-    system: Option<String>,
+    #[command(flatten)]
+    prompt: PromptArgs,
     #[command(flatten)]
     lanes: HarnessArgs,
     /// A route named in the config (default: the config's default route).
@@ -168,15 +238,15 @@ pub(crate) struct RunArgs {
     /// Sampling seed, for reproducible local output.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
-    /// Print one JSON outcome object instead of the text and a summary.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: JsonArgs,
 }
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.lanes.load_config()?;
+    let user = args.prompt.user_message()?;
     let harness = args.lanes.build(&cfg)?;
-    let messages = ChatMessage::conversation(args.system.clone(), args.prompt.clone());
+    let messages = ChatMessage::conversation(args.prompt.system.clone(), user);
     let request = Request {
         id: None,
         messages,
@@ -188,16 +258,35 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         deadline: args.lanes.deadline_ms.map(Duration::from_millis),
     };
+    let json = args.output.json;
     let mut opts = args.lanes.run_options(&cfg)?;
     opts.route = args.route.clone();
-    if !args.json {
+    if !json {
         opts = opts.stream();
+    }
+    // Ctrl-C aborts the run: its outcome is still printed (status
+    // `aborted`) and the exit status is 130. The handler is in place before
+    // the run starts; the abort handle reaches it through `slot`.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let slot: Arc<Mutex<Option<AbortHandle>>> = Arc::default();
+    {
+        let (interrupted, slot) = (interrupted.clone(), slot.clone());
+        crate::interrupt::on_ctrl_c(move || {
+            interrupted.store(true, Ordering::SeqCst);
+            if let Some(abort) = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                let _ = abort.abort();
+            }
+        });
     }
     let mut run = harness
         .start(request, opts)
         .context("the run could not start")?;
+    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(run.abort_handle());
+    if interrupted.load(Ordering::SeqCst) {
+        let _ = run.abort_handle().abort();
+    }
     let mut streamed = false;
-    if !args.json {
+    if !json {
         let mut out = std::io::stdout().lock();
         while let Some(piece) = run.next_token_blocking()? {
             streamed = true;
@@ -206,19 +295,20 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let outcome = run.wait()?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    if json {
+        args.output.print(&outcome)?;
     } else {
         if streamed {
             println!();
         }
         eprint!("{}", summary(&outcome));
     }
-    Ok(if outcome.status == RunStatus::Ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit::code(match outcome.status {
+        RunStatus::Ok => exit::OK,
+        RunStatus::DeadlineExceeded => exit::DEADLINE,
+        RunStatus::Aborted if interrupted.load(Ordering::SeqCst) => exit::INTERRUPTED,
+        RunStatus::Failed | RunStatus::Aborted => exit::FAILURE,
+    }))
 }
 
 fn ms(v: Option<f64>) -> String {

@@ -3,29 +3,56 @@
 //! harness, binds, prints one line saying where it listens (scripts read
 //! it), and serves until SIGINT or SIGTERM.
 
+use crate::exit::{usage, usage_from};
 use crate::run::HarnessArgs;
-use anyhow::{bail, Context as _};
-use edgecloud::harness::Harness;
-use edgecloud::serve::{BearerToken, ServeConfig, ServeMetrics, Server};
+use anyhow::Context as _;
+use edgecloud::harness::{Harness, HarnessConfig};
+use edgecloud::serve::{BearerToken, ServeConfig, ServeMetrics, Server, DEFAULT_PORT};
+use edgecloud::Lane;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Arguments of `edgecloud serve`.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = SERVE_HELP)]
+#[command(after_long_help = serve_help())]
 pub(crate) struct ServeArgs {
     /// Address to listen on (port 0: any free port; the chosen address is
-    /// printed).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    /// printed). The default port, 8181, is free of llama-server (8080),
+    /// vLLM (8000), LiteLLM (4000) and Ollama (11434).
+    #[arg(long, value_name = "ADDR", env = "EDGECLOUD_LISTEN", default_value_t = default_listen())]
     listen: SocketAddr,
     #[command(flatten)]
     lanes: HarnessArgs,
     /// Environment variable holding a bearer token; when given, every
     /// endpoint but /health requires `Authorization: Bearer <token>`.
-    #[arg(long, value_name = "VAR")]
+    #[arg(
+        long,
+        value_name = "VAR",
+        env = "EDGECLOUD_TOKEN_ENV",
+        conflicts_with = "token_file"
+    )]
     token_env: Option<String>,
+    /// File holding the bearer token (a mounted secret; one trailing
+    /// newline is ignored), instead of --token-env.
+    #[arg(long, value_name = "FILE", env = "EDGECLOUD_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Another model name for the default route (repeatable, or
+    /// comma-separated), so a client with a hard-coded model name works:
+    /// --served-model-name gpt-4o-mini,llama3.
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_delimiter = ',',
+        env = "EDGECLOUD_SERVED_MODEL_NAME"
+    )]
+    served_model_name: Vec<String>,
+    /// Any model name this server does not know selects the default route
+    /// (instead of 404 model_not_found).
+    #[arg(long, env = "EDGECLOUD_ACCEPT_ANY_MODEL")]
+    accept_any_model: bool,
     /// `max_tokens` for requests that do not set it.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
@@ -41,31 +68,44 @@ pub(crate) struct ServeArgs {
     grace_ms: u64,
 }
 
-const SERVE_HELP: &str = "\
-Endpoints: POST /v1/chat/completions (whole or streamed), GET /v1/models, \
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT))
+}
+
+fn serve_help() -> String {
+    format!(
+        "Endpoints: POST /v1/chat/completions (whole or streamed), GET /v1/models, \
 GET /health, GET /metrics (Prometheus).
 
-Models: `edgecloud` runs the default route; each route of --config is also a \
+Models: `edgecloud` runs the default route; so does each --served-model-name \
+(and any name with --accept-any-model); each route of --config is also a \
 model name. A request may choose the policy and deadline with the body field \
-\"edgecloud\": {\"policy\": \"race\", \"deadline_ms\": 1500} or the headers \
+\"edgecloud\": {{\"policy\": \"race\", \"deadline_ms\": 1500}} or the headers \
 X-Edgecloud-Policy and X-Edgecloud-Deadline-Ms. Responses say which lane \
 answered (X-Edgecloud-Lane, and the \"edgecloud\" field).
 
-Example: edgecloud serve --model models/tiny.gguf --policy local-only \
---listen 127.0.0.1:0";
+Startup: one line per lane on stderr as it loads (model, size, load time), \
+then one line on stdout: `edgecloud serve: listening on http://ADDR/v1 ...`.
+
+Example: edgecloud serve -m models/tiny.gguf --policy local-only \
+--served-model-name gpt-4o-mini --listen 127.0.0.1:0
+
+{}",
+        crate::run::example_help()
+    )
+}
 
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.lanes.load_config()?;
-    if cfg.local.is_none() && cfg.cloud.is_none() {
-        bail!(
-            "no lane configured: give --model (local lane), --base-url with \
-             --cloud-model (cloud lane), or --config FILE"
-        );
-    }
-    let token = match &args.token_env {
-        Some(var) => Some(BearerToken::from_env(var)?),
-        None => None,
+    crate::run::require_a_lane(&cfg)?;
+    let token = match (&args.token_env, &args.token_file) {
+        (Some(var), _) => Some(BearerToken::from_env(var).map_err(|e| usage_from(&e))?),
+        (None, Some(file)) => Some(token_from_file(file)?),
+        (None, None) => None,
     };
+    if let Some(name) = args.served_model_name.iter().find(|n| n.trim().is_empty()) {
+        return Err(usage(format!("--served-model-name `{name}` is empty")));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("edgecloud-serve")
@@ -73,19 +113,29 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("could not start the server's runtime")?;
     let metrics = ServeMetrics::new();
     // Loads the model here, before the first request (blocking).
+    let loading = Instant::now();
     let harness = Harness::builder()
         .config(&cfg)?
         .lanes_from(&cfg)?
         .observer(metrics.observer())
         .runtime(runtime.handle().clone())
         .build()?;
+    if !crate::quiet() {
+        for line in lane_lines(&harness, &cfg, loading.elapsed()) {
+            eprintln!("{line}");
+        }
+    }
     let mut config = ServeConfig::default()
         .listen(args.listen)
         .max_body_bytes(args.max_body_bytes)
         .max_messages(args.max_messages)
         .default_max_tokens(args.max_tokens)
         .shutdown_grace(Duration::from_millis(args.grace_ms))
-        .metrics(metrics);
+        .metrics(metrics)
+        .accept_any_model(args.accept_any_model);
+    for name in &args.served_model_name {
+        config = config.model_alias(name.trim());
+    }
     if let Some(token) = token {
         config = config.token(token);
     }
@@ -122,6 +172,64 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Late workers still running hold only this process's resources.
     runtime.shutdown_timeout(Duration::from_millis(100));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The bearer token from a file: the whole file, less one trailing
+/// newline (what `echo` and editors leave).
+fn token_from_file(path: &Path) -> anyhow::Result<BearerToken> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("cannot read --token-file {}: {e}", path.display())))?;
+    let token = text.strip_suffix('\n').unwrap_or(&text);
+    let token = token.strip_suffix('\r').unwrap_or(token);
+    BearerToken::new(token).map_err(|_| {
+        usage(format!(
+            "--token-file {} must hold one token: visible ASCII without spaces",
+            path.display()
+        ))
+    })
+}
+
+/// One line per configured lane, as llama-server and Ollama report what
+/// they loaded: the local model's name, file size and load time; the cloud
+/// model and its endpoint (scheme, host and port only: a URL may hold a
+/// secret).
+fn lane_lines(harness: &Harness, cfg: &HarnessConfig, total: Duration) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let (Some(info), Some(local)) = (harness.lane_info(Lane::Local), &cfg.local) {
+        // The GGUF header's name and quantisation (already validated by
+        // the lane's start, so this read is cheap and should not fail).
+        let header = edgecloud::gguf::inspect(&local.model).ok().map(|i| i.info);
+        let name = header
+            .as_ref()
+            .and_then(|i| i.name.clone())
+            .unwrap_or_else(|| local.model.display().to_string());
+        let size = header
+            .as_ref()
+            .map(|i| i.file_size)
+            .or_else(|| std::fs::metadata(&local.model).ok().map(|m| m.len()))
+            .map_or_else(
+                || "size unknown".into(),
+                |b| format!("{:.1} MB", b as f64 / 1e6),
+            );
+        let quant = header
+            .as_ref()
+            .map(|i| format!(", {}", i.quantization))
+            .unwrap_or_default();
+        let load = info.load_time.unwrap_or(total);
+        lines.push(format!(
+            "edgecloud serve: local lane loaded {name} ({size}{quant}, {}) in {:.0} ms",
+            local.model.display(),
+            load.as_secs_f64() * 1e3
+        ));
+    }
+    if let (Some(info), Some(cloud)) = (harness.lane_info(Lane::Cloud), &cfg.cloud) {
+        lines.push(format!(
+            "edgecloud serve: cloud lane ready: {} at {} (nothing to load; reachability is tracked per request)",
+            info.model.as_deref().unwrap_or(&cloud.model),
+            crate::bench::endpoint_of(&cloud.base_url)
+        ));
+    }
+    lines
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
