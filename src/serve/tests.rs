@@ -515,6 +515,70 @@ async fn models_list_and_retrieve() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aliases_select_the_default_route_and_any_model_is_optional() {
+    // `fast` is a route already: its own name wins over the alias.
+    let config = ServeConfig::default()
+        .model_alias("gpt-4o-mini")
+        .model_alias("fast");
+    let (server, fake) = start(config).await;
+    let openai = client(&server, "unused");
+    let list = openai.models().list().await.unwrap();
+    let ids: Vec<&str> = list.data.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["edgecloud", "gpt-4o-mini", "fast"]);
+    assert_eq!(
+        openai.models().retrieve("gpt-4o-mini").await.unwrap().id,
+        "gpt-4o-mini"
+    );
+    let (status, _, body) = post(
+        &server,
+        json!({"model": "gpt-4o-mini", "messages": user("hi")}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        fake.last_job().route,
+        None,
+        "an alias runs the default route"
+    );
+    let (status, _, _) = post(
+        &server,
+        json!({"model": "fast", "messages": user("hi")}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(fake.last_job().route.as_deref(), Some("fast"));
+    let (status, _, body) = post(
+        &server,
+        json!({"model": "llama3", "messages": user("hi")}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    server.shutdown().await;
+
+    let (server, fake) = start(ServeConfig::default().accept_any_model(true)).await;
+    let (status, _, body) = post(
+        &server,
+        json!({"model": "llama3", "messages": user("hi")}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(error_of(&body).is_null(), "{body}");
+    assert_eq!(fake.last_job().route, None);
+    let client = client(&server, "unused");
+    assert_eq!(
+        client.models().retrieve("anything").await.unwrap().id,
+        "anything"
+    );
+    let list = client.models().list().await.unwrap();
+    assert_eq!(list.data.len(), 2, "the list holds the known names only");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_their_status_and_error_object_and_the_server_keeps_serving() {
     let config = ServeConfig::default().max_messages(3).max_body_bytes(2048);
     let (server, _fake) = start(config).await;

@@ -316,6 +316,23 @@ async fn exit_statuses_follow_the_table() {
         vec!["local", "--prompt", "x"],
         vec!["cloud", "--cloud-model", "m", "--prompt", "x"],
         vec!["completions", "tcsh"],
+        vec!["model", "fetch", "no-such-model", "--dir", "/nonexistent"],
+        vec![
+            "bench",
+            "calibrate",
+            "/nonexistent",
+            "--target-quality",
+            "3",
+        ],
+        vec![
+            "bench",
+            "--workload",
+            "builtin:short:1",
+            "-m",
+            &m,
+            "--runs",
+            "0",
+        ],
         vec![
             "run", "-m", &m, "--prompt", "x", "--json", "--pretty", "--policy", "nope",
         ],

@@ -259,7 +259,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         runs: args.runs,
         warmup: args.warmup,
     };
-    plan.validate()?;
+    plan.validate().map_err(|e| exit::usage_from(&e))?;
     let out = args
         .out
         .clone()

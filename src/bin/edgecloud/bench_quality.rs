@@ -4,7 +4,8 @@
 //! stand-in for a real provider). The maths and the replay live in
 //! `edgecloud::bench`; this module parses flags, writes files and prints.
 
-use anyhow::{bail, Context as _};
+use crate::exit::usage;
+use anyhow::Context as _;
 use edgecloud::bench::{
     calibrate, config_snippet, read_runs, render_calibration, render_calibration_chart, Replay,
     Target, CALIBRATION_CHART, CALIBRATION_CONFIG, CALIBRATION_FILE, CALIBRATION_REPORT,
@@ -51,10 +52,10 @@ pub(crate) struct CalibrateArgs {
 pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     let target = match (args.target_cloud_share, args.target_quality) {
         (Some(x), _) if !(0.0..=1.0).contains(&x) => {
-            bail!("--target-cloud-share must be between 0 and 1")
+            return Err(usage("--target-cloud-share must be between 0 and 1"))
         }
         (_, Some(y)) if !(0.0..=1.0).contains(&y) => {
-            bail!("--target-quality must be between 0 and 1")
+            return Err(usage("--target-quality must be between 0 and 1"))
         }
         (Some(x), _) => Target::CloudShare(x),
         (None, Some(y)) => Target::Quality(y),
@@ -126,7 +127,9 @@ pub(crate) struct ReplayCloudArgs {
 
 pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode> {
     if !args.listen.ip().is_loopback() {
-        bail!("replay-cloud is a test stand-in and listens on loopback only");
+        return Err(usage(
+            "replay-cloud is a test stand-in and listens on loopback only",
+        ));
     }
     let replay = Replay::load(&args.answers)?.timing(
         Duration::from_millis(args.ttft_ms),

@@ -42,7 +42,8 @@ pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
         .name
         .as_deref()
         .expect("clap requires a name unless --list");
-    let entry = fetch::entry(name)?;
+    // A name not in the catalogue is a bad argument: usage (exit 2).
+    let entry = fetch::entry(name).map_err(|e| crate::exit::usage_from(&e))?;
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(&cancel);
     let options = FetchOptions {
@@ -98,7 +99,7 @@ pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
         }
         Err(FetchError::Cancelled) => {
             eprintln!("edgecloud: {}", FetchError::Cancelled);
-            Ok(ExitCode::from(130))
+            Ok(crate::exit::code(crate::exit::INTERRUPTED))
         }
         Err(e) => Err(e.into()),
     }
