@@ -6,7 +6,8 @@
 //! run [`Request`]s; each run settles into one [`Outcome`] (the winner, one
 //! [`LaneReport`] per lane, the decision and its reasons) by its deadline.
 //!
-//! ```
+#![cfg_attr(all(feature = "local", feature = "cloud"), doc = "```")]
+#![cfg_attr(not(all(feature = "local", feature = "cloud")), doc = "```ignore")]
 //! use edgecloud::{CloudBackend, CloudConfig, Harness, Lane, LocalBackend, LocalConfig};
 //! use edgecloud::{LaneErrorKind, Policy, Request};
 //! use std::time::Duration;
@@ -40,6 +41,8 @@
 //! # }
 //! ```
 //!
+//! (The example needs the `local` and `cloud` features, both on by default.)
+//!
 //! Modules:
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
 //! - [`fetch`]: fetch real models from a package registry, verified.
@@ -51,29 +54,58 @@
 //! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 //! - [`millis`]: durations as milliseconds, the unit of every report.
+//!
+//! # Cargo features
+//! All on by default; an application embedding the library keeps only what
+//! it uses (`default-features = false, features = ["cloud"]`). The harness,
+//! the [`Backend`] trait, [`gguf`] and the request vocabulary compile with
+//! any combination, none included.
+//!
+//! | feature | gives | brings |
+//! |---|---|---|
+//! | `local` | [`local`], [`fetch`], [`LocalBackend`] | llama-cpp-2 (compiles llama.cpp with CMake), num_cpus, sha2 |
+//! | `cloud` | [`cloud`], [`CloudBackend`] | reqwest (rustls), tower, bytes, httpdate |
+//! | `serve` | [`serve`] over any harness (no lane needed) | hyper, hyper-util, http-body-util, subtle |
+//! | `bench` | [`bench`](mod@bench); implies `local` (reports record ggml's devices) | regex, sha2 |
+//! | `cli` | the `edgecloud` binary: all of the above | clap, clap_complete, anyhow, tracing-subscriber |
+//!
+//! `cuda`, `vulkan`, `metal` and `portable` select llama.cpp builds and
+//! imply `local`. The binary, the integration tests, the benches and the
+//! examples declare the features they need (`required-features`).
 
+#[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "cloud")]
 pub mod cloud;
+#[cfg(feature = "local")]
 mod cores;
 mod error_chain;
+#[cfg(feature = "local")]
 pub mod fetch;
 pub mod gguf;
 pub mod harness;
 pub mod lane;
+#[cfg(feature = "local")]
 pub mod local;
 pub mod millis;
 mod panic_payload;
 pub mod request;
 mod sched;
+#[cfg(feature = "serve")]
 pub mod serve;
 
+#[cfg(feature = "cloud")]
 pub use cloud::CloudConfig;
 pub use error_chain::error_chain;
+#[cfg(feature = "cloud")]
+pub use harness::CloudBackend;
+#[cfg(feature = "local")]
+pub use harness::LocalBackend;
 pub use harness::{
-    Backend, BackendError, Candidate, CloudBackend, Event, Harness, HarnessBuilder, HarnessConfig,
-    HarnessError, LaneErrorKind, LaneReport, LaneStatus, LocalBackend, Observer, Outcome, Policy,
-    Route, RunOptions, RunStatus,
+    Backend, BackendError, Candidate, Event, Harness, HarnessBuilder, HarnessConfig, HarnessError,
+    LaneErrorKind, LaneReport, LaneStatus, Observer, Outcome, Policy, Route, RunOptions, RunStatus,
 };
 pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSink};
+#[cfg(feature = "local")]
 pub use local::LocalConfig;
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};

@@ -28,6 +28,8 @@
 //! lifted (plain libc calls on the calling thread).
 
 #![allow(unsafe_code)]
+// Lowering a thread's nice value serves only the local lane.
+#![cfg_attr(not(feature = "local"), allow(dead_code))]
 
 /// The slice the latency-sensitive threads ask for: the kernel's minimum
 /// (0.1 ms). They run for microseconds at a time, so it costs them nothing.

@@ -54,7 +54,8 @@ pub struct MachineInfo {
 pub struct BuildInfo {
     /// edgecloud's version.
     pub edgecloud_version: String,
-    /// The git commit it was built from, when git was there.
+    /// The git commit it was built from, when git was there; `-dirty` when
+    /// its tracked sources differed from that commit (see `build.rs`).
     pub git_commit: Option<String>,
     /// llama-cpp-sys-2's version (which fixes the llama.cpp source linked).
     pub llama_cpp_sys_version: Option<String>,

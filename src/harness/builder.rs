@@ -2,7 +2,10 @@
 //! together and checked once. Configuration files go through
 //! [`HarnessBuilder::config`]; this module must not read files itself.
 
-use super::adapters::{CloudBackend, LocalBackend};
+#[cfg(feature = "cloud")]
+use super::adapters::CloudBackend;
+#[cfg(feature = "local")]
+use super::adapters::LocalBackend;
 use super::api::{Harness, Inner};
 use super::backend::Backend;
 use super::callbacks::{Arbiter, Compressor, Named, PreScore, Scorer};
@@ -266,8 +269,14 @@ impl HarnessBuilder {
 
     /// Starts the lanes a configuration describes (`[local]`: loads the
     /// model, blocking; `[cloud]`: checks the settings and reads the key)
-    /// and puts them on the builder.
+    /// and puts them on the builder. A build without a lane's cargo feature
+    /// has no such section (parsing rejects it).
+    #[cfg_attr(
+        not(any(feature = "local", feature = "cloud")),
+        allow(unused_mut, unused_variables)
+    )]
     pub fn lanes_from(mut self, config: &HarnessConfig) -> Result<Self, HarnessError> {
+        #[cfg(feature = "local")]
         if let Some(local) = &config.local {
             let backend =
                 LocalBackend::start(local.clone()).map_err(|e| HarnessError::LaneStart {
@@ -276,6 +285,7 @@ impl HarnessBuilder {
                 })?;
             self = self.local(backend);
         }
+        #[cfg(feature = "cloud")]
         if let Some(cloud) = &config.cloud {
             let backend =
                 CloudBackend::start(cloud.clone()).map_err(|e| HarnessError::LaneStart {

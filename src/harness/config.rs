@@ -35,8 +35,10 @@ use super::policy::{
 };
 use super::route::Route;
 use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer, Signal, SignalScorer};
+#[cfg(feature = "cloud")]
 use crate::cloud::CloudConfig;
 use crate::lane::Lane;
+#[cfg(feature = "local")]
 use crate::local::LocalConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -78,11 +80,15 @@ deadline_ms = 3000
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HarnessConfig {
-    /// The local lane's settings (`[local]`; see [`LocalConfig`]).
+    /// The local lane's settings (`[local]`; see [`LocalConfig`]; feature
+    /// `local`).
+    #[cfg(feature = "local")]
     #[serde(default)]
     pub local: Option<LocalConfig>,
-    /// The cloud lane's settings (`[cloud]`; see [`CloudConfig`]). The
-    /// key comes from the variable `api_key_env` names, or `api_key`.
+    /// The cloud lane's settings (`[cloud]`; see [`CloudConfig`]; feature
+    /// `cloud`). The key comes from the variable `api_key_env` names, or
+    /// `api_key`.
+    #[cfg(feature = "cloud")]
     #[serde(default)]
     pub cloud: Option<CloudConfig>,
     /// Harness defaults (every route inherits them).
@@ -141,6 +147,40 @@ pub struct RouteConfig {
     pub default_route: Option<String>,
 }
 
+/// Refuses a `[local]` or `[cloud]` section that this build has no lane for
+/// (its cargo feature is off), in those words rather than serde's "unknown
+/// field".
+fn lanes_built(text: &str) -> Result<(), ConfigError> {
+    let missing: Vec<&str> = [
+        ("local", cfg!(not(feature = "local"))),
+        ("cloud", cfg!(not(feature = "cloud"))),
+    ]
+    .into_iter()
+    .filter_map(|(lane, missing)| missing.then_some(lane))
+    .collect();
+    refuse_sections(text, &missing)
+}
+
+/// The first of `lanes` that `text` has a section for, as an error. Text
+/// that is not TOML is left to the real parse to report.
+fn refuse_sections(text: &str, lanes: &[&str]) -> Result<(), ConfigError> {
+    if lanes.is_empty() {
+        return Ok(());
+    }
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Ok(());
+    };
+    match lanes.iter().find(|lane| table.contains_key(**lane)) {
+        Some(lane) => Err(ConfigError::Invalid {
+            key: (*lane).into(),
+            detail: format!(
+                "this build of edgecloud has no {lane} lane (built without the `{lane}` cargo feature)"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// A cascade threshold in a signal's own units (`escalate_below`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -168,6 +208,7 @@ impl HarnessConfig {
     }
 
     fn parse(text: &str, path: Option<PathBuf>) -> Result<Self, ConfigError> {
+        lanes_built(text)?;
         let cfg: HarnessConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path,
             detail: e.to_string().trim_end().to_string(),
@@ -429,6 +470,20 @@ impl RouteConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lane_section_without_its_feature_is_refused_by_name() {
+        let text = "[cloud]\nbase_url = \"http://x/v1\"\n[harness]\npolicy = \"race\"\n";
+        let err = refuse_sections(text, &["local", "cloud"]).unwrap_err();
+        assert!(matches!(&err, ConfigError::Invalid { key, .. } if key == "cloud"));
+        assert!(err.to_string().contains("`cloud` cargo feature"), "{err}");
+        assert!(refuse_sections(text, &["local"]).is_ok());
+        assert!(refuse_sections(text, &[]).is_ok());
+        // Not TOML: the real parse reports it, with its position.
+        assert!(refuse_sections("[cloud", &["cloud"]).is_ok());
+        // This build has both lanes: sections pass.
+        assert!(lanes_built(text).is_ok() || cfg!(not(all(feature = "local", feature = "cloud"))));
+    }
 
     #[test]
     fn the_example_config_parses_and_builds_routes() {

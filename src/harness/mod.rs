@@ -93,9 +93,10 @@ pub mod scoring;
 mod slot;
 mod timer;
 
-pub use adapters::{
-    candidate_from_cloud, candidate_from_local, CloudBackend, LocalBackend, HARNESS_COMPUTE_NICE,
-};
+#[cfg(feature = "cloud")]
+pub use adapters::{candidate_from_cloud, CloudBackend};
+#[cfg(feature = "local")]
+pub use adapters::{candidate_from_local, LocalBackend, HARNESS_COMPUTE_NICE};
 pub use api::{Diagnostic, Harness};
 pub use arbitration::pick_highest;
 pub use availability::{Availability, LaneHealth};

@@ -1,108 +1,12 @@
-//! Adapters from the real lanes to [`Backend`]: they translate one lane's
-//! completion and error types into [`Candidate`] and [`BackendError`], and
-//! nothing more (no policy, no retries, no timing of their own).
+//! The OpenAI-compatible cloud lane behind [`Backend`] (feature `cloud`).
 
-use super::availability::{Availability, LaneHealth};
-use super::backend::{
+use crate::cloud::{Admission, CloudCompletion, CloudConfig, CloudError, CloudLane};
+use crate::harness::availability::{Availability, LaneHealth};
+use crate::harness::backend::TokenCounts;
+use crate::harness::backend::{
     Backend, BackendError, BackendFuture, BackendInfo, Candidate, LaneErrorKind, Timings,
 };
-use super::backend::{TokenCounts, TokenSignals};
-use crate::cloud::{Admission, CloudCompletion, CloudConfig, CloudError, CloudLane};
 use crate::lane::{FinishReason, LaneJob};
-use crate::local::{LocalCompletion, LocalConfig, LocalError, LocalLane};
-
-/// The local llama.cpp lane as a harness backend. It observes cancellation
-/// between tokens and inside `llama_decode`.
-#[derive(Debug, Clone)]
-pub struct LocalBackend {
-    lane: LocalLane,
-}
-
-impl LocalBackend {
-    /// Wraps a started lane.
-    pub fn new(lane: LocalLane) -> Self {
-        Self { lane }
-    }
-
-    /// Starts a lane (loads the model; blocking) and wraps it.
-    ///
-    /// Unless `config.nice` is set, llama.cpp's compute threads run
-    /// [`HARNESS_COMPUTE_NICE`] nice steps below normal: they take every
-    /// core, and when a deadline comes the harness's timer and coordinator
-    /// (which also ask the kernel for short time slices) must get one at
-    /// once. Threads default to all physical cores, as for the lane alone.
-    pub fn start(mut config: LocalConfig) -> Result<Self, LocalError> {
-        if config.nice.is_none() {
-            config.nice = Some(HARNESS_COMPUTE_NICE);
-        }
-        LocalLane::start(config).map(Self::new)
-    }
-
-    /// The lane, for its tokenizer or its own diagnostics.
-    pub fn lane(&self) -> &LocalLane {
-        &self.lane
-    }
-}
-
-/// How many nice steps below normal llama.cpp's compute threads run under
-/// the harness unless `LocalConfig::nice` says otherwise (see
-/// [`LocalBackend::start`]).
-pub const HARNESS_COMPUTE_NICE: u8 = 0;
-
-impl Backend for LocalBackend {
-    fn info(&self) -> BackendInfo {
-        let i = self.lane.info();
-        BackendInfo {
-            name: "llama.cpp".into(),
-            model: Some(i.model.display().to_string()),
-            load_time: Some(i.load_time),
-        }
-    }
-
-    fn run(&self, job: LaneJob) -> BackendFuture {
-        // The job (and the permit in it) goes to the lane's worker thread,
-        // which drops it when the work really ends.
-        let ticket = self.lane.submit(job);
-        Box::pin(async move {
-            ticket.await.map(candidate_from_local).map_err(|e| {
-                BackendError::new(local_kind(&e), "local generation failed").with_source(e)
-            })
-        })
-    }
-}
-
-/// A local completion as a candidate: tokenizer counts, timings and
-/// log-probabilities carried over.
-pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
-    let t = &c.timings;
-    Candidate {
-        finish_reason: c.finish_reason,
-        tokens: TokenCounts {
-            local_prompt: Some(u64::from(c.prompt_tokens)),
-            local_reused_prompt: Some(u64::from(c.reused_prompt_tokens)),
-            local_completion: Some(u64::from(c.completion_tokens)),
-            ..TokenCounts::default()
-        },
-        timings: Timings {
-            ttft: t.ttft,
-            prompt_eval: Some(t.prompt_eval),
-            prompt_tokens_per_s: t.prompt_tokens_per_s,
-            generation: Some(t.generation),
-            gen_tokens_per_s: t.gen_tokens_per_s,
-            total: Some(t.total),
-            ..Timings::default()
-        },
-        signals: Some(TokenSignals {
-            token_logprobs: c.token_logprobs,
-            mean_logprob: c.mean_logprob,
-            min_logprob: c.min_logprob,
-            p10_logprob: c.p10_logprob,
-            first_token_margin: c.first_token_margin,
-        }),
-        http_status: None,
-        text: c.text,
-    }
-}
 
 /// The cloud lane as a harness backend. It observes cancellation (the HTTP
 /// exchange is dropped at once), and reports the lane's reachability: a
@@ -209,30 +113,6 @@ pub fn candidate_from_cloud(c: CloudCompletion) -> Candidate {
         signals: None,
         http_status: Some(c.http_status),
         text: c.text,
-    }
-}
-
-/// The class of a local lane error (the error itself becomes the source).
-/// Exhaustive on purpose: a new variant must be classed here.
-fn local_kind(e: &LocalError) -> LaneErrorKind {
-    match e {
-        LocalError::InvalidModel(_)
-        | LocalError::ModelLoad { .. }
-        | LocalError::Context { .. }
-        | LocalError::ChatTemplate { .. }
-        | LocalError::Decode { .. } => LaneErrorKind::Model,
-        LocalError::Devices(_) => LaneErrorKind::Config,
-        // The model crashed or hung a probe process: the model is at fault;
-        // a probe that could not run at all leaves the lane unavailable.
-        LocalError::ProbeCrashed { .. }
-        | LocalError::ProbeTimedOut { .. }
-        | LocalError::ProbeFailed { .. } => LaneErrorKind::Model,
-        LocalError::ProbeUnavailable { .. } => LaneErrorKind::Unavailable,
-        LocalError::PromptTooLong { .. } | LocalError::InvalidRequest(_) => {
-            LaneErrorKind::InvalidRequest
-        }
-        LocalError::Panicked { .. } => LaneErrorKind::Panicked,
-        LocalError::WorkerGone | LocalError::Spawn { .. } => LaneErrorKind::Unavailable,
     }
 }
 
