@@ -141,7 +141,7 @@ def main():
     body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}],
                        "max_tokens": 256, "stream": True, "stream_options": {"include_usage": True}})
 
-    ec = [args.bin, "cloud", "--base-url", base, "--model", "bench", "--prompt", "hi",
+    ec = [args.bin, "cloud", "--base-url", base, "--cloud-model", "bench", "--prompt", "hi",
           "--api-key-env", "EDGECLOUD_BENCH_NO_KEY"]
     cu = [curl, "-sN", "--no-buffer", "-X", "POST", "-H", "content-type: application/json",
           "--data", body, base + "/chat/completions"]
