@@ -406,6 +406,24 @@ async fn exit_statuses_follow_the_table() {
     let mut cmd = edgecloud();
     cmd.args(["run", "-m", "/nonexistent/m.gguf", "--prompt", "x"]);
     assert_eq!(output_async(cmd).await.status.code(), Some(1));
+    // With --json the failure is still one JSON line.
+    let mut cmd = edgecloud();
+    cmd.args([
+        "run",
+        "-m",
+        "/nonexistent/m.gguf",
+        "--prompt",
+        "x",
+        "--json",
+    ]);
+    let out = output_async(cmd).await;
+    assert_eq!(out.status.code(), Some(1));
+    let v = one_json_line(&out);
+    assert_eq!(v["status"], "failed");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/m.gguf"));
 
     // The table is in --help, top-level and per subcommand.
     for args in [vec!["--help"], vec!["run", "--help"], vec!["bench", "-h"]] {

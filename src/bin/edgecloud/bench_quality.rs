@@ -115,7 +115,12 @@ pub(crate) struct ReplayCloudArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8089")]
     listen: SocketAddr,
     /// The model name requests must use (and reports show).
-    #[arg(long, value_name = "NAME", default_value = "replay")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "replay",
+        visible_alias = "served-model-name"
+    )]
     model_name: String,
     /// Time to the first piece of each answer, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]

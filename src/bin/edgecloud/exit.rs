@@ -12,7 +12,8 @@ pub(crate) const OK: u8 = 0;
 /// file could not be read, no answer).
 pub(crate) const FAILURE: u8 = 1;
 /// The invocation is wrong: an unknown or conflicting flag, a bad value
-/// (from a flag or an `EDGECLOUD_*` variable), an invalid config file.
+/// (from a flag or an `EDGECLOUD_*` variable), an invalid config file (one
+/// that cannot be read at all is a [`FAILURE`], like a model file).
 /// clap exits with 2 for its own parse errors; [`Usage`] does for ours.
 pub(crate) const USAGE: u8 = 2;
 /// The deadline passed before a usable answer (as `timeout(1)` reports).

@@ -11,8 +11,8 @@ use crate::prompt::PromptArgs;
 use anyhow::Context as _;
 use edgecloud::cloud::CloudConfig;
 use edgecloud::harness::{
-    AbortHandle, CancelResult, Harness, HarnessConfig, LaneReport, Outcome, PolicyKind, RunOptions,
-    RunStatus, EXAMPLE_CONFIG,
+    AbortHandle, CancelResult, ConfigError, Harness, HarnessConfig, LaneReport, Outcome,
+    PolicyKind, RunOptions, RunStatus, EXAMPLE_CONFIG,
 };
 use edgecloud::local::{LocalConfig, ProbeMode};
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
@@ -95,7 +95,12 @@ impl HarnessArgs {
     /// top. Every mistake here is a usage error (exit status 2).
     pub(crate) fn load_config(&self) -> anyhow::Result<HarnessConfig> {
         let mut cfg = match &self.config {
-            Some(path) => HarnessConfig::from_file(path).map_err(|e| usage_from(&e))?,
+            // A file that cannot be read is a failure (1), like a model
+            // file; one that reads but is invalid is a usage error (2).
+            Some(path) => HarnessConfig::from_file(path).map_err(|e| match e {
+                ConfigError::Read { .. } => anyhow::Error::new(e),
+                e => usage_from(&e),
+            })?,
             None => HarnessConfig::default(),
         };
         if let Some(model) = &self.model {
@@ -245,7 +250,22 @@ pub(crate) struct RunArgs {
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.lanes.load_config()?;
     let user = args.prompt.user_message()?;
-    let harness = args.lanes.build(&cfg)?;
+    let harness = match args.lanes.build(&cfg) {
+        Ok(h) => h,
+        // With --json, a lane that cannot start is still one JSON line
+        // (as `local` and `cloud` report theirs), so a script reading
+        // stdout always gets an object; usage errors print none.
+        Err(e) if args.output.json && exit::status_of(&e) == exit::FAILURE => {
+            args.output.print(&serde_json::json!({
+                "status": "failed",
+                "error": {"kind": "startup", "message": format!("{e:#}")},
+                "lanes": [],
+            }))?;
+            eprintln!("error: {e:#}");
+            return Ok(exit::code(exit::FAILURE));
+        }
+        Err(e) => return Err(e),
+    };
     let messages = ChatMessage::conversation(args.prompt.system.clone(), user);
     let request = Request {
         id: None,

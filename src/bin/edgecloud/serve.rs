@@ -51,7 +51,11 @@ pub(crate) struct ServeArgs {
     served_model_name: Vec<String>,
     /// Any model name this server does not know selects the default route
     /// (instead of 404 model_not_found).
-    #[arg(long, env = "EDGECLOUD_ACCEPT_ANY_MODEL")]
+    #[arg(
+        long,
+        env = "EDGECLOUD_ACCEPT_ANY_MODEL",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     accept_any_model: bool,
     /// `max_tokens` for requests that do not set it.
     #[arg(long, value_name = "N", default_value_t = 256)]
@@ -159,10 +163,12 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(server.run_until(shutdown_signal()).await)
     })?;
     if report.is_clean() {
-        eprintln!(
-            "edgecloud serve: stopped cleanly after {:.0} ms",
-            report.waited_ms
-        );
+        if !crate::quiet() {
+            eprintln!(
+                "edgecloud serve: stopped cleanly after {:.0} ms",
+                report.waited_ms
+            );
+        }
     } else {
         eprintln!(
             "edgecloud serve: grace period over with {} connection(s), {} run(s) and {} worker(s) still running",
@@ -253,5 +259,7 @@ pub(crate) async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-    eprintln!("edgecloud serve: shutting down (finishing requests in flight)");
+    if !crate::quiet() {
+        eprintln!("edgecloud serve: shutting down (finishing requests in flight)");
+    }
 }
