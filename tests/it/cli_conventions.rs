@@ -169,6 +169,23 @@ async fn the_prompt_comes_from_stdin_or_a_file() {
         assert_eq!(sent, want, "{args:?}");
     }
 
+    // The old spelling `cloud --model NAME` still works, with a note.
+    let mut cmd = edgecloud();
+    cmd.args(["cloud", "--base-url", &server.base_url()]).args([
+        "--model",
+        "old-spelling",
+        "--prompt",
+        "hi",
+        "--json",
+    ]);
+    let out = output_async(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--cloud-model"));
+    assert_eq!(
+        server.requests().last().unwrap().json()["model"],
+        "old-spelling"
+    );
+
     // `run` and `local` read it too; an empty prompt is a usage error.
     let mut cmd = edgecloud();
     cmd.args([
