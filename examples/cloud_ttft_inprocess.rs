@@ -137,27 +137,42 @@ fn main() {
         cfg.api_key_env = "EDGECLOUD_BENCH_NO_KEY".into();
         CloudLane::new(cfg).expect("valid config")
     };
-    let once = |lane: &CloudLane| {
+    let once = |lane: CloudLane| async move {
         let job = LaneJob::new(
             vec![ChatMessage::user("hi")],
             Sampling::default(),
             Instant::now() + Duration::from_secs(10),
         );
-        rt.block_on(async {
-            let done = lane.run(job).await.expect("loopback answer");
-            tokio::time::sleep(gap).await;
-            let t = done.timings;
-            (ms(t.connect), ms(t.ttfb), ms(t.ttft))
-        })
+        let done = lane.run(job).await.expect("loopback answer");
+        // The pause also lets the runtime finish with the exchange (the
+        // connection back to the pool, or a dropped lane's connection
+        // closed) before the next request is timed.
+        tokio::time::sleep(gap).await;
+        let t = done.timings;
+        (lane, (ms(t.connect), ms(t.ttfb), ms(t.ttft)))
     };
-    let first = once(&lane());
-    let (mut fresh, mut pooled) = (Vec::new(), Vec::new());
-    let kept = lane();
-    once(&kept);
-    for _ in 0..runs {
-        fresh.push(once(&lane()));
-        pooled.push(once(&kept));
-    }
+    // One series at a time, all inside the runtime: work left over from
+    // one request (a pooled connection's return, a dropped lane's close)
+    // runs in the pause, not in the next request's time.
+    let (first, pooled, fresh) = rt.block_on(async {
+        let (_, first) = once(lane()).await;
+        let (mut kept, _) = once(lane()).await;
+        let mut pooled = Vec::new();
+        for _ in 0..runs {
+            let (lane, t) = once(kept).await;
+            kept = lane;
+            pooled.push(t);
+        }
+        drop(kept);
+        let mut fresh = Vec::new();
+        for _ in 0..runs {
+            let (lane, t) = once(lane()).await;
+            drop(lane);
+            tokio::time::sleep(gap).await;
+            fresh.push(t);
+        }
+        (first, pooled, fresh)
+    });
     let (host, path) = split_base(base);
     let raw = median(rt.block_on(raw_pooled(&host, &path, runs, gap)));
     let url = format!("http://{host}{path}");
