@@ -1,4 +1,4 @@
-//! Integration tests: the harness. Contract points 1-8 of DESIGN.md, each
+//! Integration tests: the harness. Contract points 1-8 of docs/DESIGN.md, each
 //! policy, streaming commit points, routes and outcomes, driven by scripted
 //! backends the tests release through handles (no sleeps; deadlines that
 //! are meant to pass are short, the others are a minute long).
