@@ -762,9 +762,19 @@ async fn edgecloud_is_the_cloud_lane_of_another_edgecloud() {
         usage.completion_tokens,
         direct.usage.unwrap().completion_tokens
     );
+    // Seeded like the requests above: unseeded, the tiny random model
+    // sometimes ends at once (end-of-turn first), and an empty answer is
+    // unusable, which made this check fail now and then.
     let (status, headers, body) = post(
         &outer.url,
-        json!({"model": "edgecloud", "messages": user("hi"), "max_tokens": 4}),
+        json!({
+            "model": "edgecloud",
+            "messages": user("Tell me about edges"),
+            "max_tokens": 10,
+            "temperature": 0.9,
+            "top_p": 0.95,
+            "seed": 7,
+        }),
         &[],
     )
     .await;
