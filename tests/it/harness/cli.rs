@@ -187,6 +187,10 @@ deadline_ms = 7000
         "Hi",
         "--max-tokens",
         "4",
+        // Seeded: unseeded, the tiny random model now and then ends at
+        // once, and an empty answer is no usable answer (exit 1).
+        "--seed",
+        "7",
         "--json",
     ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
@@ -222,6 +226,8 @@ deadline_ms = 7000
         "vehicle_control",
         "--max-tokens",
         "4",
+        "--seed",
+        "7",
         "--json",
     ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
