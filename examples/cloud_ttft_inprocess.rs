@@ -42,6 +42,9 @@ fn split_base(base: &str) -> (String, String) {
     (host.to_owned(), path)
 }
 
+/// The server's first answer text, as it appears in the raw stream.
+const FIRST_TEXT: &[u8] = b"\"content\":\"Once\"";
+
 const BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 
 /// The floor: the same exchange written by hand on one kept-alive
@@ -67,7 +70,7 @@ async fn raw_pooled(host: &str, path: &str, runs: usize, gap: Duration) -> Vec<f
             let n = stream.read(&mut buf).expect("read");
             assert!(n > 0, "the server closed the connection");
             seen.extend_from_slice(&buf[..n]);
-            if first.is_none() && contains(&seen, b"\"content\":\"Once\"") {
+            if first.is_none() && contains(&seen, FIRST_TEXT) {
                 first = Some(started.elapsed());
             }
             if seen.ends_with(b"0\r\n\r\n") {
@@ -106,7 +109,7 @@ async fn reqwest_pooled(url: &str, runs: usize, gap: Duration) -> Vec<f64> {
         let (mut seen, mut first) = (Vec::new(), None);
         while let Some(bytes) = response.chunk().await.expect("body") {
             seen.extend_from_slice(&bytes);
-            if first.is_none() && contains(&seen, b"\"content\":\"Once\"") {
+            if first.is_none() && contains(&seen, FIRST_TEXT) {
                 first = Some(started.elapsed());
             }
         }
