@@ -222,7 +222,7 @@ async fn openai_client_talks_to_the_real_local_lane() {
     // The outcome rides along, in the body and in the headers.
     let (status, headers, body) = post(
         &server.base_url(),
-        json!({"model": "edgecloud", "messages": user("Hi"), "max_tokens": 4}),
+        json!({"model": "edgecloud", "messages": user("Hi"), "max_tokens": 4, "seed": 7}),
         &[],
     )
     .await;
@@ -834,7 +834,7 @@ async fn the_binary_stops_cleanly_on_sigint_and_refuses_bad_setups() {
     );
     let (status, _, _) = post(
         &p.url,
-        json!({"model": "edgecloud", "messages": user("hi"), "max_tokens": 2}),
+        json!({"model": "edgecloud", "messages": user("hi"), "max_tokens": 2, "seed": 7}),
         &[],
     )
     .await;
