@@ -14,12 +14,20 @@
 //! - **Same depth.** The lane generates after its prompt, so its tokens
 //!   attend over `prompt` cached positions; llama-bench's tg runs at
 //!   `-d <prompt tokens>` to match (its plain tg64 starts from an empty
-//!   cache, which is slightly cheaper per token).
-//! - **Same batch.** The lane reuses the template's first tokens from the
-//!   previous job, so a prompt of `pp` tokens would decode fewer than `pp`.
-//!   Prompts are padded so the lane decodes exactly `pp` new tokens, as
-//!   llama-bench's pp test does: matrix kernels tile by rows, and on this
-//!   machine llama-bench itself ran about 2% slower at pp125 than at pp128.
+//!   cache, which is slightly cheaper per token). Likewise the prompt: a
+//!   chat request reuses the template's first tokens from the previous job
+//!   (`<|im_start|>` and the like), so its `pp` new tokens attend over those
+//!   too, and llama-bench's pp runs at `-d <reused tokens>`. That is not a
+//!   rounding: on bench-135m llama-bench's pp128 at depth 7 is about 2-3%
+//!   slower than at depth 0 (flash attention skips the key blocks a causal
+//!   mask hides entirely, and 7 more keys add a block). llama-bench's pp at
+//!   depth 0 is printed too, for reference.
+//! - **Same batch.** Prompts are padded so the lane decodes exactly `pp`
+//!   new tokens, as llama-bench's pp test does: matrix kernels tile by
+//!   rows, and on this machine llama-bench itself ran about 2% slower at
+//!   pp125 than at pp128. Consecutive jobs alternate one early word, so
+//!   each reuses the same template prefix and nothing more; a job that
+//!   decoded another count anyway is left out of pp (and counted).
 //! - **A real request.** llama-bench decodes synthetic tokens; the lane
 //!   runs a real chat request (template, tokenizer, greedy sampling,
 //!   log-probabilities and first-token margin, UTF-8 streaming into a sink,
@@ -104,14 +112,18 @@ fn main() {
         stop: vec!["\n\n\n\n\n\n".into()],
         ..Sampling::default()
     };
-    // A user message that a real model answers at length; its first word
-    // changes per job so nothing but the template's first tokens is reused
-    // from the previous job. `text_tokens` is the message's own length.
+    // A user message that a real model answers at length; its number
+    // alternates between jobs, so the same few tokens (the template's first
+    // ones and "Story") are reused from the previous job every time.
+    // `text_tokens` is the message's own length.
     let prompt = |variant: usize, text_tokens: usize| {
-        let mut text = format!("Story {variant}. Continue this list of words, forever:");
+        let mut text = format!(
+            "Story {}. Continue this list of words, forever:",
+            variant % 2 + 1
+        );
         let mut i = 0;
         while lane.count_tokens(&text) + 4 < text_tokens {
-            text.push_str(&format!(" word{}", (i * 7 + variant) % 89));
+            text.push_str(&format!(" word{}", (i * 7) % 89));
             i += 1;
         }
         // Single-token padding for an exact length.
@@ -145,7 +157,15 @@ fn main() {
     let depth = warm.prompt_tokens;
     let decoded = depth - warm.reused_prompt_tokens;
 
-    let pp_args = vec!["-p".into(), pp.to_string(), "-n".into(), "0".into()];
+    let pp_args = vec![
+        "-p".into(),
+        pp.to_string(),
+        "-n".into(),
+        "0".into(),
+        "-d".into(),
+        warm.reused_prompt_tokens.to_string(),
+    ];
+    let pp0_args = vec!["-p".into(), pp.to_string(), "-n".into(), "0".into()];
     let tg_args = vec![
         "-p".into(),
         "0".into(),
@@ -154,33 +174,43 @@ fn main() {
         "-d".into(),
         depth.to_string(),
     ];
-    let (mut ref_pp, mut ref_tg, mut ours_pp, mut ours_tg) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ref_pp, mut ref_pp0, mut ref_tg, mut ours_pp, mut ours_tg) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut round_pp, mut round_tg) = (Vec::new(), Vec::new());
-    let mut short = 0;
+    let (mut short, mut off_pp) = (0, 0);
     for _ in 0..rounds {
         let r_pp = llama_bench(bin, model, threads, &pp_args);
+        let r_pp0 = llama_bench(bin, model, threads, &pp0_args);
         let r_tg = llama_bench(bin, model, threads, &tg_args);
         let (mut o_pp, mut o_tg) = (Vec::new(), Vec::new());
         for _ in 0..PER_ROUND {
             let done = run(tg);
-            o_pp.push(done.timings.prompt_tokens_per_s.unwrap_or(0.0));
+            if done.prompt_tokens == depth && done.reused_prompt_tokens == warm.reused_prompt_tokens
+            {
+                o_pp.push(done.timings.prompt_tokens_per_s.unwrap_or(0.0));
+            } else {
+                off_pp += 1;
+            }
             if done.completion_tokens == tg {
                 o_tg.push(done.timings.gen_tokens_per_s.unwrap_or(0.0));
             } else {
                 short += 1;
             }
         }
-        round_pp.push(median(&o_pp) / median(&r_pp));
+        if !o_pp.is_empty() {
+            round_pp.push(median(&o_pp) / median(&r_pp));
+        }
         if !o_tg.is_empty() {
             round_tg.push(median(&o_tg) / median(&r_tg));
         }
         ref_pp.extend(r_pp);
+        ref_pp0.extend(r_pp0);
         ref_tg.extend(r_tg);
         ours_pp.extend(o_pp);
         ours_tg.extend(o_tg);
     }
-    let (pp_ref, tg_ref) = (median(&ref_pp), median(&ref_tg));
+    let (pp_ref, pp0_ref, tg_ref) = (median(&ref_pp), median(&ref_pp0), median(&ref_tg));
+    let reused = warm.reused_prompt_tokens;
     let (pp_ours, tg_ours) = (median(&ours_pp), median(&ours_tg));
     let (pp_lo, pp_hi) = min_max(&round_pp);
     let (tg_lo, tg_hi) = min_max(&round_tg);
@@ -189,8 +219,13 @@ fn main() {
     );
     println!("                    llama-bench   edgecloud   ratio  (rounds min-max)");
     println!(
-        "pp{pp:<4}      tok/s  {pp_ref:>10.1}  {pp_ours:>10.1}   {:.3}  ({pp_lo:.3}-{pp_hi:.3})  our prompt: {depth} tokens, {decoded} decoded",
+        "pp{pp:<4} @d{reused:<4} tok/s  {pp_ref:>10.1}  {pp_ours:>10.1}   {:.3}  ({pp_lo:.3}-{pp_hi:.3})  our prompt: {depth} tokens, {reused} reused, {decoded} decoded",
         pp_ours / pp_ref
+    );
+    println!(
+        "pp{pp:<4} @d0    tok/s  {pp0_ref:>10.1}  {:>10}   {:.3}  (llama-bench at depth 0, for reference)",
+        "-",
+        pp_ours / pp0_ref
     );
     println!(
         "tg{tg:<4} @d{depth:<4} tok/s  {tg_ref:>10.1}  {tg_ours:>10.1}   {:.3}  ({tg_lo:.3}-{tg_hi:.3})",
@@ -199,11 +234,16 @@ fn main() {
     if short > 0 {
         println!("note: {short} lane jobs ended before {tg} tokens and were left out of tg");
     }
+    if off_pp > 0 {
+        println!("note: {off_pp} lane jobs decoded another prompt length and were left out of pp");
+    }
     println!(
         "RESULT pp_ref={pp_ref:.2} pp_ours={pp_ours:.2} pp_ratio={:.4} pp_lo={pp_lo:.4} pp_hi={pp_hi:.4} \
+         pp_depth={reused} pp0_ref={pp0_ref:.2} pp0_ratio={:.4} \
          tg_ref={tg_ref:.2} tg_ours={tg_ours:.2} tg_ratio={:.4} tg_lo={tg_lo:.4} tg_hi={tg_hi:.4} \
-         depth={depth} decoded={decoded} rounds={rounds} short={short}",
+         depth={depth} decoded={decoded} rounds={rounds} short={short} off_pp={off_pp}",
         pp_ours / pp_ref,
+        pp_ours / pp0_ref,
         tg_ours / tg_ref
     );
 }
