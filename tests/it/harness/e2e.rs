@@ -166,10 +166,13 @@ fn every_policy_end_to_end_with_the_real_local_lane_and_a_loopback_cloud() {
     // model's answers are noise (score near 0), the cloud carries no
     // log-probs (neutral confidence): best-of and a demanding cascade pick
     // the cloud; a lenient cascade keeps the local answer.
+    //
+    // Race comes last: when its local lane wins, the cancelled cloud
+    // request may reach the server after the run has settled, and the next
+    // case would count it as its own (a flake seen once in 12 runs).
     let cases: [(Policy, Option<Lane>, Option<bool>); 8] = [
         (Policy::LocalOnly, Some(Lane::Local), Some(false)),
         (Policy::CloudOnly, Some(Lane::Cloud), Some(true)),
-        (Policy::Race, None, None),
         (
             Policy::hedge(Duration::from_secs(3600)),
             Some(Lane::Local),
@@ -179,6 +182,7 @@ fn every_policy_end_to_end_with_the_real_local_lane_and_a_loopback_cloud() {
         (Policy::cascade(0.0), Some(Lane::Local), Some(false)),
         (Policy::fallback(), Some(Lane::Cloud), Some(true)),
         (Policy::BestOf, Some(Lane::Cloud), Some(true)),
+        (Policy::Race, None, None),
     ];
     for (policy, winner, cloud_asked) in cases {
         let h = Harness::builder()
