@@ -155,17 +155,11 @@ fn main() {
     let mut run = move |max_tokens| run(max_tokens, text_tokens);
     let warm = run(tg);
     let depth = warm.prompt_tokens;
-    let decoded = depth - warm.reused_prompt_tokens;
+    let reused = warm.reused_prompt_tokens;
+    let decoded = depth - reused;
 
-    let pp_args = vec![
-        "-p".into(),
-        pp.to_string(),
-        "-n".into(),
-        "0".into(),
-        "-d".into(),
-        warm.reused_prompt_tokens.to_string(),
-    ];
-    let pp0_args = vec!["-p".into(), pp.to_string(), "-n".into(), "0".into()];
+    let pp0_args: Vec<String> = vec!["-p".into(), pp.to_string(), "-n".into(), "0".into()];
+    let pp_args = [pp0_args.clone(), vec!["-d".into(), reused.to_string()]].concat();
     let tg_args = vec![
         "-p".into(),
         "0".into(),
@@ -185,8 +179,7 @@ fn main() {
         let (mut o_pp, mut o_tg) = (Vec::new(), Vec::new());
         for _ in 0..PER_ROUND {
             let done = run(tg);
-            if done.prompt_tokens == depth && done.reused_prompt_tokens == warm.reused_prompt_tokens
-            {
+            if done.prompt_tokens == depth && done.reused_prompt_tokens == reused {
                 o_pp.push(done.timings.prompt_tokens_per_s.unwrap_or(0.0));
             } else {
                 off_pp += 1;
@@ -210,7 +203,6 @@ fn main() {
         ours_tg.extend(o_tg);
     }
     let (pp_ref, pp0_ref, tg_ref) = (median(&ref_pp), median(&ref_pp0), median(&ref_tg));
-    let reused = warm.reused_prompt_tokens;
     let (pp_ours, tg_ours) = (median(&ours_pp), median(&ours_tg));
     let (pp_lo, pp_hi) = min_max(&round_pp);
     let (tg_lo, tg_hi) = min_max(&round_tg);

@@ -34,7 +34,7 @@ use super::observer::EventSink;
 use super::outcome::{LaneStatus, Outcome};
 use super::policy::{CommitMode, Policy};
 use super::registry::Registry;
-use super::route::RouteSettings;
+use super::route::{Cb, RouteSettings};
 use super::slot::LaneSlot;
 use crate::lane::{CancellationToken, Lane, LaneJob, PerLane};
 use crate::panic_payload::message;
@@ -290,43 +290,29 @@ impl Shell {
         let route = self.route.clone();
         match call {
             Call::PreScore => {
-                let cb = route
-                    .pre_score
-                    .as_ref()
-                    .expect("the core calls configured callbacks");
-                let f = cb.f.clone();
+                let cb = configured(&route.pre_score);
                 self.run_callback(id, cb.inline, move || {
-                    CbOutput::PreScore(f.cloud_needed(&req))
+                    CbOutput::PreScore(cb.f.cloud_needed(&req))
                 });
             }
             Call::Compress => {
-                let cb = route
-                    .compressor
-                    .as_ref()
-                    .expect("the core calls configured callbacks");
-                let f = cb.f.clone();
+                let cb = configured(&route.compressor);
                 self.run_callback(id, cb.inline, move || {
-                    CbOutput::Compress(f.compress(&req.messages))
+                    CbOutput::Compress(cb.f.compress(&req.messages))
                 });
             }
             Call::Score { lane, candidate } => {
-                let cb = route
-                    .scorer
-                    .as_ref()
-                    .expect("the core calls configured callbacks");
-                let f = cb.f.clone();
+                let cb = configured(&route.scorer);
                 let ctx = ScoreContext { lane, request: req };
                 self.run_callback(id, cb.inline, move || {
-                    CbOutput::Score(f.score(&candidate, &ctx))
+                    CbOutput::Score(cb.f.score(&candidate, &ctx))
                 });
             }
             Call::Arbitrate(cands) => {
-                let cb = route
-                    .arbiter
-                    .as_ref()
-                    .expect("the core calls configured callbacks");
-                let f = cb.f.clone();
-                self.run_callback(id, cb.inline, move || CbOutput::Arbitrate(f.pick(&cands)));
+                let cb = configured(&route.arbiter);
+                self.run_callback(id, cb.inline, move || {
+                    CbOutput::Arbitrate(cb.f.pick(&cands))
+                });
             }
         }
     }
@@ -413,4 +399,10 @@ async fn wait_armed(timer: &mut Armed) {
         Some((_, t)) => t.as_mut().await,
         None => std::future::pending().await,
     }
+}
+
+/// The route's callback the core asked for: the core only calls the ones
+/// the route configures.
+fn configured<T: ?Sized>(cb: &Option<Cb<T>>) -> Cb<T> {
+    cb.clone().expect("the core calls configured callbacks")
 }
