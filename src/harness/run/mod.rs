@@ -290,26 +290,26 @@ impl Shell {
         let route = self.route.clone();
         match call {
             Call::PreScore => {
-                let cb = configured(&route.pre_score);
+                let cb = route_callback(&route.pre_score);
                 self.run_callback(id, cb.inline, move || {
                     CbOutput::PreScore(cb.f.cloud_needed(&req))
                 });
             }
             Call::Compress => {
-                let cb = configured(&route.compressor);
+                let cb = route_callback(&route.compressor);
                 self.run_callback(id, cb.inline, move || {
                     CbOutput::Compress(cb.f.compress(&req.messages))
                 });
             }
             Call::Score { lane, candidate } => {
-                let cb = configured(&route.scorer);
+                let cb = route_callback(&route.scorer);
                 let ctx = ScoreContext { lane, request: req };
                 self.run_callback(id, cb.inline, move || {
                     CbOutput::Score(cb.f.score(&candidate, &ctx))
                 });
             }
             Call::Arbitrate(cands) => {
-                let cb = configured(&route.arbiter);
+                let cb = route_callback(&route.arbiter);
                 self.run_callback(id, cb.inline, move || {
                     CbOutput::Arbitrate(cb.f.pick(&cands))
                 });
@@ -403,6 +403,6 @@ async fn wait_armed(timer: &mut Armed) {
 
 /// The route's callback the core asked for: the core only calls the ones
 /// the route configures.
-fn configured<T: ?Sized>(cb: &Option<Cb<T>>) -> Cb<T> {
+fn route_callback<T: ?Sized>(cb: &Option<Cb<T>>) -> Cb<T> {
     cb.clone().expect("the core calls configured callbacks")
 }
