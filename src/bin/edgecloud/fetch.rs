@@ -45,7 +45,10 @@ pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
     // A name not in the catalogue is a bad argument: usage (exit 2).
     let entry = fetch::entry(name).map_err(|e| crate::exit::usage_from(&e))?;
     let cancel = CancellationToken::new();
-    cancel_on_ctrl_c(&cancel);
+    // Ctrl-C cancels the fetch (which then removes its partial files)
+    // instead of killing the process mid-write.
+    let on_ctrl_c = cancel.clone();
+    crate::interrupt::on_ctrl_c(move || on_ctrl_c.cancel());
     let options = FetchOptions {
         source: args
             .from_wheel
@@ -126,28 +129,6 @@ fn print_list() {
             e.requirement(),
             e.description
         );
-    }
-}
-
-/// Ctrl-C cancels the fetch (which then removes its partial files) instead
-/// of killing the process mid-write.
-fn cancel_on_ctrl_c(cancel: &CancellationToken) {
-    let cancel = cancel.clone();
-    let spawned = std::thread::Builder::new()
-        .name("edgecloud-ctrl-c".into())
-        .spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            if rt.block_on(tokio::signal::ctrl_c()).is_ok() {
-                cancel.cancel();
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "no Ctrl-C handler; Ctrl-C will end the fetch abruptly");
     }
 }
 
