@@ -1,7 +1,8 @@
 //! The exit statuses every subcommand shares, and the usage error that
 //! maps to status 2. `main` turns a subcommand's result into a status
-//! here; subcommands return [`ExitCode`]s from this module only, so the
-//! table in `--help` and in the README is the whole truth.
+//! here; subcommands end with these statuses only (`ExitCode::SUCCESS` and
+//! `ExitCode::FAILURE` are [`OK`] and [`FAILURE`]), so the table in `--help`
+//! and in the README is the whole truth.
 
 use std::fmt;
 use std::process::ExitCode;
