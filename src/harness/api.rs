@@ -50,7 +50,8 @@ pub(crate) struct Inner {
     pub(crate) runtime: Mutex<Option<Runtime>>,
     pub(crate) events: EventSink,
     pub(crate) registry: Arc<Registry>,
-    pub(crate) next_run: AtomicU64,
+    /// Shared by the instances of a pool: run ids are unique pool-wide.
+    pub(crate) next_run: Arc<AtomicU64>,
     pub(crate) shutting_down: AtomicBool,
 }
 
@@ -110,29 +111,7 @@ impl Harness {
             return Err(HarnessError::ShuttingDown);
         }
         request.validate()?;
-        let route = match &options.route {
-            None => inner.default_route.clone(),
-            Some(name) => inner.routes.get(name).cloned().ok_or_else(|| {
-                let mut known: Vec<String> = inner.routes.keys().cloned().collect();
-                known.sort();
-                HarnessError::UnknownRoute {
-                    name: name.clone(),
-                    known,
-                }
-            })?,
-        };
-        let policy = match options.policy.clone() {
-            Some(p) => {
-                p.validate().map_err(|detail| {
-                    HarnessError::Config(super::ConfigError::Invalid {
-                        key: "policy".into(),
-                        detail,
-                    })
-                })?;
-                p
-            }
-            None => route.policy.clone(),
-        };
+        let (route, policy) = self.route_and_policy(&options)?;
         let start = Instant::now();
         let deadline = start + request.deadline.unwrap_or(route.deadline);
         let run_id = inner.next_run.fetch_add(1, Ordering::Relaxed);
@@ -166,6 +145,66 @@ impl Harness {
             tokens: stream_rx,
             outcome,
         })
+    }
+
+    /// The route and policy a run with these options uses.
+    fn route_and_policy(
+        &self,
+        options: &RunOptions,
+    ) -> Result<(Arc<RouteSettings>, Policy), HarnessError> {
+        let inner = &self.inner;
+        let route = match &options.route {
+            None => inner.default_route.clone(),
+            Some(name) => inner.routes.get(name).cloned().ok_or_else(|| {
+                let mut known: Vec<String> = inner.routes.keys().cloned().collect();
+                known.sort();
+                HarnessError::UnknownRoute {
+                    name: name.clone(),
+                    known,
+                }
+            })?,
+        };
+        let policy = match options.policy.clone() {
+            Some(p) => {
+                p.validate().map_err(|detail| {
+                    HarnessError::Config(super::ConfigError::Invalid {
+                        key: "policy".into(),
+                        detail,
+                    })
+                })?;
+                p
+            }
+            None => route.policy.clone(),
+        };
+        Ok((route, policy))
+    }
+
+    /// The lanes a run with these options may use (configured ones only),
+    /// and the lanes it starts with: what a pool looks at to pick an
+    /// instance.
+    pub(crate) fn lanes_for(
+        &self,
+        options: &RunOptions,
+    ) -> Result<super::pool::LaneNeeds, HarnessError> {
+        let (_, policy) = self.route_and_policy(options)?;
+        let configured = |lane: Lane| self.inner.slots[lane].is_some();
+        let (uses, first): (&[Lane], &[Lane]) = match &policy {
+            Policy::LocalOnly => (&[Lane::Local], &[Lane::Local]),
+            Policy::CloudOnly => (&[Lane::Cloud], &[Lane::Cloud]),
+            Policy::Hedge { primary, .. } => (&Lane::ALL, std::slice::from_ref(primary)),
+            Policy::Cascade { .. } => (&Lane::ALL, &[Lane::Local]),
+            Policy::Fallback { .. } => (&Lane::ALL, &[Lane::Cloud]),
+            _ => (&Lane::ALL, &Lane::ALL),
+        };
+        Ok(super::pool::LaneNeeds {
+            uses: PerLane::from_fn(|lane| uses.contains(&lane) && configured(lane)),
+            first: first.iter().copied().filter(|&l| configured(l)).collect(),
+        })
+    }
+
+    /// The deadline budget of the route these options name.
+    pub(crate) fn route_deadline(&self, options: &RunOptions) -> Result<Duration, HarnessError> {
+        Ok(self.route_and_policy(options)?.0.deadline)
     }
 
     /// Runs a request on the default route and waits for its outcome.
@@ -317,33 +356,42 @@ impl Drop for Inner {
         let Some(rt) = rt else {
             return;
         };
-        if !self.registry.busy() {
-            rt.shutdown_background();
-            return;
-        }
-        let holder = Arc::new(Mutex::new(Some(rt)));
-        let in_thread = holder.clone();
-        let registry = self.registry.clone();
-        let spawned = std::thread::Builder::new()
-            .name("edgecloud-reaper".into())
-            .spawn(move || {
-                let rt = in_thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(rt) = rt {
-                    rt.block_on(async {
+        reap_when_idle(rt, vec![self.registry.clone()]);
+    }
+}
+
+/// Shuts `rt` down once no run or worker of these registries is left,
+/// without blocking the caller: at once when all are idle, else from a
+/// detached thread that waits for them.
+pub(crate) fn reap_when_idle(rt: Runtime, registries: Vec<Arc<Registry>>) {
+    let busy = |rs: &[Arc<Registry>]| rs.iter().any(|r| r.busy());
+    if !busy(&registries) {
+        rt.shutdown_background();
+        return;
+    }
+    let holder = Arc::new(Mutex::new(Some(rt)));
+    let in_thread = holder.clone();
+    let spawned = std::thread::Builder::new()
+        .name("edgecloud-reaper".into())
+        .spawn(move || {
+            let rt = in_thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(rt) = rt {
+                rt.block_on(async {
+                    for registry in &registries {
                         while registry.busy() {
                             registry
                                 .wait_idle(Instant::now() + Duration::from_secs(3600))
                                 .await;
                         }
-                    });
-                    rt.shutdown_background();
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "could not start the reaper thread; late workers are dropped");
-            if let Some(rt) = holder.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    }
+                });
                 rt.shutdown_background();
             }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start the reaper thread; late workers are dropped");
+        if let Some(rt) = holder.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            rt.shutdown_background();
         }
     }
 }

@@ -13,8 +13,9 @@ use super::config::HarnessConfig;
 use super::error::{ConfigError, HarnessError};
 use super::observer::{EventSink, Observer};
 use super::policy::{CommitMode, Policy};
+use super::pool::HarnessPool;
 use super::registry::Registry;
-use super::route::{Route, DEFAULT_ROUTE};
+use super::route::{Route, RouteSettings, DEFAULT_ROUTE};
 use super::slot::LaneSlot;
 use crate::lane::{Lane, PerLane};
 use std::collections::HashMap;
@@ -51,6 +52,10 @@ impl HarnessConfig {
 /// ```
 pub struct HarnessBuilder {
     local: Option<Arc<dyn Backend>>,
+    /// One local backend per instance of a pool (the lanes of one shared
+    /// model); `None`: every instance shares `local`.
+    local_per_instance: Option<Vec<Arc<dyn Backend>>>,
+    instances: usize,
     cloud: Option<Arc<dyn Backend>>,
     defaults: Route,
     routes: Vec<(String, Route)>,
@@ -83,6 +88,8 @@ impl HarnessBuilder {
     pub fn new() -> Self {
         Self {
             local: None,
+            local_per_instance: None,
+            instances: 1,
             cloud: None,
             defaults: Route::default(),
             routes: Vec::new(),
@@ -102,6 +109,24 @@ impl HarnessBuilder {
     /// Puts a shared backend on the local lane.
     pub fn local_arc(mut self, backend: Arc<dyn Backend>) -> Self {
         self.local = Some(backend);
+        self
+    }
+
+    /// Puts one local backend per instance of a pool (see
+    /// [`build_pool`](Self::build_pool)): there must be as many as
+    /// [`instances`](Self::instances). [`lanes_from`](Self::lanes_from)
+    /// does this for a configured model: the lanes of one loaded model.
+    pub fn local_per_instance(mut self, backends: Vec<Arc<dyn Backend>>) -> Self {
+        self.local = backends.first().cloned();
+        self.local_per_instance = Some(backends);
+        self
+    }
+
+    /// How many instances [`build_pool`](Self::build_pool) makes (at least
+    /// one; default 1). Set it before [`lanes_from`](Self::lanes_from),
+    /// which starts one local lane per instance over one loaded model.
+    pub fn instances(mut self, n: usize) -> Self {
+        self.instances = n.max(1);
         self
     }
 
@@ -278,12 +303,19 @@ impl HarnessBuilder {
     pub fn lanes_from(mut self, config: &HarnessConfig) -> Result<Self, HarnessError> {
         #[cfg(feature = "local")]
         if let Some(local) = &config.local {
-            let backend =
-                LocalBackend::start(local.clone()).map_err(|e| HarnessError::LaneStart {
-                    lane: Lane::Local,
-                    source: Box::new(e),
+            let backends =
+                LocalBackend::start_shared(local.clone(), self.instances).map_err(|e| {
+                    HarnessError::LaneStart {
+                        lane: Lane::Local,
+                        source: Box::new(e),
+                    }
                 })?;
-            self = self.local(backend);
+            self = self.local_per_instance(
+                backends
+                    .into_iter()
+                    .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                    .collect(),
+            );
         }
         #[cfg(feature = "cloud")]
         if let Some(cloud) = &config.cloud {
@@ -299,6 +331,25 @@ impl HarnessBuilder {
 
     /// Checks everything and builds the harness.
     pub fn build(self) -> Result<Harness, HarnessError> {
+        let resolved = self.resolve_routes()?;
+        let (handle, runtime) = match self.runtime.clone() {
+            Some(h) => (h, None),
+            None => {
+                let rt = own_runtime(self.worker_threads)?;
+                (rt.handle().clone(), Some(rt))
+            }
+        };
+        let local = self.local.clone();
+        self.assemble(
+            resolved,
+            local,
+            handle,
+            runtime,
+            Arc::new(AtomicU64::new(1)),
+        )
+    }
+
+    fn resolve_routes(&self) -> Result<Resolved, HarnessError> {
         let invalid = |key: String, detail: String| ConfigError::Invalid { key, detail };
         let base = self
             .defaults
@@ -325,40 +376,109 @@ impl HarnessBuilder {
                 )
             })?,
         };
-        let (handle, runtime) = match self.runtime {
+        Ok(Resolved {
+            routes,
+            default_route,
+        })
+    }
+
+    /// Checks everything and builds a pool of
+    /// [`instances`](Self::instances) harnesses sharing one runtime (the
+    /// builder's, or one of the pool's own with 2 worker threads per
+    /// instance, at most the machine's cores + 2), one run-id counter, the
+    /// cloud backend and, from [`lanes_from`](Self::lanes_from) or
+    /// [`local_per_instance`](Self::local_per_instance), one local lane per
+    /// instance over one model. A single local backend set with
+    /// [`local`](Self::local) is shared by every instance (each still has
+    /// its own slot for it).
+    pub fn build_pool(self) -> Result<HarnessPool, HarnessError> {
+        let n = self.instances;
+        if let Some(locals) = &self.local_per_instance {
+            if locals.len() != n {
+                return Err(ConfigError::Invalid {
+                    key: "instances".into(),
+                    detail: format!(
+                        "{} local backends for {n} instances: give one per instance",
+                        locals.len()
+                    ),
+                }
+                .into());
+            }
+        }
+        let resolved = self.resolve_routes()?;
+        let (handle, runtime) = match self.runtime.clone() {
             Some(h) => (h, None),
             None => {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(self.worker_threads)
-                    .thread_name("edgecloud-harness")
-                    // The coordinator settles runs at their deadlines: it
-                    // must preempt llama.cpp's compute threads on waking.
-                    .on_thread_start(|| {
-                        crate::sched::prefer_short_slices();
-                    })
-                    .enable_all()
-                    .build()
-                    .map_err(HarnessError::Start)?;
+                let cap = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
+                let rt = own_runtime((self.worker_threads * n).min(cap).max(self.worker_threads))?;
                 (rt.handle().clone(), Some(rt))
             }
         };
-        let events = EventSink::start(self.observers).map_err(HarnessError::Start)?;
+        let next_run = Arc::new(AtomicU64::new(1));
+        let mut instances = Vec::with_capacity(n);
+        for i in 0..n {
+            let local = match &self.local_per_instance {
+                Some(locals) => Some(locals[i].clone()),
+                None => self.local.clone(),
+            };
+            instances.push(self.assemble(
+                resolved.clone(),
+                local,
+                handle.clone(),
+                None,
+                next_run.clone(),
+            )?);
+        }
+        Ok(HarnessPool::new(instances, runtime))
+    }
+
+    fn assemble(
+        &self,
+        resolved: Resolved,
+        local: Option<Arc<dyn Backend>>,
+        handle: tokio::runtime::Handle,
+        runtime: Option<tokio::runtime::Runtime>,
+        next_run: Arc<AtomicU64>,
+    ) -> Result<Harness, HarnessError> {
+        let events = EventSink::start(self.observers.clone()).map_err(HarnessError::Start)?;
         let slots = PerLane::new(
-            self.local.map(|b| Arc::new(LaneSlot::new(b))),
-            self.cloud.map(|b| Arc::new(LaneSlot::new(b))),
+            local.map(|b| Arc::new(LaneSlot::new(b))),
+            self.cloud.clone().map(|b| Arc::new(LaneSlot::new(b))),
         );
         Ok(Harness {
             inner: Arc::new(Inner {
                 slots,
-                default_route,
-                routes,
+                default_route: resolved.default_route,
+                routes: resolved.routes,
                 handle,
                 runtime: Mutex::new(runtime),
                 events,
                 registry: Arc::new(Registry::default()),
-                next_run: AtomicU64::new(1),
+                next_run,
                 shutting_down: AtomicBool::new(false),
             }),
         })
     }
+}
+
+/// Routes checked and resolved, shared by every instance of a pool.
+#[derive(Clone)]
+struct Resolved {
+    routes: HashMap<String, Arc<RouteSettings>>,
+    default_route: Arc<RouteSettings>,
+}
+
+/// The runtime a harness (or pool) makes when it is given none.
+fn own_runtime(worker_threads: usize) -> Result<tokio::runtime::Runtime, HarnessError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads)
+        .thread_name("edgecloud-harness")
+        // The run loop settles runs at their deadlines: it must preempt
+        // llama.cpp's compute threads on waking.
+        .on_thread_start(|| {
+            crate::sched::prefer_short_slices();
+        })
+        .enable_all()
+        .build()
+        .map_err(HarnessError::Start)
 }

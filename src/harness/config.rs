@@ -97,7 +97,28 @@ pub struct HarnessConfig {
     /// Named routes.
     #[serde(default)]
     pub routes: BTreeMap<String, RouteConfig>,
+    /// `[pool]`: how many instances a server runs at once.
+    #[serde(default)]
+    pub pool: PoolConfig,
 }
+
+/// The settings of `[pool]`: a pool of harness instances over one model
+/// (see [`HarnessPool`](super::HarnessPool)).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Instances (requests served at once); `edgecloud serve` defaults to
+    /// [`DEFAULT_PARALLEL`].
+    pub parallel: Option<usize>,
+    /// How long a request may wait for a free instance, in milliseconds
+    /// (0 or absent: refuse at once).
+    pub max_queue_ms: Option<u64>,
+}
+
+/// Instances `edgecloud serve` runs when nothing says: llama-server's
+/// default slot count. Each adds one context's KV cache to the memory the
+/// model takes.
+pub const DEFAULT_PARALLEL: usize = 4;
 
 /// The settings of `[harness]` or one `[routes.NAME]` table (see the module
 /// docs for each key).

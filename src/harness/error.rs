@@ -55,6 +55,13 @@ pub enum HarnessError {
         /// The lane.
         lane: Lane,
     },
+    /// Every instance of a [`HarnessPool`](super::HarnessPool) was busy
+    /// (or, for a bounded wait, stayed busy until the wait ran out).
+    #[error("all {instances} instances are busy")]
+    PoolBusy {
+        /// Instances in the pool.
+        instances: usize,
+    },
     /// A diagnostic's lane was busy (another worker holds its slot).
     #[error("the {lane} lane is busy")]
     LaneBusy {

@@ -86,6 +86,7 @@ mod handle;
 mod observer;
 mod outcome;
 mod policy;
+mod pool;
 mod registry;
 mod route;
 mod run;
@@ -110,7 +111,9 @@ pub use callbacks::{
     PreScore, Score, ScoreContext, Scored, Scorer,
 };
 pub use compression::KeepRecent;
-pub use config::{EscalateBelow, HarnessConfig, RouteConfig, EXAMPLE_CONFIG};
+pub use config::{
+    EscalateBelow, HarnessConfig, PoolConfig, RouteConfig, DEFAULT_PARALLEL, EXAMPLE_CONFIG,
+};
 pub use error::{ConfigError, HarnessError};
 pub use handle::{AbortHandle, RunHandle, RunOptions};
 pub use observer::{Event, Observer};
@@ -118,6 +121,7 @@ pub use outcome::{CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Out
 pub use policy::{
     CommitMode, Policy, PolicyKind, UnknownPolicy, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,
 };
+pub use pool::{HarnessPool, PoolRun, PoolStats};
 pub use registry::{HarnessStats, RunningWorker, ShutdownReport};
 pub use route::{
     Route, DEFAULT_CALLBACK_BUDGET, DEFAULT_CANCEL_GRACE, DEFAULT_DEADLINE, DEFAULT_ROUTE,

@@ -52,7 +52,7 @@ pub struct RunningWorker {
 }
 
 /// What [`shutdown`](super::Harness::shutdown) found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ShutdownReport {
     /// How long it waited.
     pub waited_ms: f64,

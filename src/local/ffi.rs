@@ -27,8 +27,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// What the abort callback looks at: the running job's token and deadline.
-/// The worker arms it for each job and disarms it after.
+/// What the abort callback looks at: the tokens and the earliest deadline
+/// of the jobs whose sequences are in the batch being decoded. The worker
+/// arms it before each `llama_decode` and disarms it after; one job
+/// stopping aborts the whole batch, and the others decode it again next
+/// step (one step lost, so every sequence's cancel stays within one
+/// compute step).
 ///
 /// llama.cpp calls [`AbortSignal::should_abort`] after every graph node
 /// (hundreds per generated token), so it must cost next to nothing: the
@@ -43,7 +47,7 @@ pub(crate) struct AbortSignal {
     /// When the token was last looked at, in nanoseconds after `epoch`.
     token_checked_ns: AtomicU64,
     epoch: Instant,
-    cancel: Mutex<Option<CancellationToken>>,
+    cancel: Mutex<Vec<CancellationToken>>,
 }
 
 /// How often the abort callback looks at the cancellation token at most.
@@ -55,7 +59,7 @@ impl Default for AbortSignal {
             deadline_ns: AtomicU64::new(u64::MAX),
             token_checked_ns: AtomicU64::new(0),
             epoch: Instant::now(),
-            cancel: Mutex::new(None),
+            cancel: Mutex::new(Vec::new()),
         }
     }
 }
@@ -65,16 +69,31 @@ impl AbortSignal {
         u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    pub(crate) fn arm(&self, cancel: CancellationToken, deadline: Instant) {
-        *self.cancel.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel);
+    /// Arms the signal for the jobs of one batch: it fires when any of
+    /// their tokens is cancelled or the earliest of their deadlines passes.
+    pub(crate) fn arm<'a>(&self, jobs: impl IntoIterator<Item = (&'a CancellationToken, Instant)>) {
+        let mut earliest: Option<Instant> = None;
+        {
+            let mut tokens = self.cancel.lock().unwrap_or_else(|e| e.into_inner());
+            tokens.clear();
+            for (token, deadline) in jobs {
+                tokens.push(token.clone());
+                earliest = Some(earliest.map_or(deadline, |e| e.min(deadline)));
+            }
+        }
         self.token_checked_ns.store(0, Ordering::Relaxed);
-        self.deadline_ns
-            .store(self.nanos(deadline), Ordering::Release);
+        self.deadline_ns.store(
+            earliest.map_or(u64::MAX, |d| self.nanos(d)),
+            Ordering::Release,
+        );
     }
 
     pub(crate) fn disarm(&self) {
         self.deadline_ns.store(u64::MAX, Ordering::Release);
-        *self.cancel.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.cancel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     pub(crate) fn should_abort(&self) -> bool {
@@ -90,8 +109,8 @@ impl AbortSignal {
         self.cancel
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(CancellationToken::is_cancelled)
+            .iter()
+            .any(CancellationToken::is_cancelled)
     }
 }
 
@@ -326,22 +345,43 @@ mod tests {
     fn deadline_aborts_at_once_and_disarm_clears_it() {
         let signal = AbortSignal::default();
         assert!(!signal.should_abort(), "a disarmed signal never aborts");
-        signal.arm(CancellationToken::new(), Instant::now());
+        let token = CancellationToken::new();
+        signal.arm([(&token, Instant::now())]);
         assert!(signal.should_abort(), "a past deadline aborts");
         signal.disarm();
         assert!(!signal.should_abort());
-        signal.arm(
-            CancellationToken::new(),
-            Instant::now() + Duration::from_secs(3600),
-        );
+        signal.arm([(&token, Instant::now() + Duration::from_secs(3600))]);
         assert!(!signal.should_abort());
+        signal.arm([]);
+        assert!(
+            !signal.should_abort(),
+            "no job in the batch: nothing to abort"
+        );
+    }
+
+    #[test]
+    fn one_job_of_a_batch_aborts_the_batch() {
+        let signal = AbortSignal::default();
+        let later = Instant::now() + Duration::from_secs(3600);
+        let (a, b) = (CancellationToken::new(), CancellationToken::new());
+        signal.arm([(&a, later), (&b, Instant::now())]);
+        assert!(signal.should_abort(), "the earliest deadline counts");
+        signal.arm([(&a, later), (&b, later)]);
+        b.cancel();
+        let cancelled_at = Instant::now();
+        while !signal.should_abort() {
+            assert!(
+                cancelled_at.elapsed() < Duration::from_secs(10),
+                "the second job's cancellation never seen"
+            );
+        }
     }
 
     #[test]
     fn cancellation_is_seen_within_the_poll_interval() {
         let signal = AbortSignal::default();
         let cancel = CancellationToken::new();
-        signal.arm(cancel.clone(), Instant::now() + Duration::from_secs(3600));
+        signal.arm([(&cancel, Instant::now() + Duration::from_secs(3600))]);
         assert!(!signal.should_abort());
         cancel.cancel();
         // Polled the way llama.cpp polls it: over and over. The bound is

@@ -1,25 +1,16 @@
-//! One job on the worker's context: chat template, tokenize, reuse the
-//! cached prefix, decode the rest of the prompt, then sample, stream and
-//! watch for stops, cancellation and the deadline.
+//! What one job needs besides the decode loop (`batch`): how messages
+//! become a prompt, the sampler a request asks for, and the job's
+//! counters and clocks that become its [`LocalCompletion`].
 
-use super::ffi::AbortSignal;
-use super::stop::{StopMatcher, StopState};
+use super::signals;
+use super::stop::StopMatcher;
 use super::template::{self, Origin};
-use super::utf8::Utf8Stream;
-use super::{signals, simd};
-use super::{LocalCompletion, LocalError, LocalTimings, ProgressSink, PromptProgress};
+use super::{LocalCompletion, LocalError, LocalTimings};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
-use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
-use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::DecodeError;
 use std::time::{Duration, Instant};
-
-/// llama_decode's return value when the abort callback stopped it.
-const DECODE_ABORTED: i32 = 2;
 
 /// How messages become a prompt.
 pub(super) enum PromptFormat {
@@ -76,7 +67,11 @@ impl PromptFormat {
         }
     }
 
-    fn render(&self, model: &LlamaModel, messages: &[ChatMessage]) -> Result<String, LocalError> {
+    pub(super) fn render(
+        &self,
+        model: &LlamaModel,
+        messages: &[ChatMessage],
+    ) -> Result<String, LocalError> {
         match self {
             PromptFormat::Template { template, .. } => {
                 let chat = messages
@@ -142,250 +137,7 @@ fn conventional(model: &LlamaModel) -> Result<PromptFormat, LocalError> {
     })
 }
 
-/// The worker's long-lived state: the context and what its KV cache holds.
-pub(super) struct Session<'m> {
-    model: &'m LlamaModel,
-    ctx: LlamaContext<'m>,
-    format: PromptFormat,
-    /// Tokens whose keys and values are in the cache, at positions 0..len.
-    cached: Vec<LlamaToken>,
-    batch: LlamaBatch<'static>,
-    batch_size: usize,
-    /// Set when the abort callback stopped a decode during the current job.
-    aborted_in_decode: bool,
-}
-
-/// Where a job stands when it stops early.
-enum Interrupted {
-    Stopped(FinishReason),
-    Failed(LocalError),
-}
-
-impl From<LocalError> for Interrupted {
-    fn from(e: LocalError) -> Self {
-        Interrupted::Failed(e)
-    }
-}
-
-impl<'m> Session<'m> {
-    pub(super) fn new(
-        model: &'m LlamaModel,
-        ctx: LlamaContext<'m>,
-        format: PromptFormat,
-        batch_size: u32,
-    ) -> Self {
-        let batch_size = batch_size.max(1) as usize;
-        Self {
-            model,
-            ctx,
-            format,
-            cached: Vec::new(),
-            batch: LlamaBatch::new(batch_size, 1),
-            batch_size,
-            aborted_in_decode: false,
-        }
-    }
-
-    /// Forgets the cache (after a panic the cache may not match `cached`).
-    pub(super) fn reset(&mut self) {
-        self.ctx.clear_kv_cache();
-        self.cached.clear();
-    }
-
-    pub(super) fn run(
-        &mut self,
-        job: &mut LaneJob,
-        mut progress: Option<&mut ProgressSink>,
-        submitted_at: Instant,
-        signal: &AbortSignal,
-    ) -> Result<LocalCompletion, LocalError> {
-        let started = Instant::now();
-        self.aborted_in_decode = false;
-        job.sampling.validate()?;
-        let prompt = self.format.render(self.model, &job.messages)?;
-        let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
-        let context_size = self.ctx.n_ctx();
-        if tokens.is_empty() || tokens.len() >= context_size as usize {
-            return Err(LocalError::PromptTooLong {
-                prompt_tokens: tokens.len() as u32,
-                context_size,
-            });
-        }
-        let mut out = Progress::new(job, submitted_at, started, tokens.len());
-        if let Some(reason) = job.stop_reason() {
-            return Ok(out.finish(reason, StopMatcher::new(&[]), job, self.aborted_in_decode));
-        }
-        signal.arm(job.cancel.clone(), job.deadline);
-        let reused = self.reuse_prefix(&tokens);
-        out.reused = reused;
-        let prompt_started = Instant::now();
-        let prompt = self.decode_prompt(&tokens, job, &mut progress);
-        out.prompt_eval = prompt_started.elapsed();
-        out.prompt_decoded = self.cached.len().saturating_sub(reused);
-        match prompt {
-            Ok(()) => {}
-            Err(Interrupted::Stopped(reason)) => {
-                return Ok(out.finish(reason, StopMatcher::new(&[]), job, self.aborted_in_decode));
-            }
-            Err(Interrupted::Failed(e)) => return Err(e),
-        }
-        if let Some(report) = progress.as_mut() {
-            report(PromptProgress {
-                done: tokens.len() as u32,
-                total: tokens.len() as u32,
-            });
-        }
-        let (reason, stops) = self.sample_loop(job, &mut out)?;
-        Ok(out.finish(reason, stops, job, self.aborted_in_decode))
-    }
-
-    /// Keeps the longest common prefix of the cache and `tokens` (leaving at
-    /// least one token to decode, for fresh logits) and drops the rest of
-    /// the cache. Returns how many prompt tokens are reused.
-    fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
-        let common = self
-            .cached
-            .iter()
-            .zip(tokens)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(tokens.len() - 1);
-        if common < self.cached.len()
-            && self
-                .ctx
-                .kv_cache_seq_rm(0, Some(common as u32), None)
-                .is_err()
-        {
-            // Some memories (recurrent models) cannot drop a tail.
-            self.reset();
-            return 0;
-        }
-        self.cached.truncate(common);
-        common
-    }
-
-    /// Decodes the prompt tokens that follow the cached ones, in batches.
-    fn decode_prompt(
-        &mut self,
-        tokens: &[LlamaToken],
-        job: &LaneJob,
-        progress: &mut Option<&mut ProgressSink>,
-    ) -> Result<(), Interrupted> {
-        let chunks = tokens[self.cached.len()..].chunks(self.batch_size);
-        let last_chunk = chunks.len().saturating_sub(1);
-        for (i, chunk) in chunks.enumerate() {
-            if let Some(reason) = job.stop_reason() {
-                return Err(Interrupted::Stopped(reason));
-            }
-            if let Some(report) = progress.as_mut() {
-                report(PromptProgress {
-                    done: self.cached.len() as u32,
-                    total: tokens.len() as u32,
-                });
-            }
-            self.batch.clear();
-            let base = self.cached.len();
-            for (j, &token) in chunk.iter().enumerate() {
-                let wants_logits = i == last_chunk && j == chunk.len() - 1;
-                self.batch
-                    .add(token, (base + j) as i32, &[0], wants_logits)
-                    .expect("a chunk never exceeds the batch it was sized for");
-            }
-            self.decode_batch(job)?;
-            self.cached.extend_from_slice(chunk);
-        }
-        Ok(())
-    }
-
-    /// Runs `llama_decode` on the current batch. On failure the cache is cut
-    /// back to `cached`, so it stays consistent for the next job.
-    fn decode_batch(&mut self, job: &LaneJob) -> Result<(), Interrupted> {
-        match self.ctx.decode(&mut self.batch) {
-            Ok(()) => Ok(()),
-            Err(err) => {
-                if self
-                    .ctx
-                    .kv_cache_seq_rm(0, Some(self.cached.len() as u32), None)
-                    .is_err()
-                {
-                    self.reset();
-                }
-                match (err, job.stop_reason()) {
-                    (DecodeError::Unknown(DECODE_ABORTED), Some(reason)) => {
-                        self.aborted_in_decode = true;
-                        Err(Interrupted::Stopped(reason))
-                    }
-                    (err, _) => Err(Interrupted::Failed(LocalError::Decode {
-                        detail: err.to_string(),
-                    })),
-                }
-            }
-        }
-    }
-
-    fn sample_loop(
-        &mut self,
-        job: &mut LaneJob,
-        out: &mut Progress,
-    ) -> Result<(FinishReason, StopMatcher), LocalError> {
-        let sampling = &job.sampling;
-        // Greedy picks the first largest logit, which the signals pass
-        // finds anyway: llama.cpp's sampler (a copy of the whole vocabulary
-        // per token) only runs when sampling is random.
-        let mut sampler = (sampling.temperature > 0.0).then(|| build_sampler(sampling));
-        let mut stops = StopMatcher::new(&sampling.stop);
-        let mut utf8 = Utf8Stream::default();
-        let mut piece_bytes = Vec::with_capacity(32);
-        let mut piece_text = String::new();
-        let vocab = self.model.vocab();
-        let context_size = self.ctx.n_ctx() as usize;
-        let mut logits_index = self.batch.n_tokens() - 1;
-        let max_tokens = sampling.max_tokens;
-        loop {
-            if let Some(reason) = job.stop_reason() {
-                return Ok((reason, stops));
-            }
-            let logits = self.ctx.get_logits_ith(logits_index);
-            let pass = simd::scan(logits);
-            let token = match sampler.as_mut() {
-                None => LlamaToken(pass.argmax as i32),
-                Some(sampler) => sampler.sample(&self.ctx, logits_index),
-            };
-            out.token_sampled(signals::from_pass(logits, &pass, token.0 as usize));
-            if vocab.is_eog(token) {
-                return Ok((FinishReason::Stop, stops));
-            }
-            piece_bytes.clear();
-            vocab.token_to_piece_into(token, &mut piece_bytes, false, None);
-            piece_text.clear();
-            utf8.push(&piece_bytes, &mut piece_text);
-            let state = stops.push(&piece_text);
-            emit(job, stops.releasable());
-            if state == StopState::Stopped {
-                return Ok((FinishReason::Stop, stops));
-            }
-            if out.completion_tokens >= max_tokens as usize || self.cached.len() + 1 >= context_size
-            {
-                piece_text.clear();
-                utf8.finish(&mut piece_text);
-                stops.push(&piece_text);
-                return Ok((FinishReason::Length, stops));
-            }
-            self.batch.clear();
-            self.batch
-                .add(token, self.cached.len() as i32, &[0], true)
-                .expect("a batch holds at least one token");
-            match self.decode_batch(job) {
-                Ok(()) => self.cached.push(token),
-                Err(Interrupted::Stopped(reason)) => return Ok((reason, stops)),
-                Err(Interrupted::Failed(e)) => return Err(e),
-            }
-            logits_index = 0;
-        }
-    }
-}
-
-fn emit(job: &mut LaneJob, text: &str) {
+pub(super) fn emit(job: &mut LaneJob, text: &str) {
     if text.is_empty() {
         return;
     }
@@ -394,7 +146,7 @@ fn emit(job: &mut LaneJob, text: &str) {
     }
 }
 
-fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler {
+pub(super) fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler {
     if sampling.temperature <= 0.0 {
         return LlamaSampler::greedy();
     }
@@ -421,21 +173,26 @@ fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler {
 }
 
 /// Counters and clocks of one job.
-struct Progress {
+pub(super) struct Progress {
     submitted_at: Instant,
     started: Instant,
     prompt_tokens: usize,
-    reused: usize,
-    prompt_decoded: usize,
-    prompt_eval: Duration,
+    pub(super) reused: usize,
+    pub(super) prompt_decoded: usize,
+    pub(super) prompt_eval: Duration,
     first_token_at: Option<Instant>,
-    completion_tokens: usize,
+    pub(super) completion_tokens: usize,
     logprobs: Vec<f32>,
     first_token_margin: Option<f32>,
 }
 
 impl Progress {
-    fn new(job: &LaneJob, submitted_at: Instant, started: Instant, prompt_tokens: usize) -> Self {
+    pub(super) fn new(
+        job: &LaneJob,
+        submitted_at: Instant,
+        started: Instant,
+        prompt_tokens: usize,
+    ) -> Self {
         Self {
             submitted_at,
             started,
@@ -450,14 +207,14 @@ impl Progress {
         }
     }
 
-    fn token_sampled(&mut self, scan: signals::TokenScan) {
+    pub(super) fn token_sampled(&mut self, scan: signals::TokenScan) {
         self.first_token_at.get_or_insert_with(Instant::now);
         self.first_token_margin.get_or_insert(scan.margin);
         self.completion_tokens += 1;
         self.logprobs.push(scan.logprob);
     }
 
-    fn finish(
+    pub(super) fn finish(
         self,
         reason: FinishReason,
         mut stops: StopMatcher,
@@ -506,7 +263,7 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
-    use super::simd;
+    use crate::local::simd;
     use llama_cpp_2::sampling::LlamaSampler;
     use llama_cpp_2::token::data::LlamaTokenData;
     use llama_cpp_2::token::data_array::LlamaTokenDataArray;

@@ -1,10 +1,17 @@
 //! The local lane: a GGUF model run in-process through llama.cpp.
 //!
 //! A dedicated, named worker thread owns the llama.cpp context for its whole
-//! life (contexts cannot move between threads) and takes jobs from a channel,
-//! one at a time. [`LocalLane::start`] returns only after the worker has
-//! loaded the model, so a bad model is an error from the constructor, never a
-//! dead thread. The lane handle is cheap to clone and never blocks on drop.
+//! life (contexts cannot move between threads) and takes jobs from a channel.
+//! [`LocalLane::start`] returns only after the worker has loaded the model,
+//! so a bad model is an error from the constructor, never a dead thread. The
+//! lane handle is cheap to clone and never blocks on drop.
+//!
+//! [`LocalLane::start_shared`] starts one worker for N lanes (the local
+//! lanes of a pool's instances): the weights are loaded once, each lane is
+//! a sequence of one context with its own KV cells, and the worker decodes
+//! every running sequence in one batch per step (continuous batching: a
+//! sequence joins and leaves between steps). Each lane runs its own jobs
+//! one at a time, exactly as a lane alone does.
 //!
 //! What a job gets (see [`LocalCompletion`]):
 //! - the model's chat template applied to the messages (a model without one
@@ -28,6 +35,7 @@
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
+mod batch;
 pub mod devices;
 mod ffi;
 mod generate;
@@ -162,6 +170,9 @@ pub struct LocalInfo {
     pub context_size: u32,
     /// Compute threads in use.
     pub threads: usize,
+    /// Lanes (sequences) sharing this model and decode loop: 1 for a lane
+    /// alone, N for the local lanes of a pool of N.
+    pub sequences: usize,
     /// Batch size for prompt processing.
     pub batch_size: u32,
     /// Layers offloaded to a GPU.
@@ -396,8 +407,9 @@ impl LocalError {
     }
 }
 
-/// One queued job and where its result goes.
+/// One queued job, its sequence, and where its result goes.
 struct Envelope {
+    seq: usize,
     job: LaneJob,
     progress: Option<ProgressSink>,
     submitted_at: Instant,
@@ -408,6 +420,8 @@ struct Envelope {
 #[derive(Clone)]
 pub struct LocalLane {
     inner: Arc<Inner>,
+    /// The sequence of the shared context this lane's jobs use.
+    seq: usize,
 }
 
 struct Inner {
@@ -420,6 +434,7 @@ struct Inner {
 impl std::fmt::Debug for LocalLane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalLane")
+            .field("seq", &self.seq)
             .field("info", &self.inner.info)
             .finish()
     }
@@ -431,29 +446,52 @@ impl LocalLane {
     /// creates the context, and returns once all of that succeeded (or
     /// with its error).
     pub fn start(config: LocalConfig) -> Result<Self, LocalError> {
+        let mut lanes = Self::start_shared(config, 1)?;
+        Ok(lanes.remove(0))
+    }
+
+    /// Like [`LocalLane::start`], for `lanes` lanes over one loaded model
+    /// and one worker (at least one): each lane is one sequence of a
+    /// shared context with `context_size` cells of its own, and the worker
+    /// decodes all running sequences together. Each lane takes its own
+    /// jobs one at a time; [`LocalLane::shutdown`] on any of them stops
+    /// them all.
+    pub fn start_shared(config: LocalConfig, lanes: usize) -> Result<Vec<Self>, LocalError> {
         // Validation first: it is cheap and its errors are the precise
         // ones; the probe then catches what it does not know.
         crate::gguf::validate(&config.model)?;
         let report = probe::before_start(&config)?;
-        let mut lane = Self::start_with(config, true)?;
-        if let Some(inner) = Arc::get_mut(&mut lane.inner) {
-            inner.info.probe = report;
-        }
-        Ok(lane)
+        Self::start_with(config, lanes, true, report)
     }
 
     /// Starts without the probe; `validate` false skips the validator too
     /// (only the probe's child does that, to show what llama.cpp does).
-    pub(crate) fn start_with(config: LocalConfig, validate: bool) -> Result<Self, LocalError> {
-        let started = worker::spawn(config, validate)?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                jobs: Mutex::new(Some(started.jobs)),
-                exited: Mutex::new(started.exited),
-                info: started.info,
-                model: started.model,
-            }),
-        })
+    pub(crate) fn start_with(
+        config: LocalConfig,
+        lanes: usize,
+        validate: bool,
+        probe: ProbeReport,
+    ) -> Result<Vec<Self>, LocalError> {
+        let lanes = lanes.max(1);
+        let mut started = worker::spawn(config, lanes, validate)?;
+        started.info.probe = probe;
+        let inner = Arc::new(Inner {
+            jobs: Mutex::new(Some(started.jobs)),
+            exited: Mutex::new(started.exited),
+            info: started.info,
+            model: started.model,
+        });
+        Ok((0..lanes)
+            .map(|seq| Self {
+                inner: Arc::clone(&inner),
+                seq,
+            })
+            .collect())
+    }
+
+    /// Which of the shared worker's lanes this is (0 for a lane alone).
+    pub fn sequence(&self) -> usize {
+        self.seq
     }
 
     /// What the worker reported at start-up.
@@ -461,7 +499,8 @@ impl LocalLane {
         &self.inner.info
     }
 
-    /// Queues a job and returns at once. The worker runs jobs one at a time;
+    /// Queues a job and returns at once. The worker runs this lane's jobs
+    /// one at a time (alongside the other lanes' of a shared worker);
     /// admission (one outstanding task) is the caller's business.
     pub fn submit(&self, job: LaneJob) -> LocalTicket {
         self.enqueue(job, None)
@@ -479,6 +518,7 @@ impl LocalLane {
     fn enqueue(&self, job: LaneJob, progress: Option<ProgressSink>) -> LocalTicket {
         let (reply, rx) = oneshot::channel();
         let envelope = Envelope {
+            seq: self.seq,
             job,
             progress,
             submitted_at: Instant::now(),

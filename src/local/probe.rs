@@ -507,8 +507,9 @@ pub fn run_child(spec: &str) -> i32 {
     let mut config = spec.config;
     config.probe = ProbeMode::Off;
     say("stage load (validate, load model, create context, chat template)");
-    let lane = match LocalLane::start_with(config, !spec.skip_validation) {
-        Ok(lane) => lane,
+    let lane = match LocalLane::start_with(config, 1, !spec.skip_validation, ProbeReport::not_run())
+    {
+        Ok(mut lanes) => lanes.remove(0),
         Err(err) => return fail(&err),
     };
     say("stage generate (tokenize, decode, sample one token)");

@@ -1,10 +1,12 @@
 //! The worker thread: owns the model's llama.cpp context for its whole life,
-//! reports its start-up result, then runs jobs from its channel one at a
-//! time. A job that panics is caught, the context is reset, and the worker
-//! goes on.
+//! reports its start-up result, then feeds jobs from its channel to the
+//! decode loop (`batch`): one job at a time per sequence, every sequence in
+//! one batch. A job that panics is caught and fails alone; a panic outside
+//! any job resets the context, and the worker goes on.
 
+use super::batch::Engine;
 use super::ffi::{self, AbortSignal};
-use super::generate::{PromptFormat, Session};
+use super::generate::PromptFormat;
 use super::{Envelope, LocalConfig, LocalError, LocalInfo};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -40,7 +42,11 @@ fn backend() -> &'static LlamaBackend {
 /// one load at a time.
 static LOAD_LOCK: Mutex<()> = Mutex::new(());
 
-pub(super) fn spawn(config: LocalConfig, validate: bool) -> Result<Started, LocalError> {
+pub(super) fn spawn(
+    config: LocalConfig,
+    sequences: usize,
+    validate: bool,
+) -> Result<Started, LocalError> {
     let (startup_tx, startup_rx) = mpsc::sync_channel(1);
     let (jobs_tx, jobs_rx) = mpsc::channel::<Envelope>();
     let (exited_tx, exited_rx) = mpsc::channel();
@@ -50,7 +56,7 @@ pub(super) fn spawn(config: LocalConfig, validate: bool) -> Result<Started, Loca
             // Before llama.cpp exists: its compute threads, started from
             // this thread, inherit the priority.
             crate::sched::lower_current_thread(config.nice.unwrap_or(0));
-            run_worker(config, validate, startup_tx, jobs_rx);
+            run_worker(config, sequences, validate, startup_tx, jobs_rx);
             let _ = exited_tx.send(());
         })
         .map_err(|e| LocalError::Spawn {
@@ -73,6 +79,7 @@ type Startup = Result<(LocalInfo, Arc<LlamaModel>), LocalError>;
 
 fn run_worker(
     config: LocalConfig,
+    sequences: usize,
     validate: bool,
     startup: mpsc::SyncSender<Startup>,
     jobs: mpsc::Receiver<Envelope>,
@@ -81,12 +88,14 @@ fn run_worker(
     // Declared before the context so it is dropped after it: the context's
     // abort callback points at it.
     let signal = Arc::new(AbortSignal::default());
-    let loaded = catch_unwind(AssertUnwindSafe(|| load(&config, validate, &signal)))
-        .unwrap_or_else(|p| {
-            Err(LocalError::Panicked {
-                detail: crate::panic_payload::message(&*p),
-            })
-        });
+    let loaded = catch_unwind(AssertUnwindSafe(|| {
+        load(&config, sequences, validate, &signal)
+    }))
+    .unwrap_or_else(|p| {
+        Err(LocalError::Panicked {
+            detail: crate::panic_payload::message(&*p),
+        })
+    });
     let (model, params, format, threads, context_size) = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
@@ -113,6 +122,7 @@ fn run_worker(
         load_time: started_at.elapsed(),
         context_size,
         threads,
+        sequences,
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
@@ -123,30 +133,31 @@ fn run_worker(
     if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
         return;
     }
-    let mut session = Session::new(&model, ctx, format, config.batch_size);
-    for envelope in jobs {
-        let Envelope {
-            mut job,
-            mut progress,
-            submitted_at,
-            reply,
-        } = envelope;
-        let permit = job.permit.take();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            session.run(&mut job, progress.as_mut(), submitted_at, &signal)
-        }))
-        .unwrap_or_else(|p| {
-            session.reset();
-            Err(LocalError::Panicked {
-                detail: crate::panic_payload::message(&*p),
-            })
-        });
-        signal.disarm();
-        // The slot is free before anyone can see the result.
-        drop(permit);
-        drop(job);
-        drop(progress);
-        let _ = reply.send(result);
+    let mut engine = Engine::new(
+        &model,
+        ctx,
+        format,
+        config.batch_size,
+        sequences,
+        context_size,
+    );
+    loop {
+        // Idle: wait for a job (or the end of the channel). Busy: take
+        // whatever else has arrived, then decode one step.
+        if engine.is_idle() {
+            match jobs.recv() {
+                Ok(envelope) => engine.submit(envelope),
+                Err(mpsc::RecvError) => break,
+            }
+        }
+        while let Ok(envelope) = jobs.try_recv() {
+            engine.submit(envelope);
+        }
+        let stepped = catch_unwind(AssertUnwindSafe(|| engine.step(&signal)));
+        if let Err(p) = stepped {
+            signal.disarm();
+            engine.reset_all(&crate::panic_payload::message(&*p));
+        }
     }
 }
 
@@ -160,6 +171,7 @@ type Loaded = (
 
 fn load(
     config: &LocalConfig,
+    sequences: usize,
     validate: bool,
     signal: &Arc<AbortSignal>,
 ) -> Result<Loaded, LocalError> {
@@ -193,10 +205,20 @@ fn load(
     let context_size = config
         .context_size
         .unwrap_or_else(|| model.n_ctx_train().clamp(1, 4096));
-    let batch = config.batch_size.max(1);
+    // A step holds one token of each generating sequence besides up to
+    // `batch_size` prompt tokens.
+    let batch = config.batch_size.max(1) + sequences as u32 - 1;
     let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
     let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(context_size))
+        // One unified cache of `context_size` cells per sequence: every
+        // sequence may use its whole context, and a step's tokens of all
+        // sequences go into one micro-batch (per-sequence streams would
+        // split a step into one micro-batch per run of sequence ids).
+        .with_n_ctx(NonZeroU32::new(
+            context_size.saturating_mul(sequences as u32),
+        ))
+        .with_n_seq_max(sequences as u32)
+        .with_kv_unified(true)
         .with_n_batch(batch)
         // One micro-batch per decode call: an abort then leaves no partial
         // batch in the KV cache.

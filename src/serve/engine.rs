@@ -38,6 +38,8 @@ pub(crate) enum StartError {
     },
     /// No new runs: the engine is shutting down.
     ShuttingDown,
+    /// Every instance is busy (after the configured wait, if any).
+    Busy { instances: usize },
     /// Anything else (an engine fault, not the caller's).
     Internal(String),
 }
@@ -62,10 +64,30 @@ pub(crate) struct LaneState {
     pub(crate) health: Option<LaneHealth>,
 }
 
+/// One instance of a pool at a glance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct InstanceState {
+    pub(crate) instance: usize,
+    /// A run of the pool is in flight on it.
+    pub(crate) busy: bool,
+    pub(crate) local_busy: bool,
+    pub(crate) cloud_busy: bool,
+    pub(crate) late_workers_running: u64,
+    pub(crate) runs_in_flight: u64,
+}
+
 /// The engine's state at a glance.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Health {
+    /// Per lane, over the whole pool: `busy` when no instance has the lane
+    /// free.
     pub(crate) lanes: Vec<LaneState>,
+    /// Per instance (one for a lone harness).
+    pub(crate) instances: Vec<InstanceState>,
+    /// Requests waiting for an instance now (a bounded queue only).
+    pub(crate) queued: u64,
+    /// Requests refused because every instance was busy.
+    pub(crate) rejected: u64,
     pub(crate) runs_in_flight: u64,
     pub(crate) late_workers_running: u64,
     /// Observer events dropped because the observers' queue was full.
@@ -84,8 +106,9 @@ pub(crate) struct Drained {
 pub(crate) trait Engine: Send + Sync + 'static {
     /// The names a request may put in `model`.
     fn models(&self) -> Vec<ModelEntry>;
-    /// Starts one run; never blocks.
-    fn start(&self, job: Job) -> Result<Box<dyn Run>, StartError>;
+    /// Starts one run: at once, or after at most the engine's bounded
+    /// wait for a free instance; never blocks a thread.
+    fn start(&self, job: Job) -> BoxFuture<'_, Result<Box<dyn Run>, StartError>>;
     /// Lane and run state now.
     fn health(&self) -> Health;
     /// Stops new runs and waits up to `grace` for runs and late workers.

@@ -1,14 +1,15 @@
-//! The harness behind the front door: [`Engine`] for [`Harness`], and the
-//! translation of a harness [`Outcome`] into the compact [`Summary`] a
-//! response carries. Only translation here: the harness decides
-//! everything.
+//! The harness behind the front door: [`Engine`] for a [`HarnessPool`] (a
+//! lone [`Harness`] is a pool of one), and the translation of a harness
+//! [`Outcome`] into the compact [`Summary`] a response carries. Only
+//! translation here: the pool picks the instance, the harness decides
+//! everything else.
 
 use super::engine::{
-    BoxFuture, Drained, Engine, Health, Job, LaneState, LaneSummary, ModelEntry, Run, RunInfo,
-    StartError, Summary, Tokens,
+    BoxFuture, Drained, Engine, Health, InstanceState, Job, LaneState, LaneSummary, ModelEntry,
+    Run, RunInfo, StartError, Summary, Tokens,
 };
 use crate::harness::{
-    self, BackendError, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions,
+    self, BackendError, HarnessError, HarnessPool, Outcome, Policy, PolicyKind, PoolRun, RunOptions,
 };
 use crate::lane::Lane;
 use std::time::{Duration, Instant};
@@ -17,7 +18,10 @@ use std::time::{Duration, Instant};
 pub(crate) const DEFAULT_MODEL: &str = "edgecloud";
 
 pub(crate) struct HarnessEngine {
-    pub(crate) harness: Harness,
+    pub(crate) pool: HarnessPool,
+    /// How long a request may wait for a free instance (`None`: refuse at
+    /// once when every instance is busy).
+    pub(crate) max_queue: Option<Duration>,
     /// Parameters for policies a request names (e.g. the configured
     /// cascade threshold); kinds not listed run with their defaults.
     pub(crate) presets: Vec<Policy>,
@@ -46,7 +50,7 @@ impl Engine for HarnessEngine {
             id: DEFAULT_MODEL.into(),
             route: None,
         }];
-        let routes = self.harness.routes();
+        let routes = self.pool.routes();
         // A harness without named routes has just `default`, which is what
         // `edgecloud` selects already.
         if routes.len() <= 1 {
@@ -64,21 +68,23 @@ impl Engine for HarnessEngine {
         models
     }
 
-    fn start(&self, job: Job) -> Result<Box<dyn Run>, StartError> {
-        let mut options = RunOptions::new();
-        if let Some(route) = job.route {
-            options = options.route(route);
-        }
-        if let Some(name) = &job.policy {
-            options = options.policy(self.policy(name)?);
-        }
-        if job.stream {
-            options = options.stream();
-        }
-        let handle = self
-            .harness
-            .start(job.request, options)
-            .map_err(|e| match e {
+    fn start(&self, job: Job) -> BoxFuture<'_, Result<Box<dyn Run>, StartError>> {
+        Box::pin(async move {
+            let mut options = RunOptions::new();
+            if let Some(route) = job.route {
+                options = options.route(route);
+            }
+            if let Some(name) = &job.policy {
+                options = options.policy(self.policy(name)?);
+            }
+            if job.stream {
+                options = options.stream();
+            }
+            let started = match self.max_queue {
+                None => self.pool.start(job.request, options),
+                Some(wait) => self.pool.start_within(job.request, options, wait).await,
+            };
+            let run = started.map_err(|e| match e {
                 HarnessError::InvalidRequest(r) => StartError::Invalid {
                     param: None,
                     message: r.reason,
@@ -92,34 +98,57 @@ impl Engine for HarnessEngine {
                     message: c.to_string(),
                 },
                 HarnessError::ShuttingDown => StartError::ShuttingDown,
+                HarnessError::PoolBusy { instances } => StartError::Busy { instances },
                 other => StartError::Internal(crate::error_chain(&other)),
             })?;
-        let info = RunInfo {
-            run_id: handle.run_id(),
-            // Counted from now, a hair after the run's own start.
-            deadline_ms: handle
-                .deadline()
-                .saturating_duration_since(Instant::now())
-                .as_secs_f64()
-                * 1e3,
-            route: None,
-            policy: job.policy,
-        };
-        Ok(Box::new(HarnessRun { info, handle }))
+            let info = RunInfo {
+                run_id: run.handle.run_id(),
+                // Counted from now, a hair after the run's own start.
+                deadline_ms: run
+                    .handle
+                    .deadline()
+                    .saturating_duration_since(Instant::now())
+                    .as_secs_f64()
+                    * 1e3,
+                route: None,
+                policy: job.policy,
+            };
+            Ok(Box::new(HarnessRun { info, run }) as Box<dyn Run>)
+        })
     }
 
     fn health(&self) -> Health {
-        let stats = self.harness.stats();
+        let instances = self.pool.instances();
+        let stats = self.pool.harness_stats();
+        let pool = self.pool.stats();
+        let claimed = self.pool.claimed();
         Health {
             lanes: Lane::ALL
                 .into_iter()
                 .map(|lane| LaneState {
                     lane,
-                    configured: self.harness.lane_info(lane).is_some(),
-                    busy: self.harness.is_busy(lane),
-                    health: self.harness.lane_health(lane),
+                    configured: instances[0].lane_info(lane).is_some(),
+                    busy: instances.iter().all(|h| h.is_busy(lane)),
+                    health: instances[0].lane_health(lane),
                 })
                 .collect(),
+            instances: instances
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    let s = h.stats();
+                    InstanceState {
+                        instance: i,
+                        busy: claimed[i],
+                        local_busy: h.is_busy(Lane::Local),
+                        cloud_busy: h.is_busy(Lane::Cloud),
+                        late_workers_running: s.late_workers_running,
+                        runs_in_flight: s.runs_in_flight,
+                    }
+                })
+                .collect(),
+            queued: pool.waiting,
+            rejected: pool.rejected,
             runs_in_flight: stats.runs_in_flight,
             late_workers_running: stats.late_workers_running,
             observer_events_dropped: stats.observer_events_dropped,
@@ -127,9 +156,9 @@ impl Engine for HarnessEngine {
     }
 
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained> {
-        let harness = self.harness.clone();
+        let pool = self.pool.clone();
         Box::pin(async move {
-            let r = harness.shutdown(grace).await;
+            let r = pool.shutdown(grace).await;
             Drained {
                 waited_ms: r.waited_ms,
                 runs_in_flight: r.runs_in_flight,
@@ -141,7 +170,8 @@ impl Engine for HarnessEngine {
 
 struct HarnessRun {
     info: RunInfo,
-    handle: RunHandle,
+    /// The run and its claim on the instance (released at `finish`).
+    run: PoolRun,
 }
 
 impl Run for HarnessRun {
@@ -150,12 +180,12 @@ impl Run for HarnessRun {
     }
 
     fn next_token(&mut self) -> BoxFuture<'_, Option<String>> {
-        Box::pin(self.handle.next_token())
+        Box::pin(self.run.handle.next_token())
     }
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>> {
         Box::pin(async move {
-            self.handle
+            self.run
                 .outcome()
                 .await
                 .map(|o| summarize(&o))
@@ -164,7 +194,7 @@ impl Run for HarnessRun {
     }
 
     fn aborter(&self) -> Box<dyn Fn() + Send + Sync> {
-        let abort = self.handle.abort_handle();
+        let abort = self.run.handle.abort_handle();
         Box::new(move || {
             abort.abort();
         })
@@ -223,7 +253,8 @@ mod tests {
     #[test]
     fn named_policies_use_the_presets_else_their_defaults() {
         let engine = HarnessEngine {
-            harness: Harness::builder().build().unwrap(),
+            pool: crate::harness::Harness::builder().build_pool().unwrap(),
+            max_queue: None,
             presets: vec![Policy::cascade(0.9)],
         };
         assert_eq!(engine.policy("cascade"), Ok(Policy::cascade(0.9)));

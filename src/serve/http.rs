@@ -7,7 +7,8 @@
 use super::app::App;
 use super::engine::{Job, ModelEntry, Run, StartError};
 use super::response::{
-    self, error_response, extension, full, json_response, shutting_down, usage, AbortOnDrop, Body,
+    self, all_instances_busy, error_response, extension, full, json_response, shutting_down, usage,
+    AbortOnDrop, Body,
 };
 use super::stream;
 use super::wire::{self, ApiError, Ids, Limits, INVALID_REQUEST};
@@ -281,7 +282,7 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     if app.shutting_down.load(Ordering::Acquire) {
         return Err(shutting_down(app.retry_after_secs));
     }
-    let run = app.engine.start(job).map_err(|e| match e {
+    let run = app.engine.start(job).await.map_err(|e| match e {
         StartError::Invalid { param, message } => {
             let e = ApiError::new(400, INVALID_REQUEST, message);
             match param.as_deref() {
@@ -291,6 +292,10 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
             }
         }
         StartError::ShuttingDown => shutting_down(app.retry_after_secs),
+        StartError::Busy { instances } => {
+            app.metrics.busy_rejection();
+            all_instances_busy(instances, app.retry_after_secs)
+        }
         StartError::Internal(m) => ApiError::new(500, "server_error", m),
     })?;
     let ids = Ids::new(run.info().run_id, &params.model);

@@ -538,6 +538,9 @@ mod tests {
                     health: None,
                 },
             ],
+            instances: Vec::new(),
+            queued: 0,
+            rejected: 0,
             runs_in_flight: 0,
             late_workers_running: 1,
             observer_events_dropped: 0,
@@ -657,6 +660,9 @@ mod tests {
         let t = Metrics::default().render(
             &Health {
                 lanes: vec![],
+                instances: Vec::new(),
+                queued: 0,
+                rejected: 0,
                 runs_in_flight: 0,
                 late_workers_running: 0,
                 observer_events_dropped: 0,

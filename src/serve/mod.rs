@@ -113,7 +113,7 @@ use self::app::App;
 use self::engine::Engine;
 use self::harness_engine::HarnessEngine;
 use self::metrics::Metrics;
-use crate::harness::{Event, Harness, Observer, Policy};
+use crate::harness::{Event, Harness, HarnessPool, Observer, Policy};
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -148,6 +148,11 @@ pub struct ServeConfig {
     pub default_max_tokens: u32,
     /// The `Retry-After` a busy (503) answer suggests.
     pub retry_after: Duration,
+    /// How long a request may wait for a free instance of the pool before
+    /// it is refused (`--max-queue-ms`); the wait counts inside the
+    /// request's own deadline. `None` (the default): refuse at once, as a
+    /// lane does.
+    pub max_queue: Option<Duration>,
     /// How long shutdown waits for in-flight requests and late workers.
     pub shutdown_grace: Duration,
     /// Most connections open at once; more wait in the kernel's backlog.
@@ -182,6 +187,7 @@ impl Default for ServeConfig {
             max_deadline: Duration::from_secs(600),
             default_max_tokens: 256,
             retry_after: Duration::from_secs(1),
+            max_queue: None,
             shutdown_grace: Duration::from_secs(10),
             max_connections: 512,
             body_timeout: Duration::from_secs(30),
@@ -194,6 +200,13 @@ impl Default for ServeConfig {
 }
 
 impl ServeConfig {
+    /// Sets how long a request may wait for a free instance (see
+    /// [`max_queue`](Self::max_queue)).
+    pub fn max_queue(mut self, wait: Option<Duration>) -> Self {
+        self.max_queue = wait;
+        self
+    }
+
     /// Adds a name for the default route (see
     /// [`model_aliases`](Self::model_aliases)).
     pub fn model_alias(mut self, name: impl Into<String>) -> Self {
@@ -293,8 +306,15 @@ impl ServeMetrics {
     /// The Prometheus text `GET /metrics` serves, for a harness that is not
     /// behind a server.
     pub fn render(&self, harness: &Harness) -> String {
+        self.render_pool(&HarnessPool::from(harness.clone()))
+    }
+
+    /// The Prometheus text for a pool's state now (per-instance gauges
+    /// included).
+    pub fn render_pool(&self, pool: &HarnessPool) -> String {
         let engine = HarnessEngine {
-            harness: harness.clone(),
+            pool: pool.clone(),
+            max_queue: None,
             presets: Vec::new(),
         };
         self.0.render(&engine.health(), 0)
@@ -416,8 +436,16 @@ impl Server {
     /// Binds `config.listen` with the harness behind it. Binding to port 0
     /// picks a free port: see [`local_addr`](Self::local_addr).
     pub async fn bind(harness: Harness, config: ServeConfig) -> Result<Server, ServeError> {
+        Self::bind_pool(HarnessPool::from(harness), config).await
+    }
+
+    /// Like [`bind`](Self::bind), over a pool of instances: a request
+    /// takes an idle instance, and when none is free it is refused with
+    /// 503 `lanes_busy` (or waits up to [`ServeConfig::max_queue`]).
+    pub async fn bind_pool(pool: HarnessPool, config: ServeConfig) -> Result<Server, ServeError> {
         let engine = HarnessEngine {
-            harness,
+            pool,
+            max_queue: config.max_queue,
             presets: config.policy_presets.clone(),
         };
         Self::bind_engine(Arc::new(engine), config).await

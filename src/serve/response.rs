@@ -112,6 +112,17 @@ pub(crate) fn extension(s: &Summary) -> Value {
     serde_json::to_value(s).unwrap_or(Value::Null)
 }
 
+/// The 503 for a request no instance of the pool could take.
+pub(crate) fn all_instances_busy(instances: usize, retry_after: u64) -> ApiError {
+    ApiError::new(
+        503,
+        "overloaded_error",
+        format!("all {instances} instances are busy; retry shortly"),
+    )
+    .code("lanes_busy")
+    .retry_after(retry_after)
+}
+
 /// The error for a run that ended without an answer; counts busy
 /// rejections.
 pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {

@@ -144,7 +144,21 @@ impl Engine for Fake {
         ]
     }
 
-    fn start(&self, job: Job) -> Result<Box<dyn Run>, StartError> {
+    fn start(&self, job: Job) -> BoxFuture<'_, Result<Box<dyn Run>, StartError>> {
+        let started = self.start_now(job);
+        Box::pin(async move { started })
+    }
+
+    fn health(&self) -> Health {
+        self.health_now()
+    }
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained> {
+        self.shutdown_now(grace)
+    }
+}
+
+impl Fake {
+    fn start_now(&self, job: Job) -> Result<Box<dyn Run>, StartError> {
         if job.policy.as_deref() == Some("nope") {
             return Err(StartError::Invalid {
                 param: Some("policy".into()),
@@ -252,7 +266,7 @@ impl Engine for Fake {
         }))
     }
 
-    fn health(&self) -> Health {
+    fn health_now(&self) -> Health {
         Health {
             lanes: vec![
                 LaneState {
@@ -268,13 +282,16 @@ impl Engine for Fake {
                     health: None,
                 },
             ],
+            instances: Vec::new(),
+            queued: 0,
+            rejected: 0,
             runs_in_flight: 0,
             late_workers_running: 0,
             observer_events_dropped: 0,
         }
     }
 
-    fn shutdown(&self, _grace: Duration) -> BoxFuture<'static, Drained> {
+    fn shutdown_now(&self, _grace: Duration) -> BoxFuture<'static, Drained> {
         self.shutdown_called.store(true, Ordering::SeqCst);
         Box::pin(async {
             Drained {

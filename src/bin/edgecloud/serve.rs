@@ -6,7 +6,7 @@
 use crate::exit::{usage, usage_from};
 use crate::run::HarnessArgs;
 use anyhow::Context as _;
-use edgecloud::harness::{Harness, HarnessConfig};
+use edgecloud::harness::{Harness, HarnessConfig, DEFAULT_PARALLEL};
 use edgecloud::serve::{BearerToken, ServeConfig, ServeMetrics, Server, DEFAULT_PORT};
 use edgecloud::Lane;
 use std::io::Write as _;
@@ -57,6 +57,18 @@ pub(crate) struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     accept_any_model: bool,
+    /// Instances in the pool: requests served at once, each with its own
+    /// local and cloud lane (one loaded model and one batched decode loop
+    /// for all local lanes, one connection pool for the cloud lanes).
+    /// Default: `[pool] parallel` of --config, else 4 (llama-server's
+    /// default slot count).
+    #[arg(long, short = 'n', value_name = "N", env = "EDGECLOUD_PARALLEL")]
+    parallel: Option<usize>,
+    /// When every instance is busy, wait up to this long for one (counted
+    /// inside the request's deadline) instead of answering 503 at once.
+    /// Default: `[pool] max_queue_ms` of --config, else 0 (no queue).
+    #[arg(long, value_name = "MS", env = "EDGECLOUD_MAX_QUEUE_MS")]
+    max_queue_ms: Option<u64>,
     /// `max_tokens` for requests that do not set it.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
@@ -118,16 +130,35 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let metrics = ServeMetrics::new();
     // Loads the model here, before the first request (blocking).
     let loading = Instant::now();
-    let harness = Harness::builder()
+    let (parallel, chosen) = match (args.parallel, cfg.pool.parallel) {
+        (Some(n), _) => (n, "--parallel"),
+        (None, Some(n)) => (n, "[pool] parallel"),
+        (None, None) => (DEFAULT_PARALLEL, "default"),
+    };
+    if parallel == 0 {
+        return Err(usage("--parallel must be at least 1"));
+    }
+    let max_queue_ms = args.max_queue_ms.or(cfg.pool.max_queue_ms).unwrap_or(0);
+    let pool = Harness::builder()
         .config(&cfg)?
+        .instances(parallel)
         .lanes_from(&cfg)?
         .observer(metrics.observer())
         .runtime(runtime.handle().clone())
-        .build()?;
+        .build_pool()?;
     if !crate::quiet() {
-        for line in lane_lines(&harness, &cfg, loading.elapsed()) {
+        for line in lane_lines(&pool.instances()[0], &cfg, loading.elapsed()) {
             eprintln!("{line}");
         }
+        let queue = if max_queue_ms == 0 {
+            "busy requests get 503 at once".to_string()
+        } else {
+            format!("busy requests wait up to {max_queue_ms} ms")
+        };
+        eprintln!(
+            "edgecloud serve: {parallel} instance{} ({chosen}), {queue}",
+            if parallel == 1 { "" } else { "s" }
+        );
     }
     let mut config = ServeConfig::default()
         .listen(args.listen)
@@ -136,6 +167,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .default_max_tokens(args.max_tokens)
         .shutdown_grace(Duration::from_millis(args.grace_ms))
         .metrics(metrics)
+        .max_queue((max_queue_ms > 0).then(|| Duration::from_millis(max_queue_ms)))
         .accept_any_model(args.accept_any_model);
     for name in &args.served_model_name {
         config = config.model_alias(name.trim());
@@ -147,7 +179,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config = config.policy_preset(policy);
     }
     let report = runtime.block_on(async move {
-        let server = Server::bind(harness, config).await?;
+        let server = Server::bind_pool(pool, config).await?;
         let addr = server.local_addr();
         let models = server.models();
         {

@@ -34,6 +34,22 @@ impl LocalBackend {
         LocalLane::start(config).map(Self::new)
     }
 
+    /// Like [`start`](Self::start), for the local lanes of a pool of
+    /// `instances`: one loaded model, one batched decode loop, one lane
+    /// (sequence) per instance (see `LocalLane::start_shared`).
+    pub fn start_shared(
+        mut config: LocalConfig,
+        instances: usize,
+    ) -> Result<Vec<Self>, LocalError> {
+        if config.nice.is_none() {
+            config.nice = Some(HARNESS_COMPUTE_NICE);
+        }
+        Ok(LocalLane::start_shared(config, instances)?
+            .into_iter()
+            .map(Self::new)
+            .collect())
+    }
+
     /// The lane, for its tokenizer or its own diagnostics.
     pub fn lane(&self) -> &LocalLane {
         &self.lane

@@ -14,6 +14,7 @@ mod events;
 mod late_workers;
 mod ownership;
 mod policies;
+mod pool;
 mod routes;
 mod streaming;
 mod stress;

@@ -1,0 +1,538 @@
+//! The decode loop: one llama.cpp context shared by N sequences (one per
+//! instance of a pool; N = 1 for a lane alone), decoded together in one
+//! batch per step, as llama-server's slots are (continuous batching).
+//!
+//! ```text
+//!  jobs (seq id) ──> per-sequence queue ──> start: template, tokenize,
+//!                                           reuse the sequence's cached prefix
+//!  every step:  stopped (cancel / deadline)?  -> finish, its KV tail is cut
+//!               batch = each generating sequence's last token
+//!                     + prompt chunks of the others, up to `batch_size`
+//!               arm the abort signal with the batch's jobs, llama_decode
+//!               sample each sequence from its own logits row
+//! ```
+//!
+//! Each sequence keeps what a lane alone keeps: its own positions and KV
+//! cells (`seq_id`), its prefix reuse, its sampler, stop strings, UTF-8
+//! stream and per-token signals, its cancellation and deadline. A job that
+//! stops mid-decode aborts the whole batch (llama.cpp's abort callback);
+//! every sequence in it is cut back to what it had before the step, the
+//! stopped one finishes and the others decode again next step, so a cancel
+//! takes effect within one compute step whoever else is in the batch.
+//! Greedy sampling reads the argmax of the raw logits, the same whatever
+//! else is in the batch (tested against the lane alone).
+//!
+//! This module must not know about lanes' admission or the harness: the
+//! permit comes in inside the job and is dropped when the job really ends.
+
+use super::ffi::AbortSignal;
+use super::generate::{build_sampler, emit, Progress, PromptFormat};
+use super::stop::{StopMatcher, StopState};
+use super::utf8::Utf8Stream;
+use super::{signals, simd};
+use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
+use crate::lane::{FinishReason, LaneJob, LanePermit};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::DecodeError;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// llama_decode's return value when the abort callback stopped it.
+const DECODE_ABORTED: i32 = 2;
+
+/// The context and its sequences.
+pub(super) struct Engine<'m> {
+    model: &'m LlamaModel,
+    ctx: LlamaContext<'m>,
+    format: PromptFormat,
+    batch: LlamaBatch<'static>,
+    batch_size: usize,
+    /// Tokens one sequence may hold (prompt and answer).
+    seq_context: usize,
+    seqs: Vec<Sequence>,
+    /// The sequence whose prompt goes first into the next batch (turns
+    /// rotate so that no long prompt starves another).
+    prompt_turn: usize,
+}
+
+/// One sequence: what its KV cells hold, its waiting jobs, its running one.
+#[derive(Default)]
+struct Sequence {
+    /// Tokens whose keys and values are in the cache for this sequence,
+    /// at positions 0..len.
+    cached: Vec<LlamaToken>,
+    queue: VecDeque<Envelope>,
+    active: Option<Active>,
+}
+
+/// A running job.
+struct Active {
+    job: LaneJob,
+    permit: Option<LanePermit>,
+    progress: Option<ProgressSink>,
+    reply: oneshot::Sender<Result<LocalCompletion, LocalError>>,
+    tokens: Vec<LlamaToken>,
+    out: Progress,
+    prompt_started: Instant,
+    /// The sampled token not yet decoded; `None` while the prompt is.
+    pending: Option<LlamaToken>,
+    sampler: Option<LlamaSampler>,
+    stops: StopMatcher,
+    utf8: Utf8Stream,
+    aborted_in_decode: bool,
+}
+
+/// What one sequence put into the current batch.
+struct Entry {
+    seq: usize,
+    /// Tokens added (one when generating, a chunk of the prompt otherwise).
+    tokens: Vec<LlamaToken>,
+    /// Batch row of the logits to sample from after the step, if any.
+    logits: Option<i32>,
+}
+
+/// How a sampled token left the job.
+enum Next {
+    Continue(LlamaToken),
+    Done(FinishReason),
+}
+
+impl<'m> Engine<'m> {
+    pub(super) fn new(
+        model: &'m LlamaModel,
+        ctx: LlamaContext<'m>,
+        format: PromptFormat,
+        batch_size: u32,
+        sequences: usize,
+        seq_context: u32,
+    ) -> Self {
+        let batch_size = batch_size.max(1) as usize;
+        let sequences = sequences.max(1);
+        Self {
+            model,
+            ctx,
+            format,
+            // A step holds each generating sequence's token and up to
+            // `batch_size` prompt tokens besides.
+            batch: LlamaBatch::new(batch_size + sequences, 1),
+            batch_size,
+            seq_context: seq_context as usize,
+            seqs: (0..sequences).map(|_| Sequence::default()).collect(),
+            prompt_turn: 0,
+        }
+    }
+
+    /// Whether any job is running or waiting.
+    pub(super) fn is_idle(&self) -> bool {
+        self.seqs
+            .iter()
+            .all(|s| s.active.is_none() && s.queue.is_empty())
+    }
+
+    /// Takes a job for its sequence; it starts when the sequence is free.
+    pub(super) fn submit(&mut self, envelope: Envelope) {
+        let seq = envelope.seq.min(self.seqs.len() - 1);
+        self.seqs[seq].queue.push_back(envelope);
+    }
+
+    /// One step: start waiting jobs, finish stopped ones, decode one batch,
+    /// sample every sequence that has logits.
+    pub(super) fn step(&mut self, signal: &AbortSignal) {
+        for seq in 0..self.seqs.len() {
+            self.start_next(seq);
+        }
+        for seq in 0..self.seqs.len() {
+            let stopped = self.seqs[seq]
+                .active
+                .as_ref()
+                .and_then(|a| a.job.stop_reason());
+            if let Some(reason) = stopped {
+                self.complete(seq, reason);
+            }
+        }
+        let entries = self.fill_batch();
+        if entries.is_empty() {
+            return;
+        }
+        signal.arm(entries.iter().filter_map(|e| {
+            self.seqs[e.seq]
+                .active
+                .as_ref()
+                .map(|a| (&a.job.cancel, a.job.deadline))
+        }));
+        let decoded = self.ctx.decode(&mut self.batch);
+        signal.disarm();
+        match decoded {
+            Ok(()) => self.after_decode(entries),
+            Err(err) => self.after_failed_decode(entries, err),
+        }
+    }
+
+    /// Starts the next queued job of a free sequence (several, when jobs
+    /// end before any decoding: an invalid request, a job already stopped).
+    fn start_next(&mut self, seq: usize) {
+        while self.seqs[seq].active.is_none() {
+            let Some(envelope) = self.seqs[seq].queue.pop_front() else {
+                return;
+            };
+            let started = catch_unwind(AssertUnwindSafe(|| self.start(seq, envelope)));
+            if let Err(panic) = started {
+                // The envelope (job, permit, reply) was dropped while
+                // unwinding: its ticket resolves to `WorkerGone`.
+                tracing::warn!(
+                    panic = %crate::panic_payload::message(&*panic),
+                    "a local job panicked while starting"
+                );
+            }
+        }
+    }
+
+    fn start(&mut self, seq: usize, envelope: Envelope) {
+        let Envelope {
+            mut job,
+            progress,
+            submitted_at,
+            reply,
+            ..
+        } = envelope;
+        let started = Instant::now();
+        let permit = job.permit.take();
+        let prepared = job
+            .sampling
+            .validate()
+            .map_err(LocalError::from)
+            .and_then(|()| self.format.render(self.model, &job.messages))
+            .map(|prompt| self.model.vocab().tokenize(prompt.as_bytes(), true, true))
+            .and_then(|tokens| {
+                if tokens.is_empty() || tokens.len() >= self.seq_context {
+                    Err(LocalError::PromptTooLong {
+                        prompt_tokens: tokens.len() as u32,
+                        context_size: self.seq_context as u32,
+                    })
+                } else {
+                    Ok(tokens)
+                }
+            });
+        let tokens = match prepared {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                reply_after(permit, job, progress, reply, Err(e));
+                return;
+            }
+        };
+        let out = Progress::new(&job, submitted_at, started, tokens.len());
+        let sampler = (job.sampling.temperature > 0.0).then(|| build_sampler(&job.sampling));
+        let stops = StopMatcher::new(&job.sampling.stop);
+        let mut active = Active {
+            job,
+            permit,
+            progress,
+            reply,
+            tokens,
+            out,
+            prompt_started: Instant::now(),
+            pending: None,
+            sampler,
+            stops,
+            utf8: Utf8Stream::default(),
+            aborted_in_decode: false,
+        };
+        if active.job.stop_reason().is_none() {
+            active.out.reused = self.reuse_prefix(seq, &active.tokens);
+        }
+        active.prompt_started = Instant::now();
+        self.seqs[seq].active = Some(active);
+    }
+
+    /// Keeps the longest common prefix of the sequence's cache and
+    /// `tokens` (leaving at least one token to decode, for fresh logits)
+    /// and drops the rest of its cells. Returns how many are reused.
+    fn reuse_prefix(&mut self, seq: usize, tokens: &[LlamaToken]) -> usize {
+        let cached = &self.seqs[seq].cached;
+        let common = cached
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(tokens.len() - 1);
+        if common < cached.len() && !self.cut(seq, common) {
+            return 0;
+        }
+        self.seqs[seq].cached.truncate(common);
+        common
+    }
+
+    /// Drops the sequence's cells from position `from` on; when the memory
+    /// cannot drop a tail (recurrent models), the whole sequence. Returns
+    /// whether the tail alone went.
+    fn cut(&mut self, seq: usize, from: usize) -> bool {
+        let id = seq as i32;
+        if self
+            .ctx
+            .kv_cache_seq_rm(id, Some(from as u32), None)
+            .is_ok()
+        {
+            return true;
+        }
+        let _ = self.ctx.kv_cache_seq_rm(id, None, None);
+        self.seqs[seq].cached.clear();
+        false
+    }
+
+    /// Puts every generating sequence's pending token into the batch, then
+    /// prompt chunks, in turn, up to `batch_size` prompt tokens.
+    fn fill_batch(&mut self) -> Vec<Entry> {
+        self.batch.clear();
+        let mut entries = Vec::new();
+        for seq in 0..self.seqs.len() {
+            let s = &self.seqs[seq];
+            let Some(token) = s.active.as_ref().and_then(|a| a.pending) else {
+                continue;
+            };
+            let row = self.batch.n_tokens();
+            self.batch
+                .add(token, s.cached.len() as i32, &[seq as i32], true)
+                .expect("the batch has a row for every sequence's token");
+            entries.push(Entry {
+                seq,
+                tokens: vec![token],
+                logits: Some(row),
+            });
+        }
+        let mut budget = self.batch_size;
+        let n = self.seqs.len();
+        for turn in 0..n {
+            if budget == 0 {
+                break;
+            }
+            let seq = (self.prompt_turn + turn) % n;
+            let s = &mut self.seqs[seq];
+            let Some(active) = s.active.as_mut().filter(|a| a.pending.is_none()) else {
+                continue;
+            };
+            let done = s.cached.len();
+            let total = active.tokens.len();
+            if let Some(report) = active.progress.as_mut() {
+                report(PromptProgress {
+                    done: done as u32,
+                    total: total as u32,
+                });
+            }
+            let take = (total - done).min(budget);
+            let chunk = active.tokens[done..done + take].to_vec();
+            let last = done + take == total;
+            let first_row = self.batch.n_tokens();
+            for (j, &token) in chunk.iter().enumerate() {
+                self.batch
+                    .add(
+                        token,
+                        (done + j) as i32,
+                        &[seq as i32],
+                        last && j + 1 == take,
+                    )
+                    .expect("prompt chunks fit the batch's prompt budget");
+            }
+            budget -= take;
+            entries.push(Entry {
+                seq,
+                logits: last.then(|| first_row + take as i32 - 1),
+                tokens: chunk,
+            });
+        }
+        self.prompt_turn = (self.prompt_turn + 1) % n;
+        entries
+    }
+
+    fn after_decode(&mut self, entries: Vec<Entry>) {
+        for entry in entries {
+            let seq = entry.seq;
+            self.seqs[seq].cached.extend_from_slice(&entry.tokens);
+            let Some(row) = entry.logits else {
+                continue;
+            };
+            let sampled = catch_unwind(AssertUnwindSafe(|| self.sample(seq, row)));
+            match sampled {
+                Ok(Next::Continue(token)) => {
+                    if let Some(a) = self.seqs[seq].active.as_mut() {
+                        a.pending = Some(token);
+                    }
+                }
+                Ok(Next::Done(reason)) => self.complete(seq, reason),
+                Err(panic) => self.fail_after_panic(seq, &*panic),
+            }
+        }
+    }
+
+    /// A decode that failed or was aborted: every sequence in the batch is
+    /// cut back to what it held before; those whose job stopped finish,
+    /// the others decode again next step, unless llama.cpp failed.
+    fn after_failed_decode(&mut self, entries: Vec<Entry>, err: DecodeError) {
+        for entry in &entries {
+            let from = self.seqs[entry.seq].cached.len();
+            self.cut(entry.seq, from);
+        }
+        let aborted = matches!(err, DecodeError::Unknown(DECODE_ABORTED));
+        for entry in entries {
+            let seq = entry.seq;
+            let stopped = self.seqs[seq]
+                .active
+                .as_ref()
+                .and_then(|a| a.job.stop_reason());
+            match (aborted, stopped) {
+                (true, Some(reason)) => {
+                    if let Some(a) = self.seqs[seq].active.as_mut() {
+                        a.aborted_in_decode = true;
+                    }
+                    self.complete(seq, reason);
+                }
+                // Another job of the batch stopped it: decode again.
+                (true, None) => {}
+                (false, _) => self.fail(
+                    seq,
+                    LocalError::Decode {
+                        detail: err.to_string(),
+                    },
+                ),
+            }
+        }
+    }
+
+    /// Samples the sequence's next token from batch row `row`, streams its
+    /// text, and says whether the job goes on.
+    fn sample(&mut self, seq: usize, row: i32) -> Next {
+        let cached = self.seqs[seq].cached.len();
+        let a = self.seqs[seq]
+            .active
+            .as_mut()
+            .expect("only running jobs put logits rows in the batch");
+        if a.out.completion_tokens == 0 {
+            a.out.prompt_eval = a.prompt_started.elapsed();
+            a.out.prompt_decoded = cached.saturating_sub(a.out.reused);
+            if let Some(report) = a.progress.as_mut() {
+                let total = a.tokens.len() as u32;
+                report(PromptProgress { done: total, total });
+            }
+        }
+        let logits = self.ctx.get_logits_ith(row);
+        let pass = simd::scan(logits);
+        // Greedy picks the first largest logit, which the signals pass
+        // finds anyway: llama.cpp's sampler (a copy of the whole vocabulary
+        // per token) only runs when sampling is random.
+        let token = match a.sampler.as_mut() {
+            None => LlamaToken(pass.argmax as i32),
+            Some(sampler) => sampler.sample(&self.ctx, row),
+        };
+        a.out
+            .token_sampled(signals::from_pass(logits, &pass, token.0 as usize));
+        let vocab = self.model.vocab();
+        if vocab.is_eog(token) {
+            return Next::Done(FinishReason::Stop);
+        }
+        let mut piece = Vec::with_capacity(32);
+        vocab.token_to_piece_into(token, &mut piece, false, None);
+        let mut text = String::new();
+        a.utf8.push(&piece, &mut text);
+        let state = a.stops.push(&text);
+        emit(&mut a.job, a.stops.releasable());
+        if state == StopState::Stopped {
+            return Next::Done(FinishReason::Stop);
+        }
+        if a.out.completion_tokens >= a.job.sampling.max_tokens as usize
+            || cached + 1 >= self.seq_context
+        {
+            text.clear();
+            a.utf8.finish(&mut text);
+            a.stops.push(&text);
+            return Next::Done(FinishReason::Length);
+        }
+        Next::Continue(token)
+    }
+
+    /// Ends the sequence's job with what it has. Its pending token was
+    /// never decoded, so the cache already matches `cached`.
+    fn complete(&mut self, seq: usize, reason: FinishReason) {
+        let Some(a) = self.seqs[seq].active.take() else {
+            return;
+        };
+        let Active {
+            mut job,
+            permit,
+            progress,
+            reply,
+            out,
+            stops,
+            aborted_in_decode,
+            ..
+        } = a;
+        let finished = catch_unwind(AssertUnwindSafe(|| {
+            out.finish(reason, stops, &mut job, aborted_in_decode)
+        }));
+        let result = finished.map_err(|panic| {
+            self.forget(seq);
+            LocalError::Panicked {
+                detail: crate::panic_payload::message(&*panic),
+            }
+        });
+        reply_after(permit, job, progress, reply, result);
+    }
+
+    fn fail(&mut self, seq: usize, error: LocalError) {
+        if let Some(a) = self.seqs[seq].active.take() {
+            reply_after(a.permit, a.job, a.progress, a.reply, Err(error));
+        }
+    }
+
+    /// A job's sink or progress callback panicked: the job fails, its
+    /// sequence forgets its cache, the others go on.
+    fn fail_after_panic(&mut self, seq: usize, panic: &(dyn std::any::Any + Send)) {
+        self.forget(seq);
+        self.fail(
+            seq,
+            LocalError::Panicked {
+                detail: crate::panic_payload::message(panic),
+            },
+        );
+    }
+
+    /// Drops every cell of one sequence.
+    fn forget(&mut self, seq: usize) {
+        let _ = self.ctx.kv_cache_seq_rm(seq as i32, None, None);
+        self.seqs[seq].cached.clear();
+    }
+
+    /// After a panic outside any one job's code: every job fails and the
+    /// whole cache is forgotten.
+    pub(super) fn reset_all(&mut self, detail: &str) {
+        self.ctx.clear_kv_cache();
+        for seq in 0..self.seqs.len() {
+            self.seqs[seq].cached.clear();
+            self.fail(
+                seq,
+                LocalError::Panicked {
+                    detail: detail.to_string(),
+                },
+            );
+        }
+    }
+}
+
+/// Frees the lane's slot, then hands back the result: a caller that sees
+/// the result can admit its next job at once.
+fn reply_after(
+    permit: Option<LanePermit>,
+    job: LaneJob,
+    progress: Option<ProgressSink>,
+    reply: oneshot::Sender<Result<LocalCompletion, LocalError>>,
+    result: Result<LocalCompletion, LocalError>,
+) {
+    drop(permit);
+    drop(job);
+    drop(progress);
+    let _ = reply.send(result);
+}

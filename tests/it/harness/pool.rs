@@ -1,0 +1,166 @@
+//! Contract point 13 at the harness level: a pool of instances, each
+//! keeping points 1-12 as if alone (scripted backends, one per instance so
+//! each instance's counters are its own).
+
+use super::*;
+use edgecloud::harness::HarnessPool;
+
+/// A pool of `n` local-only instances, each with its own scripted backend.
+fn pool_of(n: usize, make: fn(&str) -> Scripted) -> (HarnessPool, Vec<Scripted>) {
+    let locals: Vec<Scripted> = (0..n).map(|i| make(&format!("local-{i}"))).collect();
+    let pool = Harness::builder()
+        .local_per_instance(
+            locals
+                .iter()
+                .map(|s| Arc::new(s.clone()) as Arc<dyn Backend>)
+                .collect(),
+        )
+        .instances(n)
+        .policy(Policy::LocalOnly)
+        .deadline(LONG)
+        .build_pool()
+        .unwrap();
+    (pool, locals)
+}
+
+#[test]
+fn p13_each_request_takes_an_idle_instance_and_the_rest_are_refused_at_once() {
+    let (pool, locals) = pool_of(3, Scripted::new);
+    let runs: Vec<_> = (0..3)
+        .map(|i| {
+            pool.start(req(&format!("r{i}")), RunOptions::new())
+                .unwrap()
+        })
+        .collect();
+    let mut instances: Vec<usize> = runs.iter().map(|r| r.instance).collect();
+    instances.sort_unstable();
+    assert_eq!(instances, [0, 1, 2], "three requests, three instances");
+    let tasks: Vec<Task> = locals.iter().map(Scripted::next_task).collect();
+    // A fourth finds every instance busy: refused, nothing queued.
+    match pool.start(req("r3"), RunOptions::new()) {
+        Err(HarnessError::PoolBusy { instances }) => assert_eq!(instances, 3),
+        other => panic!("expected PoolBusy, got {other:?}"),
+    }
+    assert_eq!(pool.stats().rejected, 1);
+    for (i, t) in tasks.iter().enumerate() {
+        t.complete(&format!("answer {i}"));
+    }
+    for r in runs {
+        let instance = r.instance;
+        let o = tokio_block(r.outcome()).unwrap();
+        assert_eq!(
+            o.text.as_deref(),
+            Some(format!("answer {instance}").as_str())
+        );
+    }
+    for l in &locals {
+        let c = l.counters();
+        assert_eq!((c.max_outstanding, c.overlaps), (1, 0), "{c:?}");
+    }
+    assert_eq!(pool.busy_instances(), 0);
+}
+
+#[test]
+fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
+    let (pool, locals) = pool_of(2, Scripted::slow_to_cancel);
+    let first = pool
+        .start(with_deadline("slow", SHORT), RunOptions::new())
+        .unwrap();
+    let late_instance = first.instance;
+    let t_late = locals[late_instance].next_task();
+    let o = tokio_block(first.outcome()).unwrap();
+    assert_eq!(o.status, RunStatus::DeadlineExceeded);
+    assert_eq!(o.lane(Lane::Local).status, LaneStatus::Late);
+    // The late instance is skipped: every next request goes to the other,
+    // which admits one at a time.
+    let other = 1 - late_instance;
+    for round in 0..3 {
+        let run = pool.start(req("next"), RunOptions::new()).unwrap();
+        assert_eq!(run.instance, other, "round {round}");
+        let again = pool.start(req("one more"), RunOptions::new());
+        assert!(
+            matches!(again, Err(HarnessError::PoolBusy { .. })),
+            "round {round}: {again:?}"
+        );
+        locals[other].next_task().complete("ok");
+        let o = tokio_block(run.outcome()).unwrap();
+        assert_eq!(o.text.as_deref(), Some("ok"));
+    }
+    assert_eq!(
+        pool.instances()[late_instance].stats().late_workers_running,
+        1
+    );
+    t_late.complete("too late");
+    locals[late_instance].wait_idle();
+    // Its lane is free again: both instances serve.
+    let a = pool.start(req("a"), RunOptions::new()).unwrap();
+    let b = pool.start(req("b"), RunOptions::new()).unwrap();
+    assert_ne!(a.instance, b.instance);
+    for l in &locals {
+        l.next_task().complete("done");
+    }
+    tokio_block(a.outcome()).unwrap();
+    tokio_block(b.outcome()).unwrap();
+    for l in &locals {
+        assert_eq!(l.counters().overlaps, 0);
+    }
+}
+
+#[test]
+fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
+    let (pool, locals) = pool_of(1, Scripted::new);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let busy = pool.start(req("first"), RunOptions::new()).unwrap();
+    let t1 = locals[0].next_task();
+    let waiting = {
+        let pool = pool.clone();
+        rt.spawn(async move {
+            pool.start_within(req("second"), RunOptions::new(), LONG)
+                .await
+                .map(|r| r.instance)
+        })
+    };
+    // The waiter is counted before it is let in.
+    while pool.stats().waiting == 0 {
+        std::thread::yield_now();
+    }
+    t1.complete("one");
+    tokio_block(busy.outcome()).unwrap();
+    assert_eq!(rt.block_on(waiting).unwrap().unwrap(), 0);
+    locals[0].next_task().complete("two");
+    assert_eq!(pool.stats().waited, 1);
+
+    // A wait that runs out is refused like a full pool.
+    let hold = pool.start(req("hold"), RunOptions::new()).unwrap();
+    let t = locals[0].next_task();
+    let refused =
+        rt.block_on(pool.start_within(req("late"), RunOptions::new(), Duration::from_millis(20)));
+    assert!(
+        matches!(refused, Err(HarnessError::PoolBusy { .. })),
+        "{refused:?}"
+    );
+    t.complete("held");
+    tokio_block(hold.outcome()).unwrap();
+}
+
+#[test]
+fn p13_run_ids_are_unique_across_the_pool() {
+    let (pool, locals) = pool_of(2, Scripted::new);
+    let a = pool.start(req("a"), RunOptions::new()).unwrap();
+    let b = pool.start(req("b"), RunOptions::new()).unwrap();
+    assert_ne!(a.handle.run_id(), b.handle.run_id());
+    for l in &locals {
+        l.next_task().complete("x");
+    }
+    tokio_block(a.outcome()).unwrap();
+    tokio_block(b.outcome()).unwrap();
+    assert_eq!(pool.harness_stats().runs_settled, 2);
+}
+
+fn tokio_block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
