@@ -132,6 +132,9 @@ fn health(app: &App) -> Response<Body> {
         "lanes": h.lanes,
         "runs_in_flight": h.runs_in_flight,
         "late_workers_running": h.late_workers_running,
+        "instances": h.instances,
+        "queued": h.queued,
+        "rejected": h.rejected,
     });
     json_response(if down { 503 } else { 200 }, &body)
 }

@@ -437,8 +437,75 @@ impl Metrics {
                 get(&st.lanes[lane]).render(&mut o, name, &format!("lane=\"{lane}\""));
             }
         }
+        render_pool(&mut o, health);
         o
     }
+}
+
+/// The pool's gauges: instances, queue and refusals, and each instance's
+/// busy lanes and late workers (`instance` label).
+fn render_pool(o: &mut String, health: &Health) {
+    let mut gauge = |name: &str, kind: &str, help: &str, rows: Vec<(String, u64)>| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in rows {
+            let _ = writeln!(o, "{name}{labels} {v}");
+        }
+    };
+    let per_instance = |f: &dyn Fn(&super::engine::InstanceState) -> u64| {
+        health
+            .instances
+            .iter()
+            .map(|i| (format!("{{instance=\"{}\"}}", i.instance), f(i)))
+            .collect::<Vec<_>>()
+    };
+    gauge(
+        "edgecloud_pool_instances",
+        "gauge",
+        "Harness instances in the pool (requests served at once).",
+        vec![(String::new(), health.instances.len() as u64)],
+    );
+    gauge(
+        "edgecloud_pool_queued",
+        "gauge",
+        "Requests waiting for a free instance now (--max-queue-ms).",
+        vec![(String::new(), health.queued)],
+    );
+    gauge(
+        "edgecloud_pool_rejected_total",
+        "counter",
+        "Requests refused because every instance was busy.",
+        vec![(String::new(), health.rejected)],
+    );
+    gauge(
+        "edgecloud_instance_busy",
+        "gauge",
+        "1 while a request runs on the instance.",
+        per_instance(&|i| u64::from(i.busy)),
+    );
+    let lanes = health
+        .instances
+        .iter()
+        .flat_map(|i| {
+            [("local", i.local_busy), ("cloud", i.cloud_busy)].map(|(lane, busy)| {
+                (
+                    format!("{{instance=\"{}\",lane=\"{lane}\"}}", i.instance),
+                    u64::from(busy),
+                )
+            })
+        })
+        .collect();
+    gauge(
+        "edgecloud_instance_lane_busy",
+        "gauge",
+        "1 while a worker (possibly late) holds the instance's lane.",
+        lanes,
+    );
+    gauge(
+        "edgecloud_instance_late_workers_running",
+        "gauge",
+        "Late workers running on the instance (each holds its lane).",
+        per_instance(&|i| i.late_workers_running),
+    );
 }
 
 /// A label value as Prometheus reads it.

@@ -868,3 +868,154 @@ async fn the_binary_stops_cleanly_on_sigint_and_refuses_bad_setups() {
         assert!(err.contains(expect), "{args:?}: {err}");
     }
 }
+
+// ---- a pool of instances behind one server (contract point 13) ----------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_serves_one_request_per_instance_and_refuses_the_rest_with_503() {
+    let locals: Vec<Scripted> = (0..2)
+        .map(|i| Scripted::new(&format!("pool-local-{i}")))
+        .collect();
+    let pool = Harness::builder()
+        .local_per_instance(
+            locals
+                .iter()
+                .map(|s| {
+                    std::sync::Arc::new(s.clone())
+                        as std::sync::Arc<dyn edgecloud::harness::Backend>
+                })
+                .collect(),
+        )
+        .instances(2)
+        .policy(Policy::LocalOnly)
+        .deadline(LONG)
+        .build_pool()
+        .unwrap();
+    let server = Server::bind_pool(pool, loopback())
+        .await
+        .expect("bind a loopback port")
+        .spawn();
+    let url = server.base_url();
+    let running: Vec<_> = (0..2)
+        .map(|i| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                post(
+                    &url,
+                    json!({"model": "edgecloud", "messages": user(&format!("q{i}"))}),
+                    &[],
+                )
+                .await
+            })
+        })
+        .collect();
+    let tasks = vec![next_task(&locals[0]).await, next_task(&locals[1]).await];
+    // Both instances hold a request: the third is refused at once.
+    let (status, headers, body) = post(
+        &url,
+        json!({"model": "edgecloud", "messages": user("third")}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(headers["retry-after"], "1");
+    let e: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(e["error"]["code"], "lanes_busy");
+    assert!(body.contains("all 2 instances are busy"), "{body}");
+
+    let base = format!("http://{}", server.local_addr());
+    let health: Value = reqwest::get(format!("{base}/health"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["instances"].as_array().unwrap().len(), 2, "{health}");
+    assert_eq!(health["instances"][0]["busy"], true, "{health}");
+    assert_eq!(health["instances"][1]["local_busy"], true, "{health}");
+    assert_eq!(health["rejected"], 1, "{health}");
+    let text = metrics_text(&url).await;
+    assert_eq!(metric(&text, "edgecloud_pool_instances"), 2.0);
+    assert_eq!(metric(&text, "edgecloud_pool_rejected_total"), 1.0);
+    assert_eq!(
+        metric(&text, "edgecloud_instance_busy{instance=\"1\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "edgecloud_instance_lane_busy{instance=\"0\",lane=\"local\"}"
+        ),
+        1.0
+    );
+
+    for (i, t) in tasks.iter().enumerate() {
+        t.complete(&format!("answer {i}"));
+    }
+    for r in running {
+        let (status, _, body) = r.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    for l in &locals {
+        let c = l.counters();
+        assert_eq!((c.max_outstanding, c.overlaps), (1, 0), "{c:?}");
+    }
+    assert!(server.shutdown().await.is_clean());
+}
+
+#[test]
+fn serve_parallel_runs_that_many_instances_over_one_model_and_says_so() {
+    let model = tiny_model().to_str().unwrap().to_string();
+    let server = ServeProcess::start(
+        &[
+            "--model",
+            &model,
+            "--policy",
+            "local-only",
+            "--threads",
+            "2",
+        ],
+        &[("EDGECLOUD_PARALLEL", "3")],
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let base = server.url.trim_end_matches("/v1").to_string();
+    let health: Value = rt.block_on(async {
+        reqwest::get(format!("{base}/health"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    assert_eq!(health["instances"].as_array().unwrap().len(), 3, "{health}");
+    // Three requests at once, seeded: every one answered.
+    let statuses: Vec<u16> = rt.block_on(async {
+        let asks: Vec<_> = (0..3)
+            .map(|i| {
+                let url = server.url.clone();
+                tokio::spawn(async move {
+                    post(
+                        &url,
+                        json!({"model": "edgecloud", "messages": user(&format!("hello {i}")),
+                               "max_tokens": 4, "seed": 7}),
+                        &[],
+                    )
+                    .await
+                    .0
+                })
+            })
+            .collect();
+        let mut v = Vec::new();
+        for a in asks {
+            v.push(a.await.unwrap());
+        }
+        v
+    });
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 502),
+        "{statuses:?}"
+    );
+    let (ok, err) = server.stop("-TERM");
+    assert!(ok, "{err}");
+    assert!(err.contains("3 instances (--parallel)"), "{err}");
+}
