@@ -909,7 +909,7 @@ async fn a_pool_serves_one_request_per_instance_and_refuses_the_rest_with_503() 
             })
         })
         .collect();
-    let tasks = vec![next_task(&locals[0]).await, next_task(&locals[1]).await];
+    let tasks = [next_task(&locals[0]).await, next_task(&locals[1]).await];
     // Both instances hold a request: the third is refused at once.
     let (status, headers, body) = post(
         &url,
