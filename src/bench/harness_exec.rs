@@ -10,8 +10,8 @@
 use super::record::{LaneRecord, LaneSignals, RunRecord, RunStatus, TokensSaved};
 use super::runner::{Executor, Job};
 use crate::harness::{
-    AbortHandle, Event, Harness, LaneReport, LaneStatus, Observer, Outcome, Policy, PolicyKind,
-    RunOptions, Signal,
+    AbortHandle, Event, Harness, HarnessPool, LaneReport, LaneStatus, Observer, Outcome, Policy,
+    PolicyKind, RunOptions, Signal,
 };
 use crate::lane::Lane;
 use std::collections::HashMap;
@@ -114,7 +114,7 @@ impl CurrentRun {
 /// first token is measured. See [`HarnessExecutor::back_to_back`] for how
 /// runs follow each other.
 pub struct HarnessExecutor {
-    harness: Harness,
+    pool: HarnessPool,
     late: LateWorkerLog,
     policies: HashMap<String, Policy>,
     seq_of_run: HashMap<u64, u64>,
@@ -146,8 +146,20 @@ impl HarnessExecutor {
         policies: impl IntoIterator<Item = Policy>,
         grace: Duration,
     ) -> Self {
+        Self::over_pool(HarnessPool::from(harness), late, policies, grace)
+    }
+
+    /// Like [`new`](Self::new), over a pool: [`Executor::run_concurrent`]
+    /// runs a wave's jobs at once, one per instance (build the pool with
+    /// at least the bench's `--concurrency` instances).
+    pub fn over_pool(
+        pool: HarnessPool,
+        late: LateWorkerLog,
+        policies: impl IntoIterator<Item = Policy>,
+        grace: Duration,
+    ) -> Self {
         Self {
-            harness,
+            pool,
             late,
             policies: policies
                 .into_iter()
@@ -185,47 +197,107 @@ impl HarnessExecutor {
     }
 }
 
+impl HarnessExecutor {
+    /// Before a run: unless back to back, waits (up to the grace) until
+    /// every earlier late worker has returned, so the run finds idle lanes.
+    fn wait_for_late_workers(&mut self) {
+        if self.back_to_back {
+            return;
+        }
+        // A late worker reports after its lane is free again, so once
+        // every one has reported, both lanes are idle.
+        let target = self.late_expected - self.late_given_up;
+        let seen = self.late.wait_for(target, self.grace);
+        if seen < target {
+            tracing::warn!(
+                missing = target - seen,
+                "late workers did not return within the grace; later runs may find their lane busy"
+            );
+            self.late_given_up += target - seen;
+        }
+    }
+
+    /// Runs one job on an idle instance, as a caller would (streaming,
+    /// draining the stream), and returns its record with its run id and
+    /// late-worker count.
+    fn run_one(
+        pool: &HarnessPool,
+        current: &CurrentRun,
+        policy: Policy,
+        job: &Job<'_>,
+    ) -> (RunRecord, Option<(u64, u32)>) {
+        let mut request = job.item.request.clone();
+        request.deadline = Some(Duration::from_millis(job.deadline_ms));
+        let mut run = match pool.start(request, RunOptions::new().policy(policy).stream()) {
+            Ok(r) => r,
+            Err(e) => return (failed(job, e.to_string()), None),
+        };
+        *current.0.lock().expect("never poisoned") = Some(run.handle.abort_handle());
+        let run_id = run.handle.run_id();
+        // Drain the stream as a caller would; the outcome carries its TTFT.
+        while let Ok(Some(_)) = run.handle.next_token_blocking() {}
+        let outcome = run.wait();
+        match outcome {
+            Ok(o) => (record_from_outcome(&o, job), Some((run_id, o.late_workers))),
+            Err(e) => (failed(job, e.to_string()), None),
+        }
+    }
+
+    fn note_run(&mut self, job: &Job<'_>, run: Option<(u64, u32)>) {
+        if let Some((run_id, late)) = run {
+            self.seq_of_run.insert(run_id, job.seq);
+            self.late_expected += u64::from(late);
+        }
+    }
+}
+
 impl Executor for HarnessExecutor {
     fn run(&mut self, job: &Job<'_>) -> RunRecord {
         let Some(policy) = self.policy(job.policy) else {
             return failed(job, format!("unknown policy `{}`", job.policy));
         };
-        if !self.back_to_back {
-            // A late worker reports after its lane is free again, so once
-            // every one has reported, both lanes are idle.
-            let target = self.late_expected - self.late_given_up;
-            let seen = self.late.wait_for(target, self.grace);
-            if seen < target {
-                tracing::warn!(
-                    missing = target - seen,
-                    "late workers did not return within the grace; later runs may find their lane busy"
-                );
-                self.late_given_up += target - seen;
-            }
-        }
-        let mut request = job.item.request.clone();
-        request.deadline = Some(Duration::from_millis(job.deadline_ms));
-        let mut handle = match self
-            .harness
-            .start(request, RunOptions::new().policy(policy).stream())
-        {
-            Ok(h) => h,
-            Err(e) => return failed(job, e.to_string()),
-        };
-        *self.current.0.lock().expect("never poisoned") = Some(handle.abort_handle());
-        let run_id = handle.run_id();
-        // Drain the stream as a caller would; the outcome carries its TTFT.
-        while let Ok(Some(_)) = handle.next_token_blocking() {}
-        let outcome = handle.wait();
+        self.wait_for_late_workers();
+        let (record, run) = Self::run_one(&self.pool, &self.current, policy, job);
         *self.current.0.lock().expect("never poisoned") = None;
-        match outcome {
-            Ok(o) => {
-                self.seq_of_run.insert(run_id, job.seq);
-                self.late_expected += u64::from(o.late_workers);
-                record_from_outcome(&o, job)
-            }
-            Err(e) => failed(job, e.to_string()),
-        }
+        self.note_run(job, run);
+        record
+    }
+
+    fn run_concurrent(&mut self, jobs: &[Job<'_>]) -> Vec<RunRecord> {
+        self.wait_for_late_workers();
+        let results: Vec<(RunRecord, Option<(u64, u32)>)> = std::thread::scope(|scope| {
+            let running: Vec<_> = jobs
+                .iter()
+                .map(|job| {
+                    let policy = self.policy(job.policy);
+                    let (pool, current) = (&self.pool, &self.current);
+                    scope.spawn(move || match policy {
+                        None => (
+                            failed(job, format!("unknown policy `{}`", job.policy)),
+                            None,
+                        ),
+                        Some(policy) => Self::run_one(pool, current, policy, job),
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .zip(jobs)
+                .map(|(h, job)| {
+                    h.join()
+                        .unwrap_or_else(|_| (failed(job, "the run's thread panicked".into()), None))
+                })
+                .collect()
+        });
+        *self.current.0.lock().expect("never poisoned") = None;
+        results
+            .into_iter()
+            .zip(jobs)
+            .map(|((record, run), job)| {
+                self.note_run(job, run);
+                record
+            })
+            .collect()
     }
 
     fn late_overruns(&mut self) -> Vec<(u64, f64)> {
@@ -237,7 +309,11 @@ impl Executor for HarnessExecutor {
     }
 
     fn finish(&mut self) {
-        match self.harness.shutdown_blocking(self.grace) {
+        let report = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map(|rt| rt.block_on(self.pool.shutdown(self.grace)));
+        match report {
             Ok(report) if !report.is_clean() => tracing::warn!(
                 still_running = report.still_running.len(),
                 "late workers still running after the bench's grace"
@@ -253,6 +329,7 @@ impl Executor for HarnessExecutor {
 
 fn base(job: &Job<'_>, status: RunStatus) -> RunRecord {
     RunRecord {
+        started_ms: None,
         seq: job.seq,
         policy: job.policy.to_string(),
         deadline_ms: job.deadline_ms,

@@ -154,6 +154,11 @@ pub struct TokensSaved {
 /// of `runs.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// When the run (its wave, under `--concurrency`) started, in
+    /// milliseconds after the bench loop began: what aggregate throughput
+    /// is computed over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<f64>,
     /// Position in the bench (0-based, in start order). Lines of
     /// `runs.jsonl` may be out of order when late workers delayed one.
     pub seq: u64,

@@ -1,5 +1,6 @@
 //! The bench loop: every policy x deadline x pass x workload item, in that
-//! nesting order, through an [`Executor`] (the harness in the CLI, a
+//! nesting order (items in waves of [`BenchPlan::concurrency`] at once),
+//! through an [`Executor`] (the harness in the CLI, a
 //! scripted one in tests). It writes each record to `runs.jsonl` as soon
 //! as it is complete, reports progress through a callback, stops between
 //! runs when asked, and writes the summary and report from whatever was
@@ -50,6 +51,12 @@ pub trait Executor {
         Vec::new()
     }
 
+    /// Runs several jobs at once (a load test's wave) and returns their
+    /// records in the jobs' order. The default runs them one by one.
+    fn run_concurrent(&mut self, jobs: &[Job<'_>]) -> Vec<RunRecord> {
+        jobs.iter().map(|j| self.run(j)).collect()
+    }
+
     /// Called once at the end (also after a stop): waits for late workers
     /// within the executor's grace, so their overruns can be collected by
     /// a last [`Executor::late_overruns`].
@@ -85,6 +92,10 @@ pub struct BenchPlan {
     pub runs: u32,
     /// Unrecorded warm-up passes per combination, before the measured ones.
     pub warmup: u32,
+    /// Requests in flight at once (at least 1): the workload's items go in
+    /// waves of this many, each wave started together and waited for
+    /// whole ([`Executor::run_concurrent`]).
+    pub concurrency: usize,
 }
 
 impl BenchPlan {
@@ -107,6 +118,9 @@ impl BenchPlan {
         }
         if self.runs == 0 {
             return bad("--runs must be at least 1");
+        }
+        if self.concurrency == 0 {
+            return bad("--concurrency must be at least 1");
         }
         Ok(())
     }
@@ -151,6 +165,7 @@ pub fn run_bench(
     settings.deadlines_ms = plan.deadlines_ms.clone();
     settings.runs = plan.runs;
     settings.warmup = plan.warmup;
+    settings.concurrency = plan.concurrency;
     let mut env = Environment::detect(model);
     let mut writer = RunsWriter::create(out)?;
     // A summary from the start: if the process dies, `bench report` can
@@ -176,31 +191,45 @@ pub fn run_bench(
         for &deadline_ms in &plan.deadlines_ms {
             for pass in 0..plan.warmup + plan.runs {
                 let warmup = pass < plan.warmup;
-                for item in &plan.workload.items {
+                for wave in plan.workload.items.chunks(plan.concurrency.max(1)) {
                     if stop.load(Ordering::SeqCst) {
                         interrupted = true;
                         break 'outer;
                     }
-                    let job = Job {
-                        seq,
-                        policy,
-                        deadline_ms,
-                        item,
-                        repeat: if warmup { pass } else { pass - plan.warmup },
-                        warmup,
-                    };
-                    seq += 1;
-                    let record = executor.run(&job);
-                    if record.status == RunStatus::Aborted && stop.load(Ordering::SeqCst) {
-                        // Cut short by the stop itself: not a measurement.
-                        interrupted = true;
-                        break 'outer;
-                    }
-                    done += 1;
-                    if warmup {
-                        warmup_done += 1;
+                    let jobs: Vec<Job<'_>> = wave
+                        .iter()
+                        .map(|item| {
+                            let job = Job {
+                                seq,
+                                policy,
+                                deadline_ms,
+                                item,
+                                repeat: if warmup { pass } else { pass - plan.warmup },
+                                warmup,
+                            };
+                            seq += 1;
+                            job
+                        })
+                        .collect();
+                    let started_ms = loop_start.elapsed().as_secs_f64() * 1e3;
+                    let wave_records = if jobs.len() == 1 {
+                        vec![executor.run(&jobs[0])]
                     } else {
-                        pending.push(record);
+                        executor.run_concurrent(&jobs)
+                    };
+                    for mut record in wave_records {
+                        if record.status == RunStatus::Aborted && stop.load(Ordering::SeqCst) {
+                            // Cut short by the stop itself: not a measurement.
+                            interrupted = true;
+                            break 'outer;
+                        }
+                        record.started_ms = Some(started_ms);
+                        done += 1;
+                        if warmup {
+                            warmup_done += 1;
+                        } else {
+                            pending.push(record);
+                        }
                     }
                     attach_overruns(&mut pending, executor.late_overruns());
                     flush_complete(&mut pending, &mut records, &mut writer, false)?;

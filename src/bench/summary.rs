@@ -68,6 +68,10 @@ pub struct BenchSettings {
     pub runs: u32,
     /// Unrecorded warm-up passes per combination.
     pub warmup: u32,
+    /// Requests in flight at once (`--concurrency`; 0 in reports from
+    /// before it existed, which ran one at a time).
+    #[serde(default)]
+    pub concurrency: usize,
     /// The configuration file, if one was used.
     pub config: Option<String>,
     /// The local lane, if configured.
@@ -205,6 +209,58 @@ pub struct GroupSummary {
     /// both baselines or when they are equally accurate.
     #[serde(default)]
     pub gap_recovered: Option<f64>,
+    /// What the runs delivered together: the answering lanes' completion
+    /// tokens over the span from the first run's start to the last one's
+    /// settlement (under `--concurrency`, the aggregate a server sees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Throughput>,
+}
+
+/// Aggregate output of a group of runs over their span.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// First start to last settlement, in seconds.
+    pub span_s: f64,
+    /// Completion tokens of the answering lanes, summed (locally counted
+    /// where the local lane answered, provider-reported for the cloud).
+    pub completion_tokens: u64,
+    /// `completion_tokens / span_s`.
+    pub tokens_per_s: f64,
+    /// Runs settled per second over the span.
+    pub runs_per_s: f64,
+}
+
+impl Throughput {
+    /// Over records that carry their start (`started_ms`); `None` when
+    /// none does or the span is empty.
+    fn of(runs: &[&RunRecord]) -> Option<Self> {
+        let starts = runs.iter().filter_map(|r| r.started_ms);
+        let first = starts.clone().reduce(f64::min)?;
+        let last = runs
+            .iter()
+            .filter_map(|r| r.started_ms.map(|s| s + r.elapsed_ms))
+            .reduce(f64::max)?;
+        let span_s = (last - first) / 1e3;
+        if span_s <= 0.0 {
+            return None;
+        }
+        let completion_tokens = runs
+            .iter()
+            .filter_map(|r| {
+                let winner = r.winner?;
+                r.lanes
+                    .iter()
+                    .find(|l| l.lane == winner)
+                    .and_then(|l| l.completion_tokens)
+            })
+            .sum();
+        Some(Self {
+            span_s,
+            completion_tokens,
+            tokens_per_s: completion_tokens as f64 / span_s,
+            runs_per_s: runs.len() as f64 / span_s,
+        })
+    }
 }
 
 impl GroupSummary {
@@ -272,6 +328,7 @@ impl GroupSummary {
                 r.lane(Lane::Cloud).is_some_and(|l| l.state.ran())
             })),
             gap_recovered: None,
+            throughput: Throughput::of(runs),
         }
     }
 }
@@ -501,6 +558,7 @@ mod tests {
             },
         );
         RunRecord {
+            started_ms: None,
             seq: 0,
             policy: policy.into(),
             deadline_ms: 100,

@@ -109,6 +109,7 @@ impl HarnessBuilder {
     /// Puts a shared backend on the local lane.
     pub fn local_arc(mut self, backend: Arc<dyn Backend>) -> Self {
         self.local = Some(backend);
+        self.local_per_instance = None;
         self
     }
 

@@ -116,6 +116,10 @@ pub struct PoolStats {
 
 /// A run of the pool: the instance's [`RunHandle`] plus the claim on the
 /// instance, released when this value is dropped or its outcome is taken.
+/// Keep it whole until the run settles (stream through `handle`, then
+/// [`outcome`](Self::outcome) or [`wait`](Self::wait)): moving the handle
+/// out drops the claim, and the pool may then pick the instance for
+/// another request while this run still holds it.
 pub struct PoolRun {
     /// The run itself: stream, abort, outcome.
     pub handle: RunHandle,
@@ -140,6 +144,15 @@ impl PoolRun {
     pub async fn outcome(self) -> Result<Outcome, HarnessError> {
         let PoolRun { handle, claim, .. } = self;
         let outcome = handle.outcome().await;
+        drop(claim);
+        outcome
+    }
+
+    /// Blocking [`outcome`](Self::outcome), for code without an async
+    /// runtime.
+    pub fn wait(self) -> Result<Outcome, HarnessError> {
+        let PoolRun { handle, claim, .. } = self;
+        let outcome = handle.wait();
         drop(claim);
         outcome
     }
@@ -314,11 +327,7 @@ impl HarnessPool {
         request: Request,
         options: RunOptions,
     ) -> Result<Outcome, HarnessError> {
-        let run = self.start(request, options)?;
-        let claim = run.claim;
-        let outcome = run.handle.wait();
-        drop(claim);
-        outcome
+        self.start(request, options)?.wait()
     }
 
     /// Stops every instance taking runs and waits up to `grace` (one

@@ -76,6 +76,7 @@ impl Executor for Scripted {
             self.late.push((s, s + 2, 3.0 + (s % 9) as f64));
         }
         RunRecord {
+            started_ms: None,
             seq: s,
             policy: job.policy.to_string(),
             deadline_ms: job.deadline_ms,
@@ -122,6 +123,7 @@ fn plan(workload: &str, runs: u32, warmup: u32) -> BenchPlan {
         deadlines_ms: vec![40, 120],
         runs,
         warmup,
+        concurrency: 1,
     }
 }
 
@@ -690,6 +692,51 @@ mod e2e {
                 .unwrap_or_default()
                 .to_string()
         })
+    }
+
+    #[test]
+    fn bench_concurrency_runs_waves_on_a_pool_and_reports_throughput() {
+        let rt = runtime();
+        let server = rt.block_on(TestServer::openai(Flavor::OpenAi, &["Paris", "."]));
+        let out = fresh_path("bench-concurrency");
+        let res = run_bench(
+            &out,
+            &[
+                "--policies",
+                "local-only,race",
+                "--deadlines-ms",
+                "8000",
+                "--runs",
+                "2",
+                "--warmup",
+                "0",
+                "--concurrency",
+                "3",
+            ],
+            &server.base_url(),
+        );
+        let stderr = text(&res.stderr);
+        assert!(res.status.success(), "stderr: {stderr}");
+        check_output_files(&out);
+        check_summary_against_runs(&out);
+        let runs = read_lines(&out.join(RUNS_FILE));
+        assert_eq!(runs.len(), 2 * 3 * 2, "policies x items x runs");
+        // A wave of three starts together: every run of a wave has the
+        // same start, and no run found its lanes busy (one instance each).
+        for r in &runs {
+            assert!(r["started_ms"].is_number(), "{r}");
+            for lane in r["lanes"].as_array().unwrap() {
+                assert_ne!(lane["state"], "busy", "{r}");
+            }
+        }
+        let summary = read_json(&out.join(SUMMARY_FILE));
+        assert_eq!(summary["settings"]["concurrency"], 3);
+        for g in summary["groups"].as_array().unwrap() {
+            let t = &g["throughput"];
+            assert!(t["span_s"].as_f64().unwrap() > 0.0, "{g}");
+            assert!(t["runs_per_s"].as_f64().unwrap() > 0.0, "{g}");
+        }
+        assert!(stderr.contains("at concurrency 3"), "{stderr}");
     }
 
     #[test]

@@ -66,6 +66,12 @@ pub(crate) struct BenchArgs {
     /// Measured passes over the workload per combination.
     #[arg(long, value_name = "N", default_value_t = 3)]
     runs: u32,
+    /// Requests in flight at once: the workload's items go in waves of N,
+    /// each on its own instance of a pool of N (one loaded model, batched
+    /// local decoding); the report gives the aggregate tokens/s and the
+    /// latency distribution under that load.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    concurrency: usize,
     /// Unrecorded warm-up passes per combination, before the measured ones.
     #[arg(long, value_name = "N", default_value_t = 1)]
     warmup: u32,
@@ -258,6 +264,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         deadlines_ms,
         runs: args.runs,
         warmup: args.warmup,
+        concurrency: args.concurrency,
     };
     plan.validate().map_err(|e| exit::usage_from(&e))?;
     let out = args
@@ -269,18 +276,21 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if !crate::quiet() {
         eprintln!("starting lanes...");
     }
-    let mut builder = Harness::builder().config(&cfg)?.lanes_from(&cfg)?;
+    let mut builder = Harness::builder()
+        .config(&cfg)?
+        .instances(args.concurrency)
+        .lanes_from(&cfg)?;
     if let Some(replay) = replay_local {
         builder = builder.local(replay);
     }
-    let harness: Harness = builder
+    let pool = builder
         .observer(late.observer())
-        .build()
+        .build_pool()
         .context("building the harness")?;
     // The config's own policy keeps its parameters (a cascade threshold,
     // a hedge delay) when it is among those benchmarked.
-    let mut executor = HarnessExecutor::new(
-        harness,
+    let mut executor = HarnessExecutor::over_pool(
+        pool,
         late,
         config_policy,
         Duration::from_millis(args.grace_ms),
@@ -327,12 +337,20 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 d.map_or("-".to_string(), |d| format!("{:.1}", d.p50))
             };
             eprintln!(
-                "  {:<10} {:>6} ms  hit {:>5.1}%  latency p50 {:>8} ms  ttft p50 {:>8} ms",
+                "  {:<10} {:>6} ms  hit {:>5.1}%  latency p50 {:>8} ms  p95 {:>8} ms  ttft p50 {:>8} ms{}",
                 g.policy,
                 g.deadline_ms,
                 g.deadline_hit_rate * 100.0,
                 p(g.latency_ms),
-                p(g.ttft_ms)
+                g.latency_ms.map_or("-".to_string(), |d| format!("{:.1}", d.p95)),
+                p(g.ttft_ms),
+                match (s.settings.concurrency > 1, g.throughput) {
+                    (true, Some(t)) => format!(
+                        "  {:.1} tokens/s, {:.2} runs/s at concurrency {}",
+                        t.tokens_per_s, t.runs_per_s, s.settings.concurrency
+                    ),
+                    _ => String::new(),
+                }
             );
         }
         eprintln!(
