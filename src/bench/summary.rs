@@ -34,6 +34,10 @@ pub const PERCENTILE_METHOD: &str =
 /// The local lane's settings in a bench.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LocalSetup {
+    /// How the compute threads waited for each other
+    /// (`edgecloud::local::wait`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_wait: Option<String>,
     /// The model file (as given).
     pub model: String,
     /// Compute threads used.

@@ -45,6 +45,7 @@ mod simd;
 mod stop;
 mod template;
 mod utf8;
+pub mod wait;
 mod worker;
 
 use crate::lane::LaneJob;
@@ -173,6 +174,9 @@ pub struct LocalInfo {
     /// Lanes (sequences) sharing this model and decode loop: 1 for a lane
     /// alone, N for the local lanes of a pool of N.
     pub sequences: usize,
+    /// How the compute threads wait for each other ([`wait::current`]),
+    /// e.g. `GOMP_SPINCOUNT=20000 (edgecloud default)`.
+    pub compute_wait: String,
     /// Batch size for prompt processing.
     pub batch_size: u32,
     /// Layers offloaded to a GPU.

@@ -123,6 +123,7 @@ fn run_worker(
         context_size,
         threads,
         sequences,
+        compute_wait: super::wait::current().describe(),
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),

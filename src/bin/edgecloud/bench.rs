@@ -250,6 +250,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 threads: Some(l.threads.unwrap_or_else(edgecloud::local::physical_cores)),
                 gpu_layers: l.gpu_layers,
                 context_size: l.context_size,
+                compute_wait: Some(edgecloud::local::wait::current().describe()),
             }),
         },
         cloud: cfg.cloud.as_ref().map(|c| CloudSetup {

@@ -28,6 +28,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             "build": build,
             "ggml": inv,
             "gpu_offload": offload.is_ok(),
+            "compute_wait": edgecloud::local::wait::current(),
             "problem": offload.as_ref().err().map(|e| json!({"kind": e.kind(), "message": e.to_string()})),
         });
         args.output.print(&value)?;
@@ -54,6 +55,10 @@ fn print_text(build: &BuildInfo, inv: &Inventory, offload: &Result<(), devices::
         } else {
             "default build, ggml linked in"
         }
+    );
+    println!(
+        "threads   wait at barriers with {}",
+        edgecloud::local::wait::current().describe()
     );
     match (inv.loading, &inv.backends_dir) {
         (Loading::Static, _) => println!("backends  linked into the binary"),
