@@ -13,6 +13,7 @@ mod fetch;
 mod interrupt;
 mod local;
 mod model;
+mod modelref;
 mod output;
 mod prompt;
 mod run;
