@@ -356,7 +356,7 @@ pub struct Resolved {
 }
 
 impl Resolved {
-    fn path(path: PathBuf, origin: Origin) -> Self {
+    fn plain(path: PathBuf, origin: Origin) -> Self {
         Resolved {
             parts: vec![path.clone()],
             path,
@@ -370,7 +370,7 @@ impl Resolved {
 /// it is; see the module docs for the rest.
 pub fn resolve(reference: &ModelRef, options: &ResolveOptions) -> Result<Resolved, ModelRefError> {
     match reference {
-        ModelRef::Path(p) => Ok(Resolved::path(p.clone(), Origin::Path)),
+        ModelRef::Path(p) => Ok(Resolved::plain(p.clone(), Origin::Path)),
         ModelRef::Ollama(r) => ollama::resolve(r, &options.locations),
         ModelRef::Hf(r) => {
             if let Some(found) = hf::find_cached(r, &options.locations)? {
