@@ -710,3 +710,63 @@ async fn hub_refusals_are_one_sentence_each() {
         stderr(&out)
     );
 }
+
+#[test]
+fn every_ollama_template_style_maps_to_a_built_in_llama_cpp_runs() {
+    let bare = tiny_without_template();
+    let styles = [
+        (
+            "{{ .System }}<|im_start|>user\n{{ .Prompt }}<|im_end|>",
+            "chatml",
+        ),
+        ("<|im_start|>user<|im_sep|>{{ .Prompt }}<|im_end|>", "phi4"),
+        (LLAMA3_TEMPLATE, "llama3"),
+        ("<start_of_turn>user\n{{ .Prompt }}<end_of_turn>", "gemma"),
+        (
+            "[INST] <<SYS>>{{ .System }}<</SYS>> {{ .Prompt }} [/INST]",
+            "llama2-sys",
+        ),
+        (
+            "[SYSTEM_PROMPT]{{ .System }}[/SYSTEM_PROMPT][INST]{{ .Prompt }}[/INST]",
+            "mistral-v7",
+        ),
+        ("[INST] {{ .Prompt }} [/INST]", "mistral-v3"),
+        ("<|user|>\n{{ .Prompt }}<|end|>\n<|assistant|>", "phi3"),
+        ("<|user|>\n{{ .Prompt }}</s>\n<|assistant|>", "zephyr"),
+        ("<｜User｜>{{ .Prompt }}<｜Assistant｜>", "deepseek3"),
+    ];
+    let names: Vec<String> = (0..styles.len())
+        .map(|i| format!("registry.ollama.ai/library/t{i}/latest"))
+        .collect();
+    let models: Vec<(&str, &Path, Option<&str>)> = styles
+        .iter()
+        .zip(&names)
+        .map(|((t, _), n)| (n.as_str(), bare.as_path(), Some(*t)))
+        .collect();
+    let (store, _) = ollama_store(&models);
+    for (i, (_, name)) in styles.iter().enumerate() {
+        let reference = format!("ollama:t{i}");
+        let out = edgecloud(
+            &[
+                "local",
+                "-m",
+                &reference,
+                "--prompt",
+                "hi",
+                "--max-tokens",
+                "1",
+                "--probe",
+                "off",
+                "--json",
+            ],
+            &[("OLLAMA_MODELS", store.to_str().unwrap())],
+        );
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        assert_eq!(json_of(&out)["chat_template"], "configured", "{name}");
+        assert!(
+            stderr(&out).contains(&format!("like llama.cpp's {name}; used")),
+            "{name}: {}",
+            stderr(&out)
+        );
+    }
+}
