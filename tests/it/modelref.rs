@@ -569,6 +569,69 @@ async fn a_download_cut_at_half_resumes_with_range_and_lands_in_the_cache_layout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_download_exits_130_and_the_next_try_resumes() {
+    let (hub, tiny, _) = stand_in().await;
+    let cache = fresh_path("hf-ctrl-c");
+    let home = fresh_path("home");
+    fs::create_dir_all(&home).unwrap();
+    let hash = sha256_hex(&tiny);
+    let blobs = cache.join("models--org--dl/blobs");
+    let partial = blobs.join(format!("{hash}.incomplete"));
+
+    hub.stall_next_at_half();
+    let mut cmd = Command::new(bin());
+    for var in CLEARED {
+        cmd.env_remove(var);
+    }
+    let child = cmd
+        .env("HOME", &home)
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_ENDPOINT", hub.endpoint())
+        .args(["model", "fetch", "hf:org/dl"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The handler is in place before the first request, so once the
+    // server has sent half, a SIGINT is the handler's to take.
+    hub.half_sent().await;
+    let kill = Command::new("sh")
+        .args(["-c", &format!("kill -INT {}", child.id())])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("error: the download was cancelled; the next try resumes it"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+    // Nothing under a final name; what arrived is kept to resume.
+    assert!(!blobs.join(&hash).exists());
+    assert!(!cache.join("models--org--dl/snapshots").exists());
+    let kept = fs::metadata(&partial).map_or(0, |m| m.len());
+    assert!(kept <= (tiny.len() / 2) as u64, "{kept}");
+
+    let out = edgecloud_async(
+        &["model", "fetch", "hf:org/dl"],
+        &[
+            ("HF_HUB_CACHE", cache.to_str().unwrap()),
+            ("HF_ENDPOINT", hub.endpoint().as_str()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(fs::read(stdout(&out)).unwrap(), tiny);
+    let cdn = hub.cdn_requests();
+    let expected = (kept > 0).then(|| format!("bytes={kept}-"));
+    assert_eq!(cdn.last().unwrap().header("range"), expected.as_deref());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_models_come_with_every_part_and_quants_are_picked_like_llama_server() {
     let (hub, tiny, other) = stand_in().await;
     let cache = fresh_path("hf-split");

@@ -57,7 +57,10 @@ pub struct HubRepo {
 #[derive(Default)]
 struct Behaviour {
     cut_at_half: AtomicBool,
+    stall_at_half: AtomicBool,
     corrupt: AtomicBool,
+    /// Told when a stalled download has sent its half.
+    half_sent: tokio::sync::Notify,
 }
 
 /// The two servers and what they serve.
@@ -108,6 +111,17 @@ impl StandInHub {
     /// closes with the rest unsent).
     pub fn cut_next_at_half(&self) {
         self.behaviour.cut_at_half.store(true, Ordering::SeqCst);
+    }
+
+    /// The next download stops sending after half its bytes and holds the
+    /// connection open until the client closes it.
+    pub fn stall_next_at_half(&self) {
+        self.behaviour.stall_at_half.store(true, Ordering::SeqCst);
+    }
+
+    /// Returns once a stalled download has sent its half.
+    pub async fn half_sent(&self) {
+        self.behaviour.half_sent.notified().await;
     }
 
     /// Downloads get wrong bytes (right length) until turned off.
@@ -306,6 +320,13 @@ async fn cdn_conn(
         }
         head.push_str("\r\n");
         if conn.write(head.as_bytes()).await.is_err() {
+            return;
+        }
+        if behaviour.stall_at_half.swap(false, Ordering::SeqCst) {
+            let _ = conn.write(&slice[..total / 2 - from.min(total / 2)]).await;
+            // `notify_one` keeps the permit if the test is not waiting yet.
+            behaviour.half_sent.notify_one();
+            conn.wait_closed().await;
             return;
         }
         if behaviour.cut_at_half.swap(false, Ordering::SeqCst) {
