@@ -833,3 +833,47 @@ fn every_ollama_template_style_maps_to_a_built_in_llama_cpp_runs() {
         );
     }
 }
+
+#[test]
+fn the_library_resolves_with_locations_given_by_hand() {
+    use edgecloud::modelref::{resolve, Locations, ModelRef, Origin, ResolveOptions};
+    let (store, blobs) = ollama_store(&[(
+        "registry.ollama.ai/library/tiny/latest",
+        tiny_model(),
+        Some(LLAMA3_TEMPLATE),
+    )]);
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let (cache, snapshot) = hf_cache("org/repo", commit, &[("r-Q4_K_M.gguf", tiny_model())]);
+    let options = ResolveOptions {
+        locations: Locations {
+            ollama_stores: vec![fresh_path("absent"), store.clone()],
+            hf_cache: cache,
+            llama_cache: None,
+        },
+        allow_download: false,
+        ..ResolveOptions::default()
+    };
+    let found = resolve(&ModelRef::parse("ollama:tiny").unwrap(), &options).unwrap();
+    assert_eq!(found.path, blobs[0]);
+    assert_eq!(found.ollama_template.as_deref(), Some(LLAMA3_TEMPLATE));
+    assert!(matches!(found.origin, Origin::Ollama { store: ref s, .. } if *s == store));
+
+    let found = resolve(&ModelRef::parse("hf:org/repo").unwrap(), &options).unwrap();
+    assert_eq!(found.path, snapshot.join("r-Q4_K_M.gguf"));
+    assert_eq!(
+        found.origin,
+        Origin::HfCache {
+            commit: commit.into()
+        }
+    );
+
+    let plain = ModelRef::parse("models/x.gguf").unwrap();
+    assert_eq!(
+        resolve(&plain, &options).unwrap().path,
+        Path::new("models/x.gguf")
+    );
+
+    let err = resolve(&ModelRef::parse("hf:org/absent").unwrap(), &options).unwrap_err();
+    assert_eq!(err.kind(), "not_cached");
+    assert!(!err.is_usage());
+}
