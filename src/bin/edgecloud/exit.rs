@@ -57,10 +57,30 @@ pub(crate) fn usage_from(err: &(dyn std::error::Error + 'static)) -> anyhow::Err
     usage(edgecloud::error_chain(err))
 }
 
+/// Work stopped by Ctrl-C before the command could report anything else
+/// (a model download): exits with [`INTERRUPTED`].
+#[derive(Debug)]
+pub(crate) struct Interrupted(pub(crate) String);
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// An interruption with this message.
+pub(crate) fn interrupted(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Interrupted(message.into()))
+}
+
 /// The status an error ends the process with.
 pub(crate) fn status_of(err: &anyhow::Error) -> u8 {
     if err.chain().any(|e| e.is::<Usage>()) {
         USAGE
+    } else if err.chain().any(|e| e.is::<Interrupted>()) {
+        INTERRUPTED
     } else {
         FAILURE
     }

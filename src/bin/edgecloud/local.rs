@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 /// Arguments of `edgecloud local`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct LocalArgs {
-    /// GGUF model file.
-    #[arg(short, long, value_name = "PATH", env = "EDGECLOUD_MODEL")]
+    /// GGUF model: a file, `ollama:NAME[:TAG]`, `hf:ORG/REPO[:QUANT]` or
+    /// `hf:ORG/REPO/FILE.gguf` (found in Ollama's store or the Hugging Face
+    /// cache, else downloaded into it).
+    #[arg(short, long, value_name = "MODEL", env = "EDGECLOUD_MODEL")]
     model: PathBuf,
     #[command(flatten)]
     prompt: PromptArgs,
@@ -76,7 +78,7 @@ pub(crate) struct LocalArgs {
 pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     // Read first: a prompt on stdin should not wait for the model to load.
     let user = args.prompt.user_message()?;
-    let config = LocalConfig {
+    let mut config = LocalConfig {
         model: args.model.clone(),
         threads: args.threads,
         context_size: args.context_size,
@@ -85,6 +87,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         probe: args.probe,
         ..LocalConfig::new(&args.model)
     };
+    crate::modelref::apply(&mut config, crate::modelref::Download::Allowed)?;
     let lane = match LocalLane::start(config) {
         Ok(lane) => lane,
         Err(err) => return report_failure(&args, &err, None),

@@ -13,6 +13,7 @@ mod fetch;
 mod interrupt;
 mod local;
 mod model;
+mod modelref;
 mod output;
 mod prompt;
 mod run;
@@ -32,7 +33,9 @@ each subcommand's --help): EDGECLOUD_MODEL, EDGECLOUD_BASE_URL, \
 EDGECLOUD_CLOUD_MODEL, EDGECLOUD_CONFIG, EDGECLOUD_LISTEN, EDGECLOUD_POLICY, \
 EDGECLOUD_DEADLINE_MS, EDGECLOUD_THREADS and more. OPENAI_BASE_URL is the \
 base URL's last resort; the cloud API key comes from OPENAI_API_KEY (or the \
-variable --api-key-env names), never from a flag.";
+variable --api-key-env names), never from a flag. Model references (-m \
+ollama:NAME[:TAG], -m hf:ORG/REPO[:QUANT]) read OLLAMA_MODELS, HF_HUB_CACHE, \
+HF_HOME, LLAMA_CACHE, HF_ENDPOINT, HF_TOKEN (never printed) and HF_HUB_OFFLINE.";
 
 fn after_help() -> String {
     format!("{ENV_HELP}\n\n{}", exit::EXIT_HELP)

@@ -32,7 +32,7 @@ pub(crate) enum ModelCommand {
 /// Arguments of `edgecloud model inspect`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct InspectArgs {
-    /// The GGUF file.
+    /// The GGUF file (or a model reference, as `-m` takes).
     path: PathBuf,
     /// `--json`: one JSON object (with `valid`, `error` and the summary
     /// fields) instead of text.
@@ -41,9 +41,9 @@ pub(crate) struct InspectArgs {
 }
 
 /// Arguments of `edgecloud model check`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct CheckArgs {
-    /// The GGUF file.
+    /// The GGUF file (or a model reference, as `-m` takes).
     path: PathBuf,
     #[command(flatten)]
     output: JsonArgs,
@@ -99,6 +99,11 @@ pub(crate) fn run(cmd: ModelCommand) -> anyhow::Result<ExitCode> {
 fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     use edgecloud::local::probe::{self, ProbeOptions};
     use edgecloud::local::{LocalConfig, LocalError};
+    let path = crate::modelref::resolve_path(&args.path)?;
+    let args = &CheckArgs {
+        path,
+        ..args.clone()
+    };
     let validation = gguf::validate(&args.path);
     let valid = validation.is_ok();
     let config = LocalConfig {
@@ -216,6 +221,11 @@ fn probe_json(
 }
 
 fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
+    let path = crate::modelref::resolve_path(&args.path)?;
+    let args = &InspectArgs {
+        path,
+        output: args.output,
+    };
     let (info, problems) = match gguf::inspect(&args.path) {
         Ok(inspection) => (Some(inspection.info), inspection.problems),
         Err(err) => (None, vec![err]),

@@ -34,8 +34,11 @@ pub(crate) struct HarnessArgs {
     /// override it; see the example below).
     #[arg(long, value_name = "FILE", env = "EDGECLOUD_CONFIG")]
     pub(crate) config: Option<PathBuf>,
-    /// GGUF model file for the local lane.
-    #[arg(short, long, value_name = "PATH", env = "EDGECLOUD_MODEL")]
+    /// GGUF model for the local lane: a file, `ollama:NAME[:TAG]`,
+    /// `hf:ORG/REPO[:QUANT]` or `hf:ORG/REPO/FILE.gguf` (found in Ollama's
+    /// store or the Hugging Face cache, else downloaded into it); the
+    /// config file's `[local] model` takes the same forms.
+    #[arg(short, long, value_name = "MODEL", env = "EDGECLOUD_MODEL")]
     pub(crate) model: Option<PathBuf>,
     /// Base URL of the OpenAI-compatible cloud API, up to the version
     /// segment (e.g. https://api.openai.com/v1); else OPENAI_BASE_URL
@@ -94,6 +97,15 @@ impl HarnessArgs {
     /// The config file (if any) with the environment and flags applied on
     /// top. Every mistake here is a usage error (exit status 2).
     pub(crate) fn load_config(&self) -> anyhow::Result<HarnessConfig> {
+        self.load_config_with(crate::modelref::Download::Allowed)
+    }
+
+    /// [`load_config`](Self::load_config), saying whether a model
+    /// reference that is not cached may be downloaded.
+    pub(crate) fn load_config_with(
+        &self,
+        download: crate::modelref::Download,
+    ) -> anyhow::Result<HarnessConfig> {
         let mut cfg = match &self.config {
             // A file that cannot be read is a failure (1), like a model
             // file; one that reads but is invalid is a usage error (2).
@@ -120,6 +132,9 @@ impl HarnessArgs {
         ];
         match cfg.local.as_mut() {
             Some(local) => {
+                // A reference (flag, variable or config file) becomes its
+                // file before anything else sees it.
+                crate::modelref::apply(local, download)?;
                 if let Some(mode) = self.probe {
                     local.probe = mode;
                 }

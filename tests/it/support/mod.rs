@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod http;
+pub mod hub;
 pub mod models;
 pub mod real_model;
 pub mod scripted;
