@@ -90,6 +90,7 @@ pub mod local;
 pub mod millis;
 mod panic_payload;
 pub mod request;
+mod rng;
 mod sched;
 #[cfg(feature = "serve")]
 pub mod serve;

@@ -517,18 +517,17 @@ impl Workload {
 mod builtin {
     use super::{Grader, WorkloadItem};
     use crate::request::{ChatMessage, Request, Sampling};
+    use crate::rng::SplitMix64;
 
-    /// A small, fixed pseudo-random generator (SplitMix64): deterministic
-    /// everywhere, no dependency.
-    struct Rng(u64);
+    /// The crate's SplitMix64, deterministic everywhere, with a picker.
+    struct Rng(SplitMix64);
 
     impl Rng {
+        fn new(seed: u64) -> Self {
+            Self(SplitMix64::new(seed))
+        }
         fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+            self.0.next_u64()
         }
         fn pick<'a>(&mut self, list: &[&'a str]) -> &'a str {
             list[(self.next() % list.len() as u64) as usize]
@@ -629,7 +628,7 @@ mod builtin {
     /// Short questions: a one-line question each, short answers; the
     /// capital questions carry an expected answer.
     pub(super) fn short(count: usize) -> Vec<WorkloadItem> {
-        let mut rng = Rng(1);
+        let mut rng = Rng::new(1);
         (0..count)
             .map(|i| {
                 if i % 2 == 0 {
@@ -663,7 +662,7 @@ mod builtin {
     /// hundred tokens with a real tokenizer) and one question about it; the
     /// prompt dominates the cost.
     pub(super) fn long(count: usize) -> Vec<WorkloadItem> {
-        let mut rng = Rng(2);
+        let mut rng = Rng::new(2);
         (0..count)
             .map(|i| {
                 let mut doc = String::new();
@@ -694,7 +693,7 @@ mod builtin {
     /// local lane's prefix reuse shows in its time to first token).
     pub(super) fn chat(count: usize) -> Vec<WorkloadItem> {
         const TURNS: usize = 4;
-        let mut rng = Rng(3);
+        let mut rng = Rng::new(3);
         let mut system = String::from(
             "You are a careful assistant for a field team. Keep answers short. Facts: ",
         );

@@ -290,7 +290,7 @@ impl CloudLane {
                 "cloud request ended"
             ),
             Err(e) => tracing::debug!(
-                kind = e.kind(),
+                kind = e.kind().as_str(),
                 status = ?probe.status,
                 error = %e,
                 total_ms = crate::millis::to_ms(timings.total),

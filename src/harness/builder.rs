@@ -331,7 +331,7 @@ impl HarnessBuilder {
                 let rt = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(self.worker_threads)
                     .thread_name("edgecloud-harness")
-                    // The coordinator settles runs at their deadlines: it
+                    // A run's task settles it at its deadline: it
                     // must preempt llama.cpp's compute threads on waking.
                     .on_thread_start(|| {
                         crate::sched::prefer_short_slices();

@@ -176,7 +176,7 @@ pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode
             );
             let _ = out.flush();
         }
-        server.run_until(crate::serve::shutdown_signal()).await;
+        server.run_until(crate::interrupt::shutdown_signal()).await;
         anyhow::Ok(())
     })?;
     runtime.shutdown_timeout(Duration::from_millis(100));
