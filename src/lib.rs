@@ -88,6 +88,8 @@ pub mod lane;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod millis;
+#[cfg(any(feature = "cloud", feature = "serve", feature = "bench"))]
+mod openai;
 mod panic_payload;
 pub mod request;
 mod rng;

@@ -18,8 +18,8 @@ use super::net::{self, ConnectProbe};
 use super::secret::Scrubber;
 use super::sse::{SseDecoder, SseError, SseEvent};
 use super::status;
-use super::wire::{self, ChatChunk, ChatRequest, ChatResponse, WireUsage};
 use crate::lane::{CancellationToken, FinishReason, LaneJob, TokenSink};
+use crate::openai::{self, ChatChunk, ChatCompletion, ChatRequest, Usage};
 use crate::request::InvalidRequest;
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
@@ -53,7 +53,7 @@ pub struct ProviderUsage {
 }
 
 impl ProviderUsage {
-    fn from_wire(w: WireUsage) -> Option<Self> {
+    fn from_wire(w: Usage) -> Option<Self> {
         let (prompt, completion) = (w.prompt_tokens?, w.completion_tokens?);
         Some(Self {
             prompt_tokens: prompt,
@@ -416,7 +416,7 @@ impl BodyReader<'_> {
 struct StreamState {
     text: String,
     provider_finish: Option<String>,
-    usage: Option<WireUsage>,
+    usage: Option<Usage>,
     model: Option<String>,
     saw_choice: bool,
     done: bool,
@@ -644,7 +644,7 @@ impl Inner {
         if ev.event.as_deref() == Some("error") {
             let (message, code) = serde_json::from_str(data)
                 .ok()
-                .and_then(|v| wire::error_object(&v))
+                .and_then(|v| openai::provider_error(&v))
                 .unwrap_or_else(|| (data.to_owned(), None));
             return Err(self.provider_error(message, code));
         }
@@ -654,7 +654,7 @@ impl Inner {
             Ok(chunk) if !chunk.may_be_error() => chunk,
             parsed => {
                 let value: Option<serde_json::Value> = serde_json::from_str(data).ok();
-                if let Some((message, code)) = value.as_ref().and_then(wire::error_object) {
+                if let Some((message, code)) = value.as_ref().and_then(openai::provider_error) {
                     return Err(self.provider_error(message, code));
                 }
                 parsed.map_err(|e| self.malformed(&e))?
@@ -736,10 +736,10 @@ impl Inner {
         let text = std::str::from_utf8(&body).map_err(|_| CloudError::InvalidUtf8)?;
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| self.malformed(&e))?;
-        if let Some((message, code)) = wire::error_object(&value) {
+        if let Some((message, code)) = openai::provider_error(&value) {
             return Err(self.provider_error(message, code));
         }
-        let response: ChatResponse =
+        let response: ChatCompletion =
             serde_json::from_value(value).map_err(|e| self.malformed(&e))?;
         let mut choices = response.choices;
         let pos = choices.iter().position(|c| c.index == 0).unwrap_or(0);

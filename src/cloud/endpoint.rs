@@ -71,7 +71,7 @@ pub(crate) fn display_url(raw: &str) -> String {
 /// The scheme, host and port of a base URL, and nothing else (no path,
 /// query or user info, which may hold secrets): how reports and startup
 /// lines name a cloud endpoint. Input without a host prints as a
-/// placeholder, as in [`display_url`].
+/// placeholder, as in the lane's own error messages.
 pub fn display_origin(raw: &str) -> String {
     match Url::parse(raw.trim()) {
         Ok(url) if url.has_host() => origin(&url),

@@ -50,7 +50,6 @@ mod net;
 mod secret;
 mod sse;
 mod status;
-mod wire;
 
 pub use client::{CloudCompletion, CloudDiagnostic, CloudLane, CloudTimings, ProviderUsage};
 pub use config::{CloudConfig, CloudLimits, DEFAULT_API_KEY_ENV};

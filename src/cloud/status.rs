@@ -5,7 +5,6 @@
 
 use super::error::CloudError;
 use super::secret::Scrubber;
-use super::wire;
 use reqwest::header::HeaderMap;
 use std::time::{Duration, SystemTime};
 
@@ -37,7 +36,7 @@ pub(crate) fn error_for(
 /// The message inside an error body: the JSON error's message if any, else
 /// the start of the body as text.
 fn server_message(body: &[u8]) -> String {
-    if let Some(m) = wire::error_message(body) {
+    if let Some(m) = crate::openai::error_message(body) {
         return m;
     }
     let text = String::from_utf8_lossy(body);

@@ -1,7 +1,8 @@
 //! An OpenAI-compatible HTTP front door (`edgecloud serve`): existing
 //! OpenAI clients, in any language, send chat completions here and the
 //! harness answers them (local lane, cloud lane, policy, one deadline).
-//! This module owns HTTP, the OpenAI wire format, the bearer token,
+//! This module owns HTTP, its side of the OpenAI wire format (the shapes
+//! themselves are `crate::openai`'s), the bearer token,
 //! request caps, metrics and graceful shutdown; it must not decide how a
 //! run goes (the harness does) nor touch a lane directly.
 //!
