@@ -90,8 +90,11 @@ pub mod local;
 pub mod millis;
 #[cfg(feature = "local")]
 pub mod modelref;
+#[cfg(any(feature = "cloud", feature = "serve", feature = "bench"))]
+mod openai;
 mod panic_payload;
 pub mod request;
+mod rng;
 mod sched;
 #[cfg(feature = "serve")]
 pub mod serve;

@@ -160,7 +160,8 @@ fn label(g: &GroupSummary) -> String {
 }
 
 /// The report in Markdown: tables first, then charts, machine and build,
-/// and the definitions.
+/// and the definitions. Each table is a list of columns (header,
+/// alignment, cell), the machine section a list of rows.
 pub fn render_markdown(s: &Summary) -> String {
     let mut md = String::new();
     let st = &s.settings;
@@ -184,10 +185,7 @@ pub fn render_markdown(s: &Summary) -> String {
         s.started_at,
         s.wall_s,
         s.machine.cpu_model,
-        st.local
-            .as_ref()
-            .and_then(|l| l.threads)
-            .map_or("–".into(), |t| t.to_string()),
+        local_threads(s),
         if s.build.native_cpu_build {
             "native CPU build"
         } else if s.build.portable {
@@ -199,275 +197,37 @@ pub fn render_markdown(s: &Summary) -> String {
 
     if s.groups.iter().any(|g| g.accuracy.checked > 0) {
         let _ = writeln!(md, "## Quality per policy and deadline\n");
-        let _ = writeln!(
-            md,
-            "| policy | deadline ms | accuracy | right / graded | cloud-call share | cloud tokens (provider, prompt + completion) | latency p50 / p95 ms | gap recovered |"
-        );
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
-        for g in &s.groups {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} / {} | {} | {} | {} / {} | {} |",
-                g.policy,
-                g.deadline_ms,
-                g.accuracy.rate().map_or("–".into(), pct),
-                g.accuracy.matched,
-                g.accuracy.checked,
-                pct(g.cloud_call_share),
-                if g.cloud_tokens.runs_reporting == 0 {
-                    "–".to_string()
-                } else {
-                    (g.cloud_tokens.prompt + g.cloud_tokens.completion).to_string()
-                },
-                num(g.latency_ms.map(|d| d.p50)),
-                num(g.latency_ms.map(|d| d.p95)),
-                g.gap_recovered.map_or("–".into(), pct),
-            );
-        }
+        table(&mut md, QUALITY, &s.groups);
         let _ = writeln!(
             md,
             "\n*Gap recovered*: (accuracy - local-only accuracy) / (cloud-only accuracy - local-only accuracy) at the same deadline. \
              `edgecloud bench calibrate DIR` simulates a cascade at every threshold of each local confidence signal from the local-only and cloud-only runs.\n"
         );
     }
-
     let _ = writeln!(md, "## Results per policy and deadline\n");
-    let _ = writeln!(
-        md,
-        "| policy | deadline ms | runs | deadline hit | latency p50 / p95 / p99 ms | TTFT p50 / p95 / p99 ms | wins local / cloud / none | busy skips | late workers | overrun p99 ms |"
-    );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for g in &s.groups {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} / {} / {} | {} | {} | {} |",
-            g.policy,
-            g.deadline_ms,
-            g.runs,
-            pct(g.deadline_hit_rate),
-            three(g.latency_ms),
-            three(g.ttft_ms),
-            pct(g.win_share.local),
-            pct(g.win_share.cloud),
-            pct(g.win_share.none),
-            pct(g.busy_skip_rate),
-            g.late_workers,
-            num(g.late_overrun_ms.map(|d| d.p99)),
-        );
-    }
-
+    table(&mut md, RESULTS, &s.groups);
     let _ = writeln!(md, "\n## Lanes\n");
-    let _ = writeln!(
-        md,
-        "| policy | deadline ms | lane | started | completed | failed | cancelled | late | busy | skipped | wins | lane total p50 / p95 / p99 ms | lane TTFT p50 ms | prompt tok/s p50 | gen tok/s p50 |"
-    );
-    let _ = writeln!(
-        md,
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    for g in &s.groups {
-        for l in &g.lanes {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                g.policy,
-                g.deadline_ms,
-                l.lane,
-                l.started,
-                l.completed,
-                l.failed,
-                l.cancelled,
-                l.late,
-                l.busy,
-                l.skipped,
-                l.wins,
-                three(l.total_ms),
-                num(l.ttft_ms.map(|d| d.p50)),
-                num(l.prompt_tokens_per_s.map(|d| d.p50)),
-                num(l.gen_tokens_per_s.map(|d| d.p50)),
-            );
-        }
-    }
-
+    let lanes: Vec<LaneRow<'_>> = s
+        .groups
+        .iter()
+        .flat_map(|g| g.lanes.iter().map(move |l| (g, l)))
+        .collect();
+    table(&mut md, &lane_columns(), &lanes);
     let _ = writeln!(md, "\n## Tokens and answers\n");
-    let _ = writeln!(
-        md,
-        "| policy | deadline ms | cloud prompt tokens (provider) | cloud completion tokens (provider) | runs with provider usage | saved by compression (est.) | saved by pre-scoring (est.) | expected answers matched |"
-    );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
-    for g in &s.groups {
-        let acc = if g.accuracy.checked == 0 {
-            "–".to_string()
-        } else {
-            format!("{} / {}", g.accuracy.matched, g.accuracy.checked)
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            g.policy,
-            g.deadline_ms,
-            g.cloud_tokens.prompt,
-            g.cloud_tokens.completion,
-            g.cloud_tokens.runs_reporting,
-            g.tokens_saved.compression,
-            g.tokens_saved.pre_score,
-            acc
-        );
-    }
+    table(&mut md, TOKENS, &s.groups);
 
     let _ = writeln!(md, "\n## Charts\n");
-    for (name, title) in CHART_FILES.iter().zip([
-        "Latency per policy and deadline",
-        "Lane time per lane",
-        "Time to first token",
-        "Deadline-hit rate per deadline",
-        "Lane win share",
-        "Late-worker overruns",
-    ]) {
+    for (name, title) in CHART_FILES.iter().zip(CHART_TITLES) {
         let _ = writeln!(md, "![{title}]({name})\n");
     }
 
-    let m = &s.machine;
-    let b = &s.build;
     let _ = writeln!(md, "## Machine and build\n");
     let _ = writeln!(md, "| | |\n|---|---|");
-    let mut row = |k: &str, v: String| {
-        let _ = writeln!(md, "| {k} | {} |", v.replace('|', "\\|"));
-    };
-    row("CPU", m.cpu_model.clone());
-    row(
-        "cores",
-        format!(
-            "{} physical, {} logical available",
-            m.physical_cores, m.logical_cpus
-        ),
-    );
-    row(
-        "threads used (local)",
-        st.local
-            .as_ref()
-            .and_then(|l| l.threads)
-            .map_or("–".into(), |t| t.to_string()),
-    );
-    row("memory", m.memory_bytes.map_or("unknown".into(), bytes));
-    row(
-        "GPU offload",
-        match (&st.local, b.gpu_backends.is_empty()) {
-            (Some(l), _) if l.gpu_layers > 0 => format!(
-                "{} layers ({})",
-                l.gpu_layers,
-                if b.gpu_backends.is_empty() {
-                    "no GPU backend compiled in".into()
-                } else {
-                    b.gpu_backends.join(", ")
-                }
-            ),
-            (_, true) => "none (CPU only build)".into(),
-            (_, false) => format!("0 layers (compiled: {})", b.gpu_backends.join(", ")),
-        },
-    );
-    row(
-        "OS",
-        format!(
-            "{} {} ({}), kernel {}",
-            m.os_name.as_deref().unwrap_or(&m.os),
-            m.arch,
-            m.os,
-            m.kernel.as_deref().unwrap_or("unknown")
-        ),
-    );
-    row("CPU features", m.cpu_features.join(" "));
-    if let Some(g) = &m.ggml {
-        row(
-            "ggml backends",
-            match &g.backends_dir {
-                Some(dir) => format!("{} from {}", g.describe_backends(), dir.display()),
-                None => g.describe_backends(),
-            },
-        );
-        row("ggml devices", g.describe_devices());
-    }
-    match &s.model {
-        Some(model) => {
-            row("model file", model.file_name.clone());
-            row(
-                "model size",
-                format!("{} ({} bytes)", bytes(model.size_bytes), model.size_bytes),
-            );
-            row(
-                "model sha256",
-                model.sha256.clone().unwrap_or_else(|| "unreadable".into()),
-            );
-            row(
-                "quantisation",
-                model
-                    .quantization
-                    .clone()
-                    .unwrap_or_else(|| "unknown".into()),
-            );
-            row(
-                "architecture / parameters",
-                format!(
-                    "{} / {}",
-                    model.architecture.as_deref().unwrap_or("unknown"),
-                    model.parameters.map_or("unknown".into(), |p| p.to_string())
-                ),
-            );
+    for (key, value) in MACHINE {
+        if let Some(v) = value(s) {
+            let _ = writeln!(md, "| {key} | {} |", v.replace('|', "\\|"));
         }
-        None => row("model", "no local lane".into()),
     }
-    if let Some(c) = &st.cloud {
-        row("cloud", format!("{} at {}", c.model, c.endpoint));
-    }
-    row(
-        "edgecloud",
-        format!(
-            "{} (commit {}, {} profile, {})",
-            b.edgecloud_version,
-            b.git_commit.as_deref().unwrap_or("unknown"),
-            b.profile,
-            b.rustc.as_deref().unwrap_or("rustc unknown")
-        ),
-    );
-    row(
-        "llama.cpp",
-        format!(
-            "llama-cpp-sys-2 {}",
-            b.llama_cpp_sys_version.as_deref().unwrap_or("unknown")
-        ),
-    );
-    row(
-        "native CPU build",
-        format!(
-            "{} (target-cpu: {}; llama.cpp kernels: {}; unused on this CPU: {})",
-            if b.native_cpu_build {
-                "yes"
-            } else if b.portable {
-                "no, portable"
-            } else {
-                "no"
-            },
-            b.target_cpu.as_deref().unwrap_or("default"),
-            b.llama_cpu_kernels.join(" "),
-            if b.unused_cpu_features.is_empty() {
-                "none".into()
-            } else {
-                b.unused_cpu_features.join(" ")
-            }
-        ),
-    );
-    if let Some(cfg) = &st.config {
-        row("config", cfg.clone());
-    }
-    row("policies", st.policies.join(", "));
-    row(
-        "deadlines ms",
-        st.deadlines_ms
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
 
     let _ = writeln!(
         md,
@@ -490,6 +250,311 @@ pub fn render_markdown(s: &Summary) -> String {
     );
     md
 }
+
+/// The chart titles, in [`CHART_FILES`] order.
+const CHART_TITLES: [&str; 6] = [
+    "Latency per policy and deadline",
+    "Lane time per lane",
+    "Time to first token",
+    "Deadline-hit rate per deadline",
+    "Lane win share",
+    "Late-worker overruns",
+];
+
+/// A table column: its header, whether it is right-aligned (numbers),
+/// and its cell for one row.
+struct Column<R: ?Sized> {
+    header: &'static str,
+    numeric: bool,
+    cell: fn(&R) -> String,
+}
+
+const fn text<R: ?Sized>(header: &'static str, cell: fn(&R) -> String) -> Column<R> {
+    Column {
+        header,
+        numeric: false,
+        cell,
+    }
+}
+
+const fn number<R: ?Sized>(header: &'static str, cell: fn(&R) -> String) -> Column<R> {
+    Column {
+        header,
+        numeric: true,
+        cell,
+    }
+}
+
+/// Writes a Markdown table: header, alignment row, one line per row.
+fn table<R>(md: &mut String, columns: &[Column<R>], rows: &[R]) {
+    let line = |cells: Vec<String>| format!("| {} |", cells.join(" | "));
+    let _ = writeln!(
+        md,
+        "{}",
+        line(columns.iter().map(|c| c.header.into()).collect())
+    );
+    let align: String = columns
+        .iter()
+        .map(|c| if c.numeric { "---:|" } else { "---|" })
+        .collect();
+    let _ = writeln!(md, "|{align}");
+    for r in rows {
+        let _ = writeln!(
+            md,
+            "{}",
+            line(columns.iter().map(|c| (c.cell)(r)).collect())
+        );
+    }
+}
+
+const QUALITY: &[Column<GroupSummary>] = &[
+    text("policy", |g| g.policy.clone()),
+    number("deadline ms", |g| g.deadline_ms.to_string()),
+    number("accuracy", |g| g.accuracy.rate().map_or("–".into(), pct)),
+    number("right / graded", |g| {
+        format!("{} / {}", g.accuracy.matched, g.accuracy.checked)
+    }),
+    number("cloud-call share", |g| pct(g.cloud_call_share)),
+    number("cloud tokens (provider, prompt + completion)", |g| {
+        if g.cloud_tokens.runs_reporting == 0 {
+            "–".to_string()
+        } else {
+            (g.cloud_tokens.prompt + g.cloud_tokens.completion).to_string()
+        }
+    }),
+    number("latency p50 / p95 ms", |g| {
+        format!(
+            "{} / {}",
+            num(g.latency_ms.map(|d| d.p50)),
+            num(g.latency_ms.map(|d| d.p95))
+        )
+    }),
+    number("gap recovered", |g| g.gap_recovered.map_or("–".into(), pct)),
+];
+
+const RESULTS: &[Column<GroupSummary>] = &[
+    text("policy", |g| g.policy.clone()),
+    number("deadline ms", |g| g.deadline_ms.to_string()),
+    number("runs", |g| g.runs.to_string()),
+    number("deadline hit", |g| pct(g.deadline_hit_rate)),
+    number("latency p50 / p95 / p99 ms", |g| three(g.latency_ms)),
+    number("TTFT p50 / p95 / p99 ms", |g| three(g.ttft_ms)),
+    number("wins local / cloud / none", |g| {
+        let w = &g.win_share;
+        format!("{} / {} / {}", pct(w.local), pct(w.cloud), pct(w.none))
+    }),
+    number("busy skips", |g| pct(g.busy_skip_rate)),
+    number("late workers", |g| g.late_workers.to_string()),
+    number("overrun p99 ms", |g| num(g.late_overrun_ms.map(|d| d.p99))),
+];
+
+/// One lane of one group.
+type LaneRow<'a> = (&'a GroupSummary, &'a super::summary::LaneSummary);
+
+/// The lanes table's columns (a function: its rows borrow the summary).
+fn lane_columns<'a>() -> [Column<LaneRow<'a>>; 15] {
+    [
+        text("policy", |(g, _)| g.policy.clone()),
+        number("deadline ms", |(g, _)| g.deadline_ms.to_string()),
+        text("lane", |(_, l)| l.lane.to_string()),
+        number("started", |(_, l)| l.started.to_string()),
+        number("completed", |(_, l)| l.completed.to_string()),
+        number("failed", |(_, l)| l.failed.to_string()),
+        number("cancelled", |(_, l)| l.cancelled.to_string()),
+        number("late", |(_, l)| l.late.to_string()),
+        number("busy", |(_, l)| l.busy.to_string()),
+        number("skipped", |(_, l)| l.skipped.to_string()),
+        number("wins", |(_, l)| l.wins.to_string()),
+        number("lane total p50 / p95 / p99 ms", |(_, l)| three(l.total_ms)),
+        number("lane TTFT p50 ms", |(_, l)| num(l.ttft_ms.map(|d| d.p50))),
+        number("prompt tok/s p50", |(_, l)| {
+            num(l.prompt_tokens_per_s.map(|d| d.p50))
+        }),
+        number("gen tok/s p50", |(_, l)| {
+            num(l.gen_tokens_per_s.map(|d| d.p50))
+        }),
+    ]
+}
+
+const TOKENS: &[Column<GroupSummary>] = &[
+    text("policy", |g| g.policy.clone()),
+    number("deadline ms", |g| g.deadline_ms.to_string()),
+    number("cloud prompt tokens (provider)", |g| {
+        g.cloud_tokens.prompt.to_string()
+    }),
+    number("cloud completion tokens (provider)", |g| {
+        g.cloud_tokens.completion.to_string()
+    }),
+    number("runs with provider usage", |g| {
+        g.cloud_tokens.runs_reporting.to_string()
+    }),
+    number("saved by compression (est.)", |g| {
+        g.tokens_saved.compression.to_string()
+    }),
+    number("saved by pre-scoring (est.)", |g| {
+        g.tokens_saved.pre_score.to_string()
+    }),
+    number("expected answers matched", |g| {
+        if g.accuracy.checked == 0 {
+            "–".to_string()
+        } else {
+            format!("{} / {}", g.accuracy.matched, g.accuracy.checked)
+        }
+    }),
+];
+
+fn local_threads(s: &Summary) -> String {
+    s.settings
+        .local
+        .as_ref()
+        .and_then(|l| l.threads)
+        .map_or("–".into(), |t| t.to_string())
+}
+
+/// A row of the machine-and-build table: its key and its value, `None`
+/// when the row does not apply.
+type MachineRow = (&'static str, fn(&Summary) -> Option<String>);
+
+const MACHINE: &[MachineRow] = &[
+    ("CPU", |s| Some(s.machine.cpu_model.clone())),
+    ("cores", |s| {
+        let m = &s.machine;
+        Some(format!(
+            "{} physical, {} logical available",
+            m.physical_cores, m.logical_cpus
+        ))
+    }),
+    ("threads used (local)", |s| Some(local_threads(s))),
+    ("memory", |s| {
+        Some(s.machine.memory_bytes.map_or("unknown".into(), bytes))
+    }),
+    ("GPU offload", |s| {
+        let b = &s.build;
+        Some(match (&s.settings.local, b.gpu_backends.is_empty()) {
+            (Some(l), _) if l.gpu_layers > 0 => format!(
+                "{} layers ({})",
+                l.gpu_layers,
+                if b.gpu_backends.is_empty() {
+                    "no GPU backend compiled in".into()
+                } else {
+                    b.gpu_backends.join(", ")
+                }
+            ),
+            (_, true) => "none (CPU only build)".into(),
+            (_, false) => format!("0 layers (compiled: {})", b.gpu_backends.join(", ")),
+        })
+    }),
+    ("OS", |s| {
+        let m = &s.machine;
+        Some(format!(
+            "{} {} ({}), kernel {}",
+            m.os_name.as_deref().unwrap_or(&m.os),
+            m.arch,
+            m.os,
+            m.kernel.as_deref().unwrap_or("unknown")
+        ))
+    }),
+    ("CPU features", |s| Some(s.machine.cpu_features.join(" "))),
+    ("ggml backends", |s| {
+        let g = s.machine.ggml.as_ref()?;
+        Some(match &g.backends_dir {
+            Some(dir) => format!("{} from {}", g.describe_backends(), dir.display()),
+            None => g.describe_backends(),
+        })
+    }),
+    ("ggml devices", |s| {
+        Some(s.machine.ggml.as_ref()?.describe_devices())
+    }),
+    ("model file", |s| Some(s.model.as_ref()?.file_name.clone())),
+    ("model size", |s| {
+        let m = s.model.as_ref()?;
+        Some(format!("{} ({} bytes)", bytes(m.size_bytes), m.size_bytes))
+    }),
+    ("model sha256", |s| {
+        Some(
+            s.model
+                .as_ref()?
+                .sha256
+                .clone()
+                .unwrap_or_else(|| "unreadable".into()),
+        )
+    }),
+    ("quantisation", |s| {
+        Some(
+            s.model
+                .as_ref()?
+                .quantization
+                .clone()
+                .unwrap_or_else(|| "unknown".into()),
+        )
+    }),
+    ("architecture / parameters", |s| {
+        let m = s.model.as_ref()?;
+        Some(format!(
+            "{} / {}",
+            m.architecture.as_deref().unwrap_or("unknown"),
+            m.parameters.map_or("unknown".into(), |p| p.to_string())
+        ))
+    }),
+    ("model", |s| {
+        s.model.is_none().then(|| "no local lane".into())
+    }),
+    ("cloud", |s| {
+        let c = s.settings.cloud.as_ref()?;
+        Some(format!("{} at {}", c.model, c.endpoint))
+    }),
+    ("edgecloud", |s| {
+        let b = &s.build;
+        Some(format!(
+            "{} (commit {}, {} profile, {})",
+            b.edgecloud_version,
+            b.git_commit.as_deref().unwrap_or("unknown"),
+            b.profile,
+            b.rustc.as_deref().unwrap_or("rustc unknown")
+        ))
+    }),
+    ("llama.cpp", |s| {
+        Some(format!(
+            "llama-cpp-sys-2 {}",
+            s.build
+                .llama_cpp_sys_version
+                .as_deref()
+                .unwrap_or("unknown")
+        ))
+    }),
+    ("native CPU build", |s| {
+        let b = &s.build;
+        Some(format!(
+            "{} (target-cpu: {}; llama.cpp kernels: {}; unused on this CPU: {})",
+            if b.native_cpu_build {
+                "yes"
+            } else if b.portable {
+                "no, portable"
+            } else {
+                "no"
+            },
+            b.target_cpu.as_deref().unwrap_or("default"),
+            b.llama_cpu_kernels.join(" "),
+            if b.unused_cpu_features.is_empty() {
+                "none".into()
+            } else {
+                b.unused_cpu_features.join(" ")
+            }
+        ))
+    }),
+    ("config", |s| s.settings.config.clone()),
+    ("policies", |s| Some(s.settings.policies.join(", "))),
+    ("deadlines ms", |s| {
+        Some(
+            s.settings
+                .deadlines_ms
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    }),
+];
 
 /// The charts, as (file name, SVG text), in [`CHART_FILES`] order.
 pub fn render_charts(s: &Summary) -> Vec<(&'static str, String)> {
@@ -592,4 +657,44 @@ pub fn render_charts(s: &Summary) -> Vec<(&'static str, String)> {
         .into_iter()
         .zip([latency, by_lane, ttft, hit, wins, overrun])
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report of real bench outputs kept in the repository, byte for
+    /// byte (the golden files were written by the renderer before it was
+    /// a table). Regenerate with `EDGECLOUD_WRITE_GOLDEN=1` only for a
+    /// deliberate change.
+    #[test]
+    fn markdown_matches_the_golden_files() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cases = [
+            (
+                "bench-results/gsm8k-smollm2-135m/cascade",
+                false,
+                "report.golden.gsm8k-cascade.md",
+            ),
+            (
+                "bench-results/easy-facts-smollm2-135m/baselines",
+                true,
+                "report.golden.easy-facts-baselines.md",
+            ),
+        ];
+        let golden = [
+            include_str!("report.golden.gsm8k-cascade.md"),
+            include_str!("report.golden.easy-facts-baselines.md"),
+        ];
+        for ((dir, interrupted, file), want) in cases.into_iter().zip(golden) {
+            let mut s = read_summary(&root.join(dir)).unwrap();
+            s.interrupted = interrupted;
+            let md = render_markdown(&s);
+            let path = root.join("src/bench").join(file);
+            if std::env::var_os("EDGECLOUD_WRITE_GOLDEN").is_some() {
+                std::fs::write(&path, &md).unwrap();
+            }
+            assert_eq!(md, want, "{dir}");
+        }
+    }
 }

@@ -29,10 +29,12 @@
 //!   keeps the defaults `edgecloud serve` applies to the same body.
 //!   `model`, `stream`, `stream_options`, `user`, `metadata` and `store`
 //!   are accepted and ignored (the bench's lanes and policies decide
-//!   those). Fields no lane can honour (`tools`, `tool_choice`,
-//!   `functions`, `function_call`, a non-text `response_format`,
-//!   `logprobs`, `n` > 1) are refused, never dropped: dropping them would
-//!   benchmark a different request.
+//!   those). The body is read by the same validator as `edgecloud
+//!   serve`'s (`crate::openai`), strictly: fields no lane can honour (the
+//!   one list in `openai::refused`: `tools`, `tool_choice`, a non-text
+//!   `response_format`, `logprobs`, ...; and `n` > 1) are refused, never
+//!   dropped (dropping them would benchmark a different request), and so
+//!   is any field it does not know.
 //! - an OpenAI Batch API line: `{"custom_id": "q1", "method": "POST",
 //!   "url": "/v1/chat/completions", "body": {...}}`, `custom_id` being the
 //!   item's id and `body` a chat-completion body as above; `tag`,
@@ -45,9 +47,10 @@
 
 use super::error::BenchError;
 use super::grade::Grader;
-use crate::request::{ChatMessage, Request, Role, Sampling};
+use crate::openai::{self, ParseOptions};
+use crate::request::{ChatMessage, Request, Sampling};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -85,60 +88,17 @@ pub struct Workload {
     pub items: Vec<WorkloadItem>,
 }
 
-/// One line of edgecloud's own format, which also takes OpenAI's
-/// chat-completion fields at the top level: a plain chat-completion body
-/// is a valid line.
+/// The keys of edgecloud's own format on a line (the rest of the line is
+/// an OpenAI chat-completion body, read by `crate::openai`).
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Line {
+struct Native {
     id: Option<String>,
     tag: Option<String>,
-    messages: Option<Vec<Value>>,
     prompt: Option<String>,
     system: Option<String>,
     sampling: Option<Sampling>,
     expected: Option<String>,
     grader: Option<Grader>,
-    // OpenAI chat-completion fields.
-    /// Ignored: the bench's lanes decide the model.
-    #[allow(dead_code)]
-    model: Option<String>,
-    max_tokens: Option<u64>,
-    max_completion_tokens: Option<u64>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    top_k: Option<u64>,
-    seed: Option<u64>,
-    stop: Option<Stop>,
-    n: Option<u64>,
-    /// Ignored: the bench decides whether lanes stream.
-    #[allow(dead_code)]
-    stream: Option<bool>,
-    #[allow(dead_code)]
-    stream_options: Option<Value>,
-    /// Ignored: bookkeeping fields with no effect on the answer.
-    #[allow(dead_code)]
-    user: Option<Value>,
-    #[allow(dead_code)]
-    metadata: Option<Value>,
-    #[allow(dead_code)]
-    store: Option<Value>,
-    // Fields no lane can honour: refused when set, never dropped.
-    tools: Option<Value>,
-    tool_choice: Option<Value>,
-    functions: Option<Value>,
-    function_call: Option<Value>,
-    response_format: Option<Value>,
-    logprobs: Option<bool>,
-    top_logprobs: Option<Value>,
-}
-
-/// `stop`: one string or a list, as OpenAI takes it.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
 }
 
 /// An OpenAI Batch API line: `{"custom_id", "method", "url", "body"}`,
@@ -181,8 +141,12 @@ fn parse_line(raw: &str) -> Result<Parsed, String> {
     if obj.contains_key("custom_id") || obj.contains_key("body") {
         return batch_line(Value::Object(obj));
     }
-    let line: Line = serde_json::from_value(Value::Object(obj)).map_err(|e| e.to_string())?;
-    line.into_parsed("")
+    let (native, body): (Map<String, Value>, Map<String, Value>) = obj
+        .into_iter()
+        .partition(|(k, _)| NATIVE_ONLY.contains(&k.as_str()));
+    let native: Native =
+        serde_json::from_value(Value::Object(native)).map_err(|e| e.to_string())?;
+    openai_line(native, body, "")
 }
 
 fn batch_line(value: Value) -> Result<Parsed, String> {
@@ -209,9 +173,16 @@ fn batch_line(value: Value) -> Result<Parsed, String> {
             "`body.{k}` is not an OpenAI field (custom_id is the id; tag, expected and grader go on the line itself)"
         ));
     }
-    let line: Line =
-        serde_json::from_value(Value::Object(body)).map_err(|e| format!("`body`: {e}"))?;
-    let mut parsed = line.into_parsed("body.")?;
+    let native = Native {
+        id: None,
+        tag: None,
+        prompt: None,
+        system: None,
+        sampling: None,
+        expected: None,
+        grader: None,
+    };
+    let mut parsed = openai_line(native, body, "body.")?;
     parsed.id = Some(b.custom_id);
     parsed.tag = b.tag;
     parsed.expected = b.expected;
@@ -219,170 +190,79 @@ fn batch_line(value: Value) -> Result<Parsed, String> {
     Ok(parsed)
 }
 
-impl Line {
-    /// `at` prefixes field names in errors (`body.` in a batch line).
-    fn into_parsed(self, at: &str) -> Result<Parsed, String> {
-        let refused: [(&str, bool); 7] = [
-            ("tools", set(&self.tools)),
-            ("tool_choice", set(&self.tool_choice)),
-            ("functions", set(&self.functions)),
-            ("function_call", set(&self.function_call)),
-            (
-                "response_format",
-                self.response_format
-                    .as_ref()
-                    .is_some_and(|v| v.get("type").and_then(Value::as_str) != Some("text")),
-            ),
-            ("logprobs", self.logprobs == Some(true)),
-            ("top_logprobs", set(&self.top_logprobs)),
-        ];
-        if let Some((name, _)) = refused.iter().find(|(_, on)| *on) {
-            return Err(format!(
-                "`{at}{name}` is not supported: no lane can honour it, and dropping it would benchmark a different request"
-            ));
-        }
-        if let Some(n) = self.n {
-            if n != 1 {
-                return Err(format!("`{at}n` must be 1 (one answer per request)"));
-            }
-        }
-        let sampling = self.sampling(at)?;
-        let messages = match (self.messages, self.prompt) {
-            (Some(_), Some(_)) => return Err("give either `messages` or `prompt`, not both".into()),
-            (None, None) => return Err(format!("missing `{at}messages` (or `prompt`)")),
-            (Some(_), None) if self.system.is_some() => {
-                return Err("`system` goes with `prompt`; put it in `messages`".into())
-            }
-            (Some(m), None) => m
-                .iter()
-                .enumerate()
-                .map(|(i, v)| message(v, &format!("{at}messages[{i}]")))
-                .collect::<Result<Vec<_>, _>>()?,
-            (None, Some(p)) => ChatMessage::conversation(self.system, p),
-        };
-        Ok(Parsed {
-            id: self.id,
-            tag: self.tag,
-            messages,
-            sampling,
-            expected: self.expected,
-            grader: self.grader,
-        })
-    }
+/// Sampling fields of a chat-completion body (the alternative to
+/// `sampling`).
+const SAMPLING_FIELDS: &[&str] = &[
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+];
 
-    /// `sampling`, or OpenAI's top-level fields (not both); what neither
-    /// sets keeps the defaults `edgecloud serve` uses for the same body.
-    fn sampling(&self, at: &str) -> Result<Sampling, String> {
-        let top_level = self.max_tokens.is_some()
-            || self.max_completion_tokens.is_some()
-            || self.temperature.is_some()
-            || self.top_p.is_some()
-            || self.top_k.is_some()
-            || self.seed.is_some()
-            || self.stop.is_some();
-        if let Some(s) = &self.sampling {
-            if top_level {
-                return Err("give sampling settings either in `sampling` or as top-level OpenAI fields (max_tokens, temperature, ...), not both".into());
-            }
-            return Ok(s.clone());
+/// A line's OpenAI part, read strictly by the shared validator (an unknown
+/// field is an error, so a typo never passes silently), with the native
+/// keys beside it. `at` prefixes field names in errors (`body.` in a batch
+/// line).
+fn openai_line(native: Native, mut body: Map<String, Value>, at: &str) -> Result<Parsed, String> {
+    let has_messages = body.get("messages").is_some_and(|m| !m.is_null());
+    match (has_messages, &native.prompt) {
+        (true, Some(_)) => return Err("give either `messages` or `prompt`, not both".into()),
+        (false, None) => return Err(format!("missing `{at}messages` (or `prompt`)")),
+        (true, None) if native.system.is_some() => {
+            return Err("`system` goes with `prompt`; put it in `messages`".into())
         }
-        let mut s = Sampling::default();
-        if let Some(n) = self.max_completion_tokens.or(self.max_tokens) {
-            s.max_tokens =
-                u32::try_from(n).map_err(|_| format!("`{at}max_tokens` is too large"))?;
+        (true, None) => {}
+        (false, Some(p)) => {
+            let messages = ChatMessage::conversation(native.system.clone(), p.clone());
+            body.insert(
+                "messages".into(),
+                serde_json::to_value(messages).expect("messages always serialize"),
+            );
         }
-        if let Some(t) = self.temperature {
-            if !(0.0..=2.0).contains(&t) {
-                return Err(format!("`{at}temperature` must be between 0 and 2"));
-            }
-            s.temperature = t as f32;
-        }
-        if let Some(p) = self.top_p {
-            s.top_p = p as f32;
-        }
-        if let Some(k) = self.top_k {
-            s.top_k = u32::try_from(k).unwrap_or(u32::MAX);
-        }
-        if self.seed.is_some() {
-            s.seed = self.seed;
-        }
-        match &self.stop {
-            Some(Stop::One(one)) => s.stop = vec![one.clone()],
-            Some(Stop::Many(many)) => s.stop = many.clone(),
-            None => {}
-        }
-        Ok(s)
     }
-}
-
-/// A field counts as set unless absent, null, an empty list or `"none"`
-/// (how clients say "no tools").
-fn set(v: &Option<Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => false,
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::String(s)) => s != "none",
-        Some(_) => true,
+    let top_level = SAMPLING_FIELDS
+        .iter()
+        .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
+    if native.sampling.is_some() && top_level {
+        return Err("give sampling settings either in `sampling` or as top-level OpenAI fields (max_tokens, temperature, ...), not both".into());
     }
-}
-
-/// One chat message as OpenAI clients write it: role `system`,
-/// `developer` (a system message), `user` or `assistant`; content a
-/// string or a list of text parts (an assistant's may be null). `at`
-/// names it in errors (`messages[2]`).
-fn message(v: &Value, at: &str) -> Result<ChatMessage, String> {
-    let Value::Object(m) = v else {
-        return Err(format!(
-            "`{at}` must be an object with `role` and `content`"
-        ));
-    };
-    let role = match m.get("role").and_then(Value::as_str) {
-        Some("system" | "developer") => Role::System,
-        Some("user") => Role::User,
-        Some("assistant") => Role::Assistant,
-        Some(other) => {
-            return Err(format!(
-                "`{at}.role`: unsupported role `{other}`; expected system, developer, user or assistant"
-            ))
+    let parsed = openai::parse_request(
+        &body,
+        ParseOptions {
+            at,
+            require_model: false,
+            max_messages: None,
+            strict: true,
+        },
+    )
+    .map_err(|e| {
+        let field = e.param.strip_prefix(at).unwrap_or(&e.param);
+        if openai::REFUSED.iter().any(|r| r.field == field) {
+            format!(
+                "{}: no lane can honour it, and dropping it would benchmark a different request",
+                e.describe()
+            )
+        } else {
+            e.describe()
         }
-        None => return Err(format!("`{at}.role` is required (a string)")),
+    })?;
+    // What neither `sampling` nor the body sets keeps the defaults
+    // `edgecloud serve` uses for the same body.
+    let sampling = match native.sampling {
+        Some(s) => s,
+        None => parsed.request.sampling(Sampling::default()),
     };
-    let content = match m.get("content") {
-        None | Some(Value::Null) if role == Role::Assistant => String::new(),
-        None | Some(Value::Null) => return Err(format!("`{at}.content` is required")),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
-                    (Some("text"), Some(t)) => text.push_str(t),
-                    (Some("text"), None) => {
-                        return Err(format!("`{at}.content[{j}].text` is required (a string)"))
-                    }
-                    _ => {
-                        return Err(format!(
-                            "`{at}.content[{j}]`: only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported"
-                        ))
-                    }
-                }
-            }
-            text
-        }
-        Some(_) => {
-            return Err(format!(
-                "`{at}.content` must be a string or a list of text parts"
-            ))
-        }
-    };
-    if let Some(k) = m
-        .keys()
-        .find(|k| !matches!(k.as_str(), "role" | "content" | "name"))
-    {
-        return Err(format!(
-            "`{at}.{k}` is not supported (only role, content and name)"
-        ));
-    }
-    Ok(ChatMessage::new(role, content))
+    Ok(Parsed {
+        id: native.id,
+        tag: native.tag,
+        messages: parsed.request.messages.into_owned(),
+        sampling,
+        expected: native.expected,
+        grader: native.grader,
+    })
 }
 
 impl Workload {
@@ -517,18 +397,17 @@ impl Workload {
 mod builtin {
     use super::{Grader, WorkloadItem};
     use crate::request::{ChatMessage, Request, Sampling};
+    use crate::rng::SplitMix64;
 
-    /// A small, fixed pseudo-random generator (SplitMix64): deterministic
-    /// everywhere, no dependency.
-    struct Rng(u64);
+    /// The crate's SplitMix64, deterministic everywhere, with a picker.
+    struct Rng(SplitMix64);
 
     impl Rng {
+        fn new(seed: u64) -> Self {
+            Self(SplitMix64::new(seed))
+        }
         fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+            self.0.next_u64()
         }
         fn pick<'a>(&mut self, list: &[&'a str]) -> &'a str {
             list[(self.next() % list.len() as u64) as usize]
@@ -629,7 +508,7 @@ mod builtin {
     /// Short questions: a one-line question each, short answers; the
     /// capital questions carry an expected answer.
     pub(super) fn short(count: usize) -> Vec<WorkloadItem> {
-        let mut rng = Rng(1);
+        let mut rng = Rng::new(1);
         (0..count)
             .map(|i| {
                 if i % 2 == 0 {
@@ -663,7 +542,7 @@ mod builtin {
     /// hundred tokens with a real tokenizer) and one question about it; the
     /// prompt dominates the cost.
     pub(super) fn long(count: usize) -> Vec<WorkloadItem> {
-        let mut rng = Rng(2);
+        let mut rng = Rng::new(2);
         (0..count)
             .map(|i| {
                 let mut doc = String::new();
@@ -694,7 +573,7 @@ mod builtin {
     /// local lane's prefix reuse shows in its time to first token).
     pub(super) fn chat(count: usize) -> Vec<WorkloadItem> {
         const TURNS: usize = 4;
-        let mut rng = Rng(3);
+        let mut rng = Rng::new(3);
         let mut system = String::from(
             "You are a careful assistant for a field team. Keep answers short. Facts: ",
         );

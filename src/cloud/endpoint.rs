@@ -68,11 +68,27 @@ pub(crate) fn display_url(raw: &str) -> String {
     }
 }
 
-fn printable(url: &Url) -> String {
+/// The scheme, host and port of a base URL, and nothing else (no path,
+/// query or user info, which may hold secrets): how reports and startup
+/// lines name a cloud endpoint. Input without a host prints as a
+/// placeholder, as in the lane's own error messages.
+pub fn display_origin(raw: &str) -> String {
+    match Url::parse(raw.trim()) {
+        Ok(url) if url.has_host() => origin(&url),
+        _ => "<unparsable URL>".to_owned(),
+    }
+}
+
+fn origin(url: &Url) -> String {
     let mut out = format!("{}://{}", url.scheme(), url.host_str().unwrap_or(""));
     if let Some(port) = url.port() {
         out.push_str(&format!(":{port}"));
     }
+    out
+}
+
+fn printable(url: &Url) -> String {
+    let mut out = origin(url);
     out.push_str(url.path());
     if url.query().is_some() {
         out.push_str("?…");
@@ -83,6 +99,7 @@ fn printable(url: &Url) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloud::CloudErrorKind;
 
     #[test]
     fn appends_chat_completions() {
@@ -121,8 +138,23 @@ mod tests {
             "file:///tmp",
         ] {
             let err = Endpoint::parse(bad).unwrap_err();
-            assert_eq!(err.kind(), "invalid_config", "{bad}");
+            assert_eq!(err.kind(), CloudErrorKind::InvalidConfig, "{bad}");
             assert!(!err.to_string().contains("SECRET"));
         }
+    }
+
+    #[test]
+    fn origins_keep_no_secrets() {
+        assert_eq!(
+            display_origin("https://user:key@api.example.com:8443/v1?key=x"),
+            "https://api.example.com:8443"
+        );
+        assert_eq!(
+            display_origin("http://127.0.0.1:9/v1"),
+            "http://127.0.0.1:9"
+        );
+        // Without a scheme there is no host to show (a lane refuses such a
+        // base URL anyway).
+        assert_eq!(display_origin("localhost:8080/v1"), "<unparsable URL>");
     }
 }

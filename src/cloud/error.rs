@@ -4,6 +4,7 @@
 //! a request URL or a query string. Third-party errors stay boxed sources.
 
 use crate::request::InvalidRequest;
+use std::fmt;
 use std::time::Duration;
 
 /// A boxed, opaque cause (a transport error with its URL removed).
@@ -239,38 +240,120 @@ fn detail_suffix(detail: &Option<String>) -> String {
     }
 }
 
-impl CloudError {
-    /// A stable snake_case name for the variant, as in JSON output.
-    pub fn kind(&self) -> &'static str {
+/// What kind of [`CloudError`] it is, without its data: what tests and
+/// callers compare. [`as_str`](Self::as_str) is the stable snake_case name
+/// the JSON output and metrics labels carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+#[allow(missing_docs)] // each is the `CloudError` variant of the same name
+pub enum CloudErrorKind {
+    InvalidConfig,
+    InvalidRequest,
+    Dns,
+    ConnectRefused,
+    ConnectTimeout,
+    Tls,
+    Connect,
+    Transport,
+    DeadlineBeforeHeaders,
+    DeadlineBeforeFirstToken,
+    Cancelled,
+    Auth,
+    NotFound,
+    RateLimited,
+    Server,
+    HttpStatus,
+    Redirect,
+    MalformedJson,
+    Provider,
+    Truncated,
+    InvalidUtf8,
+    EmptyChoices,
+    BodyTooLarge,
+    ContentTooLarge,
+    LineTooLong,
+    HeadersTooLarge,
+    Stalled,
+    SinkPanicked,
+}
+
+impl CloudErrorKind {
+    /// The stable snake_case name, as in JSON output.
+    pub fn as_str(self) -> &'static str {
+        use CloudErrorKind as K;
         match self {
-            CloudError::InvalidConfig { .. } => "invalid_config",
-            CloudError::InvalidRequest(_) => "invalid_request",
-            CloudError::Dns { .. } => "dns",
-            CloudError::ConnectRefused { .. } => "connect_refused",
-            CloudError::ConnectTimeout { .. } => "connect_timeout",
-            CloudError::Tls { .. } => "tls",
-            CloudError::Connect { .. } => "connect",
-            CloudError::Transport { .. } => "transport",
-            CloudError::DeadlineBeforeHeaders => "deadline_before_headers",
-            CloudError::DeadlineBeforeFirstToken { .. } => "deadline_before_first_token",
-            CloudError::Cancelled => "cancelled",
-            CloudError::Auth { .. } => "auth",
-            CloudError::NotFound { .. } => "not_found",
-            CloudError::RateLimited { .. } => "rate_limited",
-            CloudError::Server { .. } => "server_error",
-            CloudError::HttpStatus { .. } => "http_status",
-            CloudError::Redirect { .. } => "redirect",
-            CloudError::MalformedJson { .. } => "malformed_json",
-            CloudError::Provider { .. } => "provider_error",
-            CloudError::Truncated { .. } => "truncated",
-            CloudError::InvalidUtf8 => "invalid_utf8",
-            CloudError::EmptyChoices => "empty_choices",
-            CloudError::BodyTooLarge { .. } => "body_too_large",
-            CloudError::ContentTooLarge { .. } => "content_too_large",
-            CloudError::LineTooLong { .. } => "line_too_long",
-            CloudError::HeadersTooLarge { .. } => "headers_too_large",
-            CloudError::Stalled { .. } => "stalled",
-            CloudError::SinkPanicked => "sink_panicked",
+            K::InvalidConfig => "invalid_config",
+            K::InvalidRequest => "invalid_request",
+            K::Dns => "dns",
+            K::ConnectRefused => "connect_refused",
+            K::ConnectTimeout => "connect_timeout",
+            K::Tls => "tls",
+            K::Connect => "connect",
+            K::Transport => "transport",
+            K::DeadlineBeforeHeaders => "deadline_before_headers",
+            K::DeadlineBeforeFirstToken => "deadline_before_first_token",
+            K::Cancelled => "cancelled",
+            K::Auth => "auth",
+            K::NotFound => "not_found",
+            K::RateLimited => "rate_limited",
+            K::Server => "server_error",
+            K::HttpStatus => "http_status",
+            K::Redirect => "redirect",
+            K::MalformedJson => "malformed_json",
+            K::Provider => "provider_error",
+            K::Truncated => "truncated",
+            K::InvalidUtf8 => "invalid_utf8",
+            K::EmptyChoices => "empty_choices",
+            K::BodyTooLarge => "body_too_large",
+            K::ContentTooLarge => "content_too_large",
+            K::LineTooLong => "line_too_long",
+            K::HeadersTooLarge => "headers_too_large",
+            K::Stalled => "stalled",
+            K::SinkPanicked => "sink_panicked",
+        }
+    }
+}
+
+impl fmt::Display for CloudErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl CloudError {
+    /// What kind of error this is (its [`as_str`](CloudErrorKind::as_str)
+    /// is the name in JSON output).
+    pub fn kind(&self) -> CloudErrorKind {
+        use CloudErrorKind as K;
+        match self {
+            CloudError::InvalidConfig { .. } => K::InvalidConfig,
+            CloudError::InvalidRequest(_) => K::InvalidRequest,
+            CloudError::Dns { .. } => K::Dns,
+            CloudError::ConnectRefused { .. } => K::ConnectRefused,
+            CloudError::ConnectTimeout { .. } => K::ConnectTimeout,
+            CloudError::Tls { .. } => K::Tls,
+            CloudError::Connect { .. } => K::Connect,
+            CloudError::Transport { .. } => K::Transport,
+            CloudError::DeadlineBeforeHeaders => K::DeadlineBeforeHeaders,
+            CloudError::DeadlineBeforeFirstToken { .. } => K::DeadlineBeforeFirstToken,
+            CloudError::Cancelled => K::Cancelled,
+            CloudError::Auth { .. } => K::Auth,
+            CloudError::NotFound { .. } => K::NotFound,
+            CloudError::RateLimited { .. } => K::RateLimited,
+            CloudError::Server { .. } => K::Server,
+            CloudError::HttpStatus { .. } => K::HttpStatus,
+            CloudError::Redirect { .. } => K::Redirect,
+            CloudError::MalformedJson { .. } => K::MalformedJson,
+            CloudError::Provider { .. } => K::Provider,
+            CloudError::Truncated { .. } => K::Truncated,
+            CloudError::InvalidUtf8 => K::InvalidUtf8,
+            CloudError::EmptyChoices => K::EmptyChoices,
+            CloudError::BodyTooLarge { .. } => K::BodyTooLarge,
+            CloudError::ContentTooLarge { .. } => K::ContentTooLarge,
+            CloudError::LineTooLong { .. } => K::LineTooLong,
+            CloudError::HeadersTooLarge { .. } => K::HeadersTooLarge,
+            CloudError::Stalled { .. } => K::Stalled,
+            CloudError::SinkPanicked => K::SinkPanicked,
         }
     }
 
@@ -366,7 +449,7 @@ mod tests {
             CloudError::SinkPanicked,
             CloudError::Redirect { status: 302 },
         ];
-        let mut kinds: Vec<_> = errors.iter().map(CloudError::kind).collect();
+        let mut kinds: Vec<_> = errors.iter().map(|e| e.kind().as_str()).collect();
         assert!(kinds.iter().all(|k| k
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')));

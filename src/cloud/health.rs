@@ -37,6 +37,7 @@
 //! that answers with errors is reachable and its errors are fast.
 
 use super::CloudError;
+use crate::rng::SplitMix64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -334,7 +335,7 @@ impl HealthState {
 /// source: what a [`CloudLane`](super::CloudLane) holds.
 #[derive(Debug)]
 pub(crate) struct Health {
-    state: Mutex<(HealthState, u64)>,
+    state: Mutex<(HealthState, SplitMix64)>,
 }
 
 impl Health {
@@ -344,14 +345,13 @@ impl Health {
         // library seeds `RandomState` from the OS.
         let seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
-            .finish()
-            | 1;
+            .finish();
         Self {
-            state: Mutex::new((HealthState::new(policy), seed)),
+            state: Mutex::new((HealthState::new(policy), SplitMix64::new(seed))),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HealthState, u64)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (HealthState, SplitMix64)> {
         // The state is plain data updated in one step; a panic elsewhere
         // cannot leave it half-written.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -364,11 +364,9 @@ impl Health {
     pub(crate) fn observe(&self, obs: Observation) {
         let mut g = self.lock();
         let (state, rng) = &mut *g;
-        // xorshift64: plenty for spreading cooldowns.
-        *rng ^= *rng << 13;
-        *rng ^= *rng >> 7;
-        *rng ^= *rng << 17;
-        let unit = (*rng >> 11) as f64 / (1u64 << 53) as f64;
+        // The top 53 bits as a uniform in [0, 1): plenty for spreading
+        // cooldowns.
+        let unit = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         let before = state.snapshot(Instant::now()).down;
         state.observe(obs, Instant::now(), unit);
         let after = state.snapshot(Instant::now());

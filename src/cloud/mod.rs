@@ -50,10 +50,10 @@ mod net;
 mod secret;
 mod sse;
 mod status;
-mod wire;
 
 pub use client::{CloudCompletion, CloudDiagnostic, CloudLane, CloudTimings, ProviderUsage};
 pub use config::{CloudConfig, CloudLimits, DEFAULT_API_KEY_ENV};
-pub use error::{BoxError, CloudError};
+pub use endpoint::display_origin;
+pub use error::{BoxError, CloudError, CloudErrorKind};
 pub use health::{Admission, CloudHealth, CooldownPolicy};
 pub use secret::ApiKey;

@@ -5,7 +5,6 @@
 
 use super::error::CloudError;
 use super::secret::Scrubber;
-use super::wire;
 use reqwest::header::HeaderMap;
 use std::time::{Duration, SystemTime};
 
@@ -37,7 +36,7 @@ pub(crate) fn error_for(
 /// The message inside an error body: the JSON error's message if any, else
 /// the start of the body as text.
 fn server_message(body: &[u8]) -> String {
-    if let Some(m) = wire::error_message(body) {
+    if let Some(m) = crate::openai::error_message(body) {
         return m;
     }
     let text = String::from_utf8_lossy(body);
@@ -79,6 +78,7 @@ pub(crate) fn parse_http_date(s: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloud::CloudErrorKind;
     use reqwest::header::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -155,13 +155,13 @@ mod tests {
         let now = SystemTime::now();
         let h = HeaderMap::new();
         let kind = |status: u16, body: &[u8]| error_for(status, &h, body, &s, now);
-        assert_eq!(kind(401, b"").kind(), "auth");
-        assert_eq!(kind(403, b"").kind(), "auth");
-        assert_eq!(kind(404, b"").kind(), "not_found");
-        assert_eq!(kind(429, b"").kind(), "rate_limited");
-        assert_eq!(kind(502, b"").kind(), "server_error");
-        assert_eq!(kind(400, b"").kind(), "http_status");
-        assert_eq!(kind(308, b"").kind(), "redirect");
+        assert_eq!(kind(401, b"").kind(), CloudErrorKind::Auth);
+        assert_eq!(kind(403, b"").kind(), CloudErrorKind::Auth);
+        assert_eq!(kind(404, b"").kind(), CloudErrorKind::NotFound);
+        assert_eq!(kind(429, b"").kind(), CloudErrorKind::RateLimited);
+        assert_eq!(kind(502, b"").kind(), CloudErrorKind::Server);
+        assert_eq!(kind(400, b"").kind(), CloudErrorKind::HttpStatus);
+        assert_eq!(kind(308, b"").kind(), CloudErrorKind::Redirect);
         let e = kind(
             401,
             br#"{"error":{"message":"Incorrect API key provided: sk-K","type":"invalid_request_error"}}"#,

@@ -16,6 +16,7 @@ use super::format::{self, GgmlType};
 use super::vocab::{self, CHATML_TEMPLATE, ENDOFTEXT_ID, IM_END_ID, IM_START_ID};
 use super::writer::{write_gguf, TensorSpec, Value};
 use super::GgufError;
+use crate::rng::{SplitMix64, GAMMA};
 
 /// Which model shape to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -338,7 +339,7 @@ fn write_tweaked_to<W: Write>(
             }
             // One stream per tensor, so a tensor's values do not depend on the
             // order tensors are written in.
-            let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(GAMMA));
             write_random(w, t, &mut rng)
         },
     )
@@ -425,20 +426,17 @@ pub(crate) fn f32_to_f16_bits(x: f32) -> u16 {
     sign | h as u16
 }
 
-/// SplitMix64: tiny, fast, and good enough for weights nobody will train.
-struct Rng(u64);
+/// The weights' generator: the crate's SplitMix64 (tiny, fast, and good
+/// enough for weights nobody will train) plus a normal-ish sampler.
+struct Rng(SplitMix64);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
 
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Roughly standard normal: the centred sum of four 16-bit uniforms

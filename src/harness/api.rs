@@ -1,7 +1,7 @@
 //! The [`Harness`] value: what a caller holds. It owns the lane slots, the
 //! resolved routes, the runtime handle and the observers' sink, and turns a
 //! request into a spawned run. It must not make run decisions (the
-//! coordinator in `run` does) nor block in `Drop`.
+//! decision core in `decision` does) nor block in `Drop`.
 
 use super::backend::{BackendInfo, Candidate};
 use super::error::HarnessError;

@@ -2,12 +2,12 @@
 //! [`Arbiter`]) with blanket impls for closures, and the one way the harness
 //! calls them: off the run's task, on a blocking thread, timed, with panics
 //! caught. This module must not decide what a result means for the run;
-//! the coordinator does.
+//! the decision core (`decision`) does.
 //!
 //! Why a blocking thread: a callback is plain synchronous code of unknown
-//! cost. Running it beside the coordinator, not inside it, keeps every wait
-//! of the run bounded by the deadline (docs/DESIGN.md point 1): the coordinator
-//! awaits the callback's result *or* the deadline, whichever comes first. A
+//! cost. Running it beside the run's task, not inside it, keeps every wait
+//! of the run bounded by the deadline (docs/DESIGN.md point 1): the run's
+//! task awaits the callback's result *or* the deadline, whichever comes first. A
 //! callback still running at settlement is abandoned (its thread finishes on
 //! its own; nothing waits for it) and reported `timed_out`. No harness lock
 //! is held while any callback runs.

@@ -12,8 +12,9 @@
 //!      |    +-- pre-score --> compress --try_acquire--> cloud slot         |
 //!      |                                   --permit--> cloud worker ---+   |
 //!      |                                                               |   |
-//!      |   coordinator: select! { deadline | abort | worker msg |     <-+---+
+//!      |   run task: select! { deadline | abort | worker msg |        <-+---+
 //!      |                          callback done | hedge/share timer }
+//!      |        each input --> decision core (pure; decides) --> effects
 //!      |        tokens --(committed lane only)--> caller stream
 //!      |        candidate --> scorer --> accept? / arbiter
 //!      v

@@ -3,7 +3,7 @@
 //! that calls each observer with panics caught, so a slow or panicking
 //! observer can delay only later events, never a run or its settlement.
 //!
-//! Order: a run's events are sent by its coordinator in order; `run_settled`
+//! Order: a run's events are sent by its task in order; `run_settled`
 //! is sent while the run's state lock is held at the moment it becomes
 //! settled, and a late worker sends `late_worker_finished` under that same
 //! lock after seeing the run settled. One channel, so every observer sees

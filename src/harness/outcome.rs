@@ -1,6 +1,7 @@
 //! The settled result of a run ([`Outcome`]) and its parts: per-lane
 //! reports, the decision, cancellation results. Plain serde data, built once
-//! by the coordinator at settlement; nothing here runs or decides.
+//! by the run's task at settlement (from the decision core's report);
+//! nothing here runs or decides.
 //!
 //! Times are milliseconds as floats. Lane times (`ttft_ms`, `total_ms`)
 //! count from the moment that lane's worker was admitted; `started_ms`

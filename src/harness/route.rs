@@ -32,7 +32,7 @@ pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(5);
 pub const DEFAULT_ROUTE: &str = "default";
 
 /// A callback and whether it is one of the built-in, known-cheap ones,
-/// which run inline on the coordinator instead of on a blocking thread.
+/// which run inline on the run's task instead of on a blocking thread.
 pub(crate) struct Cb<T: ?Sized> {
     pub(crate) f: Arc<T>,
     pub(crate) inline: bool,

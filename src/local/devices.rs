@@ -1,7 +1,7 @@
 //! Which ggml backends and devices this process runs on, loading them in
 //! the portable build, and refusing GPU offload where there is no GPU.
 //!
-//! Two builds exist (README, "Portable build"):
+//! Two builds exist (docs/gpu.md, "Portable build"):
 //! - the default build links ggml's CPU backend (and a GPU backend with the
 //!   `cuda`, `vulkan` or `metal` feature) into the binary: nothing to load;
 //! - the `portable` build (scripts/build-portable: llama.cpp and ggml as

@@ -106,7 +106,7 @@ pub struct LocalConfig {
     /// thread before llama.cpp starts its threads, which inherit it.
     /// `None`: [`crate::harness::HARNESS_COMPUTE_NICE`] under the harness
     /// ([`crate::harness::LocalBackend::start`]), else 0. A higher value
-    /// lets the harness's timer and coordinator preempt llama.cpp sooner,
+    /// lets the harness's timer and run tasks preempt llama.cpp sooner,
     /// at the cost of llama.cpp's share of a machine shared with other
     /// busy programs. Only on Linux.
     pub nice: Option<u8>,

@@ -1,25 +1,26 @@
 //! Request handling: routing, the bearer-token check, the body cap, and
-//! starting a run for a chat request, answered whole here or as SSE by
-//! `stream` (both end through `response`). One function per endpoint. It
+//! for a chat request the path top to bottom: parse (`wire`), start the
+//! run (the engine), respond (whole in `response`, SSE in `stream`, which
+//! ends through `response` too). One function per endpoint. It
 //! must not accept connections or manage shutdown (`server` does) and must
 //! not decide how a run goes (the engine does).
 
 use super::app::App;
-use super::engine::{Job, ModelEntry, Run, StartError};
+use super::engine::{Job, ModelEntry, StartError};
 use super::response::{
-    self, all_instances_busy, error_response, extension, full, json_response, shutting_down, usage,
-    AbortOnDrop, Body,
+    self, all_instances_busy, error_response, full, json_response, shutting_down, Body,
 };
 use super::stream;
-use super::wire::{self, ApiError, Ids, Limits, INVALID_REQUEST};
+use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
+use crate::openai::{Ids, Model, ModelList};
 use crate::request::Request as LlmRequest;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -153,17 +154,17 @@ fn metrics(app: &App) -> Response<Body> {
 }
 
 fn models(app: &App) -> Response<Body> {
-    let data: Vec<Value> = app
+    let data = app
         .models()
         .iter()
-        .map(|m| wire::model_json(&m.id, app.created))
+        .map(|m| Model::edgecloud(&m.id, app.created))
         .collect();
-    json_response(200, &json!({"object": "list", "data": data}))
+    json_response(200, &ModelList::new(data))
 }
 
 fn model(app: &App, id: &str) -> Response<Body> {
     match app.resolve_model(id) {
-        Some(m) => json_response(200, &wire::model_json(&m.id, app.created)),
+        Some(m) => json_response(200, &Model::edgecloud(&m.id, app.created)),
         None => error_response(&unknown_model(id, &app.models()).param("model")),
     }
 }
@@ -305,29 +306,6 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     if params.stream {
         stream::respond(app.clone(), run, ids, params.include_usage, id).await
     } else {
-        whole(app, run, ids, id).await
+        response::whole(app, run, ids, id).await
     }
-}
-
-/// Answers a non-streaming request: one JSON body once the run settles.
-async fn whole(
-    app: &Arc<App>,
-    run: Box<dyn Run>,
-    ids: Ids,
-    request_id: Option<String>,
-) -> Result<Response<Body>, ApiError> {
-    let info = run.info().clone();
-    let guard = AbortOnDrop::new(&*run);
-    let summary = response::settle(app, run, guard).await?;
-    Ok(response::settled(
-        app,
-        &info,
-        &summary,
-        request_id.as_deref(),
-        |text, finish| {
-            let body =
-                wire::completion_json(&ids, text, finish, usage(&summary), extension(&summary));
-            json_response(200, &body)
-        },
-    ))
 }

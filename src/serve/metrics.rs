@@ -4,7 +4,7 @@
 //! lane reads 0 rather than disappearing. It records what runs report and
 //! must not decide anything.
 
-use super::engine::{Health, LaneStatus, Status, Summary};
+use super::engine::{Health, InstanceState, LaneState, LaneStatus, Status, Summary};
 use crate::harness::LaneErrorKind;
 use crate::lane::{FinishReason, Lane, PerLane};
 use std::collections::BTreeMap;
@@ -97,15 +97,6 @@ pub(crate) struct Metrics {
     state: Mutex<State>,
 }
 
-/// Reads one per-lane figure (a table of these renders the lane series).
-type Get<T> = fn(&LaneMetrics) -> T;
-
-/// (provider-reported, locally counted) tokens.
-type ByLane = (u64, u64);
-
-/// Reads one per-lane histogram.
-type GetHistogram = for<'a> fn(&'a LaneMetrics) -> &'a Histogram;
-
 impl Metrics {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // Updates are single additions; a poisoned lock holds usable counts.
@@ -177,336 +168,366 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition (format 0.0.4).
+    /// The Prometheus text exposition (format 0.0.4): every family of
+    /// [`FAMILIES`], in order.
     pub(crate) fn render(&self, health: &Health, connections: usize) -> String {
         let st = self.lock();
-        let mut o = String::with_capacity(16 * 1024);
-        let head = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let view = View {
+            st: &st,
+            health,
+            connections: connections as u64,
         };
-
-        head(
-            &mut o,
-            "edgecloud_build_info",
-            "gauge",
-            "Always 1; the version is a label.",
-        );
-        let _ = writeln!(
-            o,
-            "edgecloud_build_info{{version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
-        );
-        head(
-            &mut o,
-            "edgecloud_http_requests_total",
-            "counter",
-            "HTTP responses by endpoint and status.",
-        );
-        for ((endpoint, status), n) in &st.http {
-            let _ = writeln!(
-                o,
-                "edgecloud_http_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}"
-            );
+        let mut o = String::with_capacity(16 * 1024);
+        for f in FAMILIES {
+            let (name, kind, help) = (f.name, f.kind, f.help);
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            f.samples.write(name, &view, &mut o);
         }
-        head(
-            &mut o,
-            "edgecloud_http_connections_open",
-            "gauge",
-            "HTTP connections open now.",
-        );
-        let _ = writeln!(o, "edgecloud_http_connections_open {connections}");
-        head(
-            &mut o,
-            "edgecloud_runs_total",
-            "counter",
-            "Settled runs by policy and status (ok, deadline_exceeded, failed, aborted).",
-        );
-        for ((policy, status), n) in &st.runs {
-            let _ = writeln!(
-                o,
-                "edgecloud_runs_total{{policy=\"{}\",status=\"{status}\"}} {n}",
-                escape(policy)
-            );
-        }
-        head(
-            &mut o,
-            "edgecloud_runs_in_flight",
-            "gauge",
-            "Runs started and not yet settled.",
-        );
-        let _ = writeln!(o, "edgecloud_runs_in_flight {}", health.runs_in_flight);
-        head(
-            &mut o,
-            "edgecloud_busy_rejections_total",
-            "counter",
-            "Requests answered 503 because every lane they needed was busy.",
-        );
-        let _ = writeln!(o, "edgecloud_busy_rejections_total {}", st.busy_rejections);
-        head(
-            &mut o,
-            "edgecloud_late_workers_running",
-            "gauge",
-            "Late workers still holding their lane.",
-        );
-        let _ = writeln!(
-            o,
-            "edgecloud_late_workers_running {}",
-            health.late_workers_running
-        );
-        head(
-            &mut o,
-            "edgecloud_observer_events_dropped_total",
-            "counter",
-            "Harness events dropped because a slow observer let its queue fill.",
-        );
-        let _ = writeln!(
-            o,
-            "edgecloud_observer_events_dropped_total {}",
-            health.observer_events_dropped
-        );
-        head(
-            &mut o,
-            "edgecloud_request_duration_seconds",
-            "histogram",
-            "Run start to settlement, per request.",
-        );
-        st.request_duration
-            .render(&mut o, "edgecloud_request_duration_seconds", "");
-        head(
-            &mut o,
-            "edgecloud_request_ttft_seconds",
-            "histogram",
-            "Request start to the first content a streaming client received.",
-        );
-        st.request_ttft
-            .render(&mut o, "edgecloud_request_ttft_seconds", "");
-
-        head(
-            &mut o,
-            "edgecloud_lane_configured",
-            "gauge",
-            "1 when the lane has a backend.",
-        );
-        for l in &health.lanes {
-            let _ = writeln!(
-                o,
-                "edgecloud_lane_configured{{lane=\"{}\"}} {}",
-                l.lane,
-                u8::from(l.configured)
-            );
-        }
-        head(
-            &mut o,
-            "edgecloud_lane_busy",
-            "gauge",
-            "1 while a worker (possibly late) holds the lane.",
-        );
-        for l in &health.lanes {
-            let _ = writeln!(
-                o,
-                "edgecloud_lane_busy{{lane=\"{}\"}} {}",
-                l.lane,
-                u8::from(l.busy)
-            );
-        }
-        head(
-            &mut o,
-            "edgecloud_lane_down",
-            "gauge",
-            "1 while the lane is marked down (cloud: after connect-level failures, until a probe finds it back).",
-        );
-        for l in &health.lanes {
-            let _ = writeln!(
-                o,
-                "edgecloud_lane_down{{lane=\"{}\"}} {}",
-                l.lane,
-                u8::from(l.health.as_ref().is_some_and(|h| h.down))
-            );
-        }
-        head(
-            &mut o,
-            "edgecloud_lane_down_transitions_total",
-            "counter",
-            "Lane state changes: to=\"down\" (marked down) and to=\"up\" (a probe found it back).",
-        );
-        for l in &health.lanes {
-            let (down, up) = l
-                .health
-                .as_ref()
-                .map_or((0, 0), |h| (h.went_down, h.recovered));
-            let _ = writeln!(
-                o,
-                "edgecloud_lane_down_transitions_total{{lane=\"{lane}\",to=\"down\"}} {down}\n\
-                 edgecloud_lane_down_transitions_total{{lane=\"{lane}\",to=\"up\"}} {up}",
-                lane = l.lane
-            );
-        }
-        let counters: [(&str, &str, Get<u64>); 7] = [
-            (
-                "edgecloud_lane_requests_total",
-                "Runs that asked for the lane (admitted, busy or unavailable).",
-                |m| m.requests,
-            ),
-            (
-                "edgecloud_lane_completions_total",
-                "Whole answers (stop or length) the lane returned.",
-                |m| m.completions,
-            ),
-            (
-                "edgecloud_lane_cancelled_total",
-                "Workers that returned early, cut by cancellation or their deadline.",
-                |m| m.cancelled,
-            ),
-            (
-                "edgecloud_lane_busy_rejections_total",
-                "Runs in which the lane was busy and so absent.",
-                |m| m.busy,
-            ),
-            (
-                "edgecloud_lane_unavailable_total",
-                "Runs in which the lane was marked down and so absent.",
-                |m| m.unavailable,
-            ),
-            (
-                "edgecloud_lane_deadline_misses_total",
-                "Workers cut by the run's deadline or still running at it.",
-                |m| m.deadline_misses,
-            ),
-            (
-                "edgecloud_lane_late_workers_total",
-                "Workers still running when their run settled.",
-                |m| m.late_workers,
-            ),
-        ];
-        for (name, help, get) in counters {
-            head(&mut o, name, "counter", help);
-            for lane in Lane::ALL {
-                let _ = writeln!(o, "{name}{{lane=\"{lane}\"}} {}", get(&st.lanes[lane]));
-            }
-        }
-        head(
-            &mut o,
-            "edgecloud_lane_failures_total",
-            "counter",
-            "Lane errors by kind.",
-        );
-        for lane in Lane::ALL {
-            for (kind, n) in &st.lanes[lane].failures {
-                let _ = writeln!(
-                    o,
-                    "edgecloud_lane_failures_total{{lane=\"{lane}\",kind=\"{}\"}} {n}",
-                    kind.as_str()
-                );
-            }
-        }
-        let tokens: [(&str, &str, Get<ByLane>); 2] = [
-            ("edgecloud_lane_prompt_tokens_total", "Prompt tokens by source: provider (reported by the cloud provider) or local (counted by the local tokenizer).", |m| (m.prompt_provider, m.prompt_local)),
-            ("edgecloud_lane_completion_tokens_total", "Completion tokens by source: provider or local.", |m| (m.completion_provider, m.completion_local)),
-        ];
-        for (name, help, get) in tokens {
-            head(&mut o, name, "counter", help);
-            for lane in Lane::ALL {
-                let (provider, local) = get(&st.lanes[lane]);
-                let _ = writeln!(
-                    o,
-                    "{name}{{lane=\"{lane}\",source=\"provider\"}} {provider}"
-                );
-                let _ = writeln!(o, "{name}{{lane=\"{lane}\",source=\"local\"}} {local}");
-            }
-        }
-        let hists: [(&str, &str, GetHistogram); 3] = [
-            (
-                "edgecloud_lane_ttft_seconds",
-                "Lane admission to its first token.",
-                |m| &m.ttft,
-            ),
-            (
-                "edgecloud_lane_duration_seconds",
-                "Lane admission to its return (total latency).",
-                |m| &m.duration,
-            ),
-            (
-                "edgecloud_lane_late_overrun_seconds",
-                "How long late workers ran past their run's settlement.",
-                |m| &m.late_overrun,
-            ),
-        ];
-        for (name, help, get) in hists {
-            head(&mut o, name, "histogram", help);
-            for lane in Lane::ALL {
-                get(&st.lanes[lane]).render(&mut o, name, &format!("lane=\"{lane}\""));
-            }
-        }
-        render_pool(&mut o, health);
         o
     }
 }
 
-/// The pool's gauges: instances, queue and refusals, and each instance's
-/// busy lanes and late workers (`instance` label).
-fn render_pool(o: &mut String, health: &Health) {
-    let mut gauge = |name: &str, kind: &str, help: &str, rows: Vec<(String, u64)>| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in rows {
-            let _ = writeln!(o, "{name}{labels} {v}");
-        }
-    };
-    let per_instance = |f: &dyn Fn(&super::engine::InstanceState) -> u64| {
-        health
-            .instances
-            .iter()
-            .map(|i| (format!("{{instance=\"{}\"}}", i.instance), f(i)))
-            .collect::<Vec<_>>()
-    };
-    gauge(
-        "edgecloud_pool_instances",
-        "gauge",
-        "Harness instances in the pool (requests served at once).",
-        vec![(String::new(), health.instances.len() as u64)],
-    );
-    gauge(
-        "edgecloud_pool_queued",
-        "gauge",
-        "Requests waiting for a free instance now (--max-queue-ms).",
-        vec![(String::new(), health.queued)],
-    );
-    gauge(
-        "edgecloud_pool_rejected_total",
-        "counter",
-        "Requests refused because every instance was busy.",
-        vec![(String::new(), health.rejected)],
-    );
-    gauge(
-        "edgecloud_instance_busy",
-        "gauge",
-        "1 while a request runs on the instance.",
-        per_instance(&|i| u64::from(i.busy)),
-    );
-    let lanes = health
-        .instances
-        .iter()
-        .flat_map(|i| {
-            [("local", i.local_busy), ("cloud", i.cloud_busy)].map(|(lane, busy)| {
-                (
-                    format!("{{instance=\"{}\",lane=\"{lane}\"}}", i.instance),
-                    u64::from(busy),
-                )
-            })
-        })
-        .collect();
-    gauge(
-        "edgecloud_instance_lane_busy",
-        "gauge",
-        "1 while a worker (possibly late) holds the instance's lane.",
-        lanes,
-    );
-    gauge(
-        "edgecloud_instance_late_workers_running",
-        "gauge",
-        "Late workers running on the instance (each holds its lane).",
-        per_instance(&|i| i.late_workers_running),
-    );
+/// What the families are rendered from.
+struct View<'a> {
+    st: &'a State,
+    health: &'a Health,
+    connections: u64,
 }
+
+/// One metric family: its name, Prometheus type, help text and samples.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Samples,
+}
+
+/// How a family's samples are written.
+enum Samples {
+    /// One unlabelled value.
+    One(fn(&View<'_>) -> u64),
+    /// One unlabelled histogram.
+    Histogram(fn(&State) -> &Histogram),
+    /// One value per lane the engine reports on (`/health`'s lanes).
+    PerLaneState(fn(&LaneState) -> u64),
+    /// One value per lane, from the counters (every lane, always).
+    PerLane(fn(&LaneMetrics) -> u64),
+    /// Two values per lane, `source="provider"` and `source="local"`.
+    PerLaneBySource(fn(&LaneMetrics) -> (u64, u64)),
+    /// One histogram per lane.
+    PerLaneHistogram(fn(&LaneMetrics) -> &Histogram),
+    /// One value per instance of the pool (`instance="N"`).
+    PerInstance(fn(&InstanceState) -> u64),
+    /// Anything with labels of its own.
+    Custom(fn(&str, &View<'_>, &mut String)),
+}
+
+impl Samples {
+    fn write(&self, name: &str, v: &View<'_>, o: &mut String) {
+        match self {
+            Samples::One(get) => {
+                let _ = writeln!(o, "{name} {}", get(v));
+            }
+            Samples::Histogram(get) => get(v.st).render(o, name, ""),
+            Samples::PerLaneState(get) => {
+                for l in &v.health.lanes {
+                    let _ = writeln!(o, "{name}{{lane=\"{}\"}} {}", l.lane, get(l));
+                }
+            }
+            Samples::PerLane(get) => {
+                for lane in Lane::ALL {
+                    let _ = writeln!(o, "{name}{{lane=\"{lane}\"}} {}", get(&v.st.lanes[lane]));
+                }
+            }
+            Samples::PerLaneBySource(get) => {
+                for lane in Lane::ALL {
+                    let (provider, local) = get(&v.st.lanes[lane]);
+                    let _ = writeln!(
+                        o,
+                        "{name}{{lane=\"{lane}\",source=\"provider\"}} {provider}\n\
+                         {name}{{lane=\"{lane}\",source=\"local\"}} {local}"
+                    );
+                }
+            }
+            Samples::PerLaneHistogram(get) => {
+                for lane in Lane::ALL {
+                    get(&v.st.lanes[lane]).render(o, name, &format!("lane=\"{lane}\""));
+                }
+            }
+            Samples::PerInstance(get) => {
+                for i in &v.health.instances {
+                    let _ = writeln!(o, "{name}{{instance=\"{}\"}} {}", i.instance, get(i));
+                }
+            }
+            Samples::Custom(write) => write(name, v, o),
+        }
+    }
+}
+
+const fn family(
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Samples,
+) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        samples,
+    }
+}
+
+const COUNTER: &str = "counter";
+const GAUGE: &str = "gauge";
+const HISTOGRAM: &str = "histogram";
+
+/// Every family `GET /metrics` serves, in the order it serves them.
+const FAMILIES: &[Family] = &[
+    family(
+        "edgecloud_build_info",
+        GAUGE,
+        "Always 1; the version is a label.",
+        Samples::Custom(|name, _, o| {
+            let _ = writeln!(o, "{name}{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+        }),
+    ),
+    family(
+        "edgecloud_http_requests_total",
+        COUNTER,
+        "HTTP responses by endpoint and status.",
+        Samples::Custom(|name, v, o| {
+            for ((endpoint, status), n) in &v.st.http {
+                let _ = writeln!(
+                    o,
+                    "{name}{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}"
+                );
+            }
+        }),
+    ),
+    family(
+        "edgecloud_http_connections_open",
+        GAUGE,
+        "HTTP connections open now.",
+        Samples::One(|v| v.connections),
+    ),
+    family(
+        "edgecloud_runs_total",
+        COUNTER,
+        "Settled runs by policy and status (ok, deadline_exceeded, failed, aborted).",
+        Samples::Custom(|name, v, o| {
+            for ((policy, status), n) in &v.st.runs {
+                let policy = escape(policy);
+                let _ = writeln!(o, "{name}{{policy=\"{policy}\",status=\"{status}\"}} {n}");
+            }
+        }),
+    ),
+    family(
+        "edgecloud_runs_in_flight",
+        GAUGE,
+        "Runs started and not yet settled.",
+        Samples::One(|v| v.health.runs_in_flight),
+    ),
+    family(
+        "edgecloud_busy_rejections_total",
+        COUNTER,
+        "Requests answered 503 because every lane they needed was busy.",
+        Samples::One(|v| v.st.busy_rejections),
+    ),
+    family(
+        "edgecloud_late_workers_running",
+        GAUGE,
+        "Late workers still holding their lane.",
+        Samples::One(|v| v.health.late_workers_running),
+    ),
+    family(
+        "edgecloud_observer_events_dropped_total",
+        COUNTER,
+        "Harness events dropped because a slow observer let its queue fill.",
+        Samples::One(|v| v.health.observer_events_dropped),
+    ),
+    family(
+        "edgecloud_request_duration_seconds",
+        HISTOGRAM,
+        "Run start to settlement, per request.",
+        Samples::Histogram(|st| &st.request_duration),
+    ),
+    family(
+        "edgecloud_request_ttft_seconds",
+        HISTOGRAM,
+        "Request start to the first content a streaming client received.",
+        Samples::Histogram(|st| &st.request_ttft),
+    ),
+    family(
+        "edgecloud_lane_configured",
+        GAUGE,
+        "1 when the lane has a backend.",
+        Samples::PerLaneState(|l| u64::from(l.configured)),
+    ),
+    family(
+        "edgecloud_lane_busy",
+        GAUGE,
+        "1 while a worker (possibly late) holds the lane.",
+        Samples::PerLaneState(|l| u64::from(l.busy)),
+    ),
+    family(
+        "edgecloud_lane_down",
+        GAUGE,
+        "1 while the lane is marked down (cloud: after connect-level failures, until a probe finds it back).",
+        Samples::PerLaneState(|l| u64::from(l.health.as_ref().is_some_and(|h| h.down))),
+    ),
+    family(
+        "edgecloud_lane_down_transitions_total",
+        COUNTER,
+        "Lane state changes: to=\"down\" (marked down) and to=\"up\" (a probe found it back).",
+        Samples::Custom(|name, v, o| {
+            for l in &v.health.lanes {
+                let (down, up) = l
+                    .health
+                    .as_ref()
+                    .map_or((0, 0), |h| (h.went_down, h.recovered));
+                let lane = l.lane;
+                let _ = writeln!(
+                    o,
+                    "{name}{{lane=\"{lane}\",to=\"down\"}} {down}\n\
+                     {name}{{lane=\"{lane}\",to=\"up\"}} {up}"
+                );
+            }
+        }),
+    ),
+    family(
+        "edgecloud_lane_requests_total",
+        COUNTER,
+        "Runs that asked for the lane (admitted, busy or unavailable).",
+        Samples::PerLane(|m| m.requests),
+    ),
+    family(
+        "edgecloud_lane_completions_total",
+        COUNTER,
+        "Whole answers (stop or length) the lane returned.",
+        Samples::PerLane(|m| m.completions),
+    ),
+    family(
+        "edgecloud_lane_cancelled_total",
+        COUNTER,
+        "Workers that returned early, cut by cancellation or their deadline.",
+        Samples::PerLane(|m| m.cancelled),
+    ),
+    family(
+        "edgecloud_lane_busy_rejections_total",
+        COUNTER,
+        "Runs in which the lane was busy and so absent.",
+        Samples::PerLane(|m| m.busy),
+    ),
+    family(
+        "edgecloud_lane_unavailable_total",
+        COUNTER,
+        "Runs in which the lane was marked down and so absent.",
+        Samples::PerLane(|m| m.unavailable),
+    ),
+    family(
+        "edgecloud_lane_deadline_misses_total",
+        COUNTER,
+        "Workers cut by the run's deadline or still running at it.",
+        Samples::PerLane(|m| m.deadline_misses),
+    ),
+    family(
+        "edgecloud_lane_late_workers_total",
+        COUNTER,
+        "Workers still running when their run settled.",
+        Samples::PerLane(|m| m.late_workers),
+    ),
+    family(
+        "edgecloud_lane_failures_total",
+        COUNTER,
+        "Lane errors by kind.",
+        Samples::Custom(|name, v, o| {
+            for lane in Lane::ALL {
+                for (kind, n) in &v.st.lanes[lane].failures {
+                    let kind = kind.as_str();
+                    let _ = writeln!(o, "{name}{{lane=\"{lane}\",kind=\"{kind}\"}} {n}");
+                }
+            }
+        }),
+    ),
+    family(
+        "edgecloud_lane_prompt_tokens_total",
+        COUNTER,
+        "Prompt tokens by source: provider (reported by the cloud provider) or local (counted by the local tokenizer).",
+        Samples::PerLaneBySource(|m| (m.prompt_provider, m.prompt_local)),
+    ),
+    family(
+        "edgecloud_lane_completion_tokens_total",
+        COUNTER,
+        "Completion tokens by source: provider or local.",
+        Samples::PerLaneBySource(|m| (m.completion_provider, m.completion_local)),
+    ),
+    family(
+        "edgecloud_lane_ttft_seconds",
+        HISTOGRAM,
+        "Lane admission to its first token.",
+        Samples::PerLaneHistogram(|m| &m.ttft),
+    ),
+    family(
+        "edgecloud_lane_duration_seconds",
+        HISTOGRAM,
+        "Lane admission to its return (total latency).",
+        Samples::PerLaneHistogram(|m| &m.duration),
+    ),
+    family(
+        "edgecloud_lane_late_overrun_seconds",
+        HISTOGRAM,
+        "How long late workers ran past their run's settlement.",
+        Samples::PerLaneHistogram(|m| &m.late_overrun),
+    ),
+    family(
+        "edgecloud_pool_instances",
+        GAUGE,
+        "Harness instances in the pool (requests served at once).",
+        Samples::One(|v| v.health.instances.len() as u64),
+    ),
+    family(
+        "edgecloud_pool_queued",
+        GAUGE,
+        "Requests waiting for a free instance now (--max-queue-ms).",
+        Samples::One(|v| v.health.queued),
+    ),
+    family(
+        "edgecloud_pool_rejected_total",
+        COUNTER,
+        "Requests refused because every instance was busy.",
+        Samples::One(|v| v.health.rejected),
+    ),
+    family(
+        "edgecloud_instance_busy",
+        GAUGE,
+        "1 while a request runs on the instance.",
+        Samples::PerInstance(|i| u64::from(i.busy)),
+    ),
+    family(
+        "edgecloud_instance_lane_busy",
+        GAUGE,
+        "1 while a worker (possibly late) holds the instance's lane.",
+        Samples::Custom(|name, v, o| {
+            for i in &v.health.instances {
+                for (lane, busy) in [("local", i.local_busy), ("cloud", i.cloud_busy)] {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{instance=\"{}\",lane=\"{lane}\"}} {}",
+                        i.instance,
+                        u8::from(busy)
+                    );
+                }
+            }
+        }),
+    ),
+    family(
+        "edgecloud_instance_late_workers_running",
+        GAUGE,
+        "Late workers running on the instance (each holds its lane).",
+        Samples::PerInstance(|i| i.late_workers_running),
+    ),
+];
 
 /// A label value as Prometheus reads it.
 fn escape(s: &str) -> String {
@@ -754,5 +775,92 @@ mod tests {
             }
         }
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    /// Every kind of series with a value in it: what the golden file holds.
+    fn populated() -> (Metrics, Health) {
+        let m = Metrics::default();
+        let mut local = lane(Lane::Local, LaneStatus::Completed);
+        local.tokens = Tokens {
+            local_prompt: Some(5),
+            local_completion: Some(3),
+            ..Tokens::default()
+        };
+        local.ttft_ms = Some(4.0);
+        local.total_ms = Some(30.0);
+        let mut cloud = lane(Lane::Cloud, LaneStatus::Failed);
+        cloud.error_kind = Some(LaneErrorKind::HttpStatus);
+        cloud.tokens.provider_prompt = Some(7);
+        cloud.tokens.provider_completion = Some(2);
+        cloud.total_ms = Some(1200.0);
+        m.run(&summary(Status::Ok, vec![local, cloud]));
+        let mut odd = summary(
+            Status::DeadlineExceeded,
+            vec![
+                lane(Lane::Local, LaneStatus::Late),
+                lane(Lane::Cloud, LaneStatus::Unavailable),
+            ],
+        );
+        odd.policy = "a\"b".into();
+        m.run(&odd);
+        m.late_worker_finished(Lane::Local, Duration::from_millis(40));
+        m.busy_rejection();
+        m.request_ttft(Duration::from_millis(12));
+        m.http("/v1/chat/completions", 200);
+        m.http("/health", 503);
+        let health = Health {
+            lanes: vec![
+                LaneState {
+                    lane: Lane::Local,
+                    configured: true,
+                    busy: true,
+                    health: None,
+                },
+                LaneState {
+                    lane: Lane::Cloud,
+                    configured: true,
+                    busy: false,
+                    health: Some(crate::harness::LaneHealth {
+                        down: true,
+                        probing: false,
+                        retry_in_ms: Some(500.0),
+                        consecutive_failures: 3,
+                        went_down: 2,
+                        recovered: 1,
+                        last_failure: None,
+                    }),
+                },
+            ],
+            instances: vec![InstanceState {
+                instance: 0,
+                busy: true,
+                local_busy: true,
+                cloud_busy: false,
+                late_workers_running: 1,
+                runs_in_flight: 1,
+            }],
+            queued: 2,
+            rejected: 5,
+            runs_in_flight: 1,
+            late_workers_running: 1,
+            observer_events_dropped: 4,
+        };
+        (m, health)
+    }
+
+    /// The exposition byte for byte (the version label aside): dashboards
+    /// and alerts read these names and labels. Regenerate with
+    /// `EDGECLOUD_WRITE_GOLDEN=1` only for a deliberate change.
+    #[test]
+    fn exposition_matches_the_golden_file() {
+        let (m, health) = populated();
+        let text = m
+            .render(&health, 3)
+            .replace(env!("CARGO_PKG_VERSION"), "VERSION");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/serve/metrics.golden.prom");
+        if std::env::var_os("EDGECLOUD_WRITE_GOLDEN").is_some() {
+            std::fs::write(path, &text).unwrap();
+        }
+        assert_eq!(text, include_str!("metrics.golden.prom"));
     }
 }

@@ -6,16 +6,41 @@
 
 use super::app::App;
 use super::engine::{Run, RunInfo, Status, Summary};
-use super::wire::{ApiError, Usage};
+use super::wire::ApiError;
+use crate::openai::{self, ChatCompletion, Ids, Usage};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
+use serde::Serialize;
 use serde_json::Value;
 use std::convert::Infallible;
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
+
+/// Answers a non-streaming request: one JSON body once the run settles.
+pub(crate) async fn whole(
+    app: &App,
+    run: Box<dyn Run>,
+    ids: Ids,
+    request_id: Option<String>,
+) -> Result<Response<Body>, ApiError> {
+    let info = run.info().clone();
+    let guard = AbortOnDrop::new(&*run);
+    let summary = settle(app, run, guard).await?;
+    Ok(settled(
+        app,
+        &info,
+        &summary,
+        request_id.as_deref(),
+        |text, finish| {
+            let mut body = ChatCompletion::answer(&ids, text, finish, usage(&summary));
+            body.edgecloud = Some(extension(&summary));
+            json_response(200, &body)
+        },
+    ))
+}
 
 /// Waits for the run to settle and records it. The guard aborts the run if
 /// this future is dropped first (the client went away).
@@ -98,13 +123,13 @@ pub(crate) fn success(s: &Summary) -> Option<(&str, &'static str)> {
 /// the local tokenizer's, else 0 (the `edgecloud` field says which).
 pub(crate) fn usage(s: &Summary) -> Usage {
     let Some(w) = s.winner() else {
-        return Usage::default();
+        return Usage::counted(0, 0);
     };
     let t = &w.tokens;
-    Usage {
-        prompt: t.provider_prompt.or(t.local_prompt).unwrap_or(0),
-        completion: t.provider_completion.or(t.local_completion).unwrap_or(0),
-    }
+    Usage::counted(
+        t.provider_prompt.or(t.local_prompt).unwrap_or(0),
+        t.provider_completion.or(t.local_completion).unwrap_or(0),
+    )
 }
 
 /// The `edgecloud` response field.
@@ -240,8 +265,8 @@ pub(crate) fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into()).boxed()
 }
 
-pub(crate) fn json_response(status: u16, body: &Value) -> Response<Body> {
-    let mut r = Response::new(full(body.to_string()));
+pub(crate) fn json_response(status: u16, body: &(impl Serialize + ?Sized)) -> Response<Body> {
+    let mut r = Response::new(full(openai::to_json(body)));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -12,14 +12,15 @@ use super::engine::Run;
 use super::response::{
     self, extension, failure, full, outcome_headers, success, usage, AbortOnDrop, Body,
 };
-use super::wire::{self, ApiError, Ids};
+use super::wire::ApiError;
+use crate::openai::{to_json, ChatChunk, Delta, Ids};
 use bytes::Bytes;
 use futures_util::FutureExt as _;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::Response;
-use serde_json::{json, Value};
+use serde::Serialize;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,8 +32,8 @@ use tokio::sync::mpsc;
 /// waits (the run itself never does: its tokens queue in the engine).
 const FRAMES_IN_FLIGHT: usize = 64;
 
-fn event(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
+fn event(v: &impl Serialize) -> Bytes {
+    Bytes::from(format!("data: {}\n\n", to_json(v)))
 }
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -65,17 +66,9 @@ pub(crate) async fn respond(
             &summary,
             request_id.as_deref(),
             |text, finish| {
-                let mut frames = vec![event(&wire::chunk_json(
-                    &ids,
-                    json!({"role": "assistant", "content": ""}),
-                    None,
-                ))];
+                let mut frames = vec![event(&ChatChunk::role(&ids))];
                 if !text.is_empty() {
-                    frames.push(event(&wire::chunk_json(
-                        &ids,
-                        json!({"content": text}),
-                        None,
-                    )));
+                    frames.push(event(&ChatChunk::content(&ids, text)));
                 }
                 frames.extend(ending(&ids, &summary, finish, include_usage));
                 sse_response(full(frames.concat()))
@@ -98,11 +91,11 @@ fn ending(
     finish: &str,
     include_usage: bool,
 ) -> Vec<Bytes> {
-    let mut finish_chunk = wire::chunk_json(ids, json!({}), Some(finish));
-    finish_chunk["edgecloud"] = extension(summary);
+    let mut finish_chunk = ChatChunk::delta(ids, Delta::default(), Some(finish));
+    finish_chunk.edgecloud = Some(extension(summary));
     let mut frames = vec![event(&finish_chunk)];
     if include_usage {
-        frames.push(event(&wire::usage_chunk_json(ids, usage(summary))));
+        frames.push(event(&ChatChunk::usage(ids, usage(summary))));
     }
     frames.push(Bytes::from_static(DONE));
     frames
@@ -121,11 +114,7 @@ async fn pump(
     include_usage: bool,
 ) {
     let content = ContentEvents::new(&ids);
-    let role = event(&wire::chunk_json(
-        &ids,
-        json!({"role": "assistant", "content": ""}),
-        None,
-    ));
+    let role = event(&ChatChunk::role(&ids));
     let mut frame = role.to_vec();
     content.push(&mut frame, &first);
     let mut open = tx.send(Bytes::from(frame)).await.is_ok();
@@ -189,10 +178,10 @@ struct ContentEvents {
 impl ContentEvents {
     fn new(ids: &Ids) -> Self {
         const PROBE: &str = "\u{1}probe\u{1}";
-        let chunk = wire::chunk_json(ids, json!({"content": PROBE}), None).to_string();
+        let chunk = to_json(&ChatChunk::content(ids, PROBE));
         let quoted = serde_json::to_string(PROBE).expect("a string always serializes");
-        // Keys serialize sorted, so `choices` (holding the probe) comes
-        // before the ids: the first occurrence is the content.
+        // `choices` (holding the probe) is the chunk's first field, before
+        // the ids: the first occurrence is the content.
         let at = chunk.find(&quoted).expect("the probe appears in its chunk");
         Self {
             head: format!("data: {}", &chunk[..at]),
@@ -242,7 +231,7 @@ mod tests {
         ] {
             let mut out = Vec::new();
             events.push(&mut out, text);
-            let expected = event(&wire::chunk_json(&ids, json!({"content": text}), None));
+            let expected = event(&ChatChunk::content(&ids, text));
             assert_eq!(out, expected.to_vec(), "{text:?}");
         }
     }

@@ -1003,3 +1003,43 @@ async fn a_body_that_stops_arriving_gets_408() {
     assert_eq!(s, 200);
     server.shutdown().await;
 }
+
+/// What serve writes, whole and streamed, reads back through the cloud
+/// lane's own parser unchanged: the same text, finish reason, usage and
+/// model name either way.
+#[cfg(feature = "cloud")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloud_lane_reads_what_serve_writes() {
+    use crate::cloud::{CloudConfig, CloudLane};
+    use crate::request::{ChatMessage, Sampling};
+    use std::time::Instant;
+
+    let (server, _fake) = start(ServeConfig::default()).await;
+    let mut answers = Vec::new();
+    for stream in [false, true] {
+        let mut config = CloudConfig::new(server.base_url(), "edgecloud");
+        config.stream = stream;
+        config.api_key = Some(crate::cloud::ApiKey::new("unused"));
+        let lane = CloudLane::new(config).unwrap();
+        let job = crate::lane::LaneJob::new(
+            vec![ChatMessage::user("one two three")],
+            Sampling::default(),
+            Instant::now() + HANG,
+        );
+        let c = lane.run(job).await.unwrap();
+        assert_eq!(c.streamed, stream);
+        assert_eq!(c.text, "one two three", "stream={stream}");
+        assert_eq!(c.finish_reason, FinishReason::Stop);
+        assert_eq!(c.provider_finish_reason.as_deref(), Some("stop"));
+        assert_eq!(c.model.as_deref(), Some("edgecloud"));
+        let usage = c.usage.expect("serve always reports usage");
+        answers.push((
+            c.text,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.total_tokens,
+        ));
+    }
+    assert_eq!(answers[0], answers[1], "whole and streamed read back alike");
+    server.shutdown().await;
+}

@@ -1,11 +1,12 @@
-//! The OpenAI chat-completions wire format as a server speaks it: parsing
-//! and validating a request body into our vocabulary (naming the first bad
-//! field the way OpenAI does, in `param`), the error object, and the JSON
-//! of whole responses, stream chunks and the models list. No I/O and no
-//! run logic here.
+//! The server's side of the OpenAI wire format, over `crate::openai`:
+//! a request body read into our vocabulary (the shared validator, plus
+//! edgecloud's own `edgecloud` extension object and the server's caps),
+//! and [`ApiError`], an error with its HTTP status. No I/O and no run
+//! logic here; the response and chunk shapes are `openai`'s.
 
-use crate::request::{ChatMessage, Role, Sampling};
-use serde_json::{json, Map, Value};
+use crate::openai::{self, ErrorBody, ErrorObject, FieldError, ParseOptions};
+use crate::request::{ChatMessage, Sampling};
+use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// An error as an OpenAI client expects it: an HTTP status plus
@@ -58,13 +59,23 @@ impl ApiError {
 
     /// The error object (the body of an error response, and the payload of
     /// an SSE error event).
-    pub(crate) fn body(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }})
+    pub(crate) fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorObject {
+                code: self.code.map(str::to_string),
+                message: self.message.clone(),
+                param: self.param.clone(),
+                kind: self.kind.to_string(),
+            },
+        }
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> Self {
+        let mut api = Self::invalid(e.param, e.message);
+        api.code = e.code;
+        api
     }
 }
 
@@ -90,21 +101,9 @@ pub(crate) struct ChatParams {
     pub(crate) deadline: Option<Duration>,
 }
 
-/// Fields that change what the answer is and that no lane can honour: a
-/// request carrying one (with a non-neutral value) is refused rather than
-/// answered as if it had not asked.
-const UNSUPPORTED: &[&str] = &[
-    "tools",
-    "tool_choice",
-    "functions",
-    "function_call",
-    "audio",
-    "prediction",
-    "web_search_options",
-];
-
-/// Parses a request body. Unknown fields are ignored (clients send many
-/// optional ones), except those in `UNSUPPORTED` and the checks below.
+/// Parses a request body: the shared validator (unknown fields are
+/// ignored, clients send many optional ones; the refused ones are not),
+/// then the `edgecloud` extension object and the sampling checks.
 pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::new(
@@ -122,125 +121,30 @@ pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiE
         )
         .code("invalid_json"));
     };
-    let model = match obj.get("model") {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid("model", "`model` is required")
-                .code("missing_required_parameter"))
-        }
-        Some(v) => string(v, "model")?.to_string(),
-    };
-    let messages = messages(obj.get("messages"), limits.max_messages)?;
-
-    let mut sampling = Sampling {
+    let parsed = openai::parse_request(
+        &obj,
+        ParseOptions {
+            at: "",
+            require_model: true,
+            max_messages: Some(limits.max_messages),
+            strict: false,
+        },
+    )?;
+    let (policy, deadline) = extension(present(&parsed.extra, "edgecloud"), limits.max_deadline)?;
+    let request = parsed.request;
+    let sampling = request.sampling(Sampling {
         max_tokens: limits.default_max_tokens,
         ..Sampling::default()
-    };
-    let max_tokens = present(&obj, "max_completion_tokens")
-        .map(|v| (v, "max_completion_tokens"))
-        .or_else(|| present(&obj, "max_tokens").map(|v| (v, "max_tokens")));
-    if let Some((v, name)) = max_tokens {
-        let n = unsigned(v, name)?;
-        if n == 0 {
-            return Err(ApiError::invalid(
-                name,
-                format!("`{name}` must be at least 1"),
-            ));
-        }
-        sampling.max_tokens = u32::try_from(n)
-            .map_err(|_| ApiError::invalid(name, format!("`{name}` is too large")))?;
-    }
-    if let Some(v) = present(&obj, "temperature") {
-        let t = number(v, "temperature")?;
-        if !(0.0..=2.0).contains(&t) {
-            return Err(ApiError::invalid(
-                "temperature",
-                "`temperature` must be between 0 and 2",
-            ));
-        }
-        sampling.temperature = t as f32;
-    }
-    if let Some(v) = present(&obj, "top_p") {
-        let p = number(v, "top_p")?;
-        if !(p > 0.0 && p <= 1.0) {
-            return Err(ApiError::invalid("top_p", "`top_p` must be in (0, 1]"));
-        }
-        sampling.top_p = p as f32;
-    }
-    if let Some(v) = present(&obj, "top_k") {
-        let k = unsigned(v, "top_k")?;
-        sampling.top_k = u32::try_from(k).unwrap_or(u32::MAX);
-    }
-    if let Some(v) = present(&obj, "seed") {
-        // OpenAI accepts any 64-bit integer; a negative seed keeps its bits.
-        sampling.seed = Some(match v.as_i64() {
-            Some(i) => i as u64,
-            None => v
-                .as_u64()
-                .ok_or_else(|| ApiError::invalid("seed", "`seed` must be an integer"))?,
-        });
-    }
-    if let Some(v) = present(&obj, "stop") {
-        sampling.stop = stop(v)?;
-    }
-    if let Some(v) = present(&obj, "n") {
-        if unsigned(v, "n")? != 1 {
-            return Err(ApiError::invalid("n", "only `n` = 1 is supported"));
-        }
-    }
-    if let Some(v) = present(&obj, "logprobs") {
-        if boolean(v, "logprobs")? {
-            return Err(ApiError::invalid("logprobs", "`logprobs` is not supported"));
-        }
-    }
-    if let Some(v) = present(&obj, "response_format") {
-        let kind = v.get("type").and_then(Value::as_str);
-        if kind != Some("text") {
-            return Err(ApiError::invalid(
-                "response_format",
-                "only `response_format` {\"type\": \"text\"} is supported",
-            ));
-        }
-    }
-    for name in UNSUPPORTED {
-        match obj.get(*name) {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(a)) if a.is_empty() => {}
-            Some(Value::String(s)) if s == "none" => {}
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    *name,
-                    format!("`{name}` is not supported"),
-                ))
-            }
-        }
-    }
-    let stream = match present(&obj, "stream") {
-        Some(v) => boolean(v, "stream")?,
-        None => false,
-    };
-    let include_usage = match present(&obj, "stream_options") {
-        Some(Value::Object(o)) => match o.get("include_usage") {
-            None | Some(Value::Null) => false,
-            Some(v) => boolean(v, "stream_options.include_usage")?,
-        },
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "stream_options",
-                "`stream_options` must be an object",
-            ))
-        }
-        None => false,
-    };
-    let (policy, deadline) = extension(present(&obj, "edgecloud"), limits.max_deadline)?;
+    });
     sampling
         .validate()
         .map_err(|e| ApiError::new(400, INVALID_REQUEST, e.reason))?;
     Ok(ChatParams {
-        model,
-        messages,
+        include_usage: request.include_usage(),
+        stream: request.stream,
+        model: request.model.into_owned(),
+        messages: request.messages.into_owned(),
         sampling,
-        stream,
-        include_usage,
         policy,
         deadline,
     })
@@ -269,12 +173,12 @@ fn extension(
         }
     }
     let policy = match present(o, "policy") {
-        Some(v) => Some(string(v, "edgecloud.policy")?.to_string()),
+        Some(v) => Some(openai::string(v, "edgecloud.policy")?.to_string()),
         None => None,
     };
     let deadline = match present(o, "deadline_ms") {
         Some(v) => Some(deadline_ms(
-            unsigned(v, "edgecloud.deadline_ms")?,
+            openai::unsigned(v, "edgecloud.deadline_ms")?,
             "edgecloud.deadline_ms",
             max_deadline,
         )?),
@@ -302,277 +206,10 @@ fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
-fn type_error(param: &str, expected: &str, got: &Value) -> ApiError {
-    let got = match got {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    };
-    ApiError::invalid(param, format!("`{param}` must be {expected}, not {got}"))
-        .code("invalid_type")
-}
-
-fn string<'a>(v: &'a Value, param: &str) -> Result<&'a str, ApiError> {
-    v.as_str().ok_or_else(|| type_error(param, "a string", v))
-}
-
-fn number(v: &Value, param: &str) -> Result<f64, ApiError> {
-    v.as_f64().ok_or_else(|| type_error(param, "a number", v))
-}
-
-fn unsigned(v: &Value, param: &str) -> Result<u64, ApiError> {
-    if let Some(n) = v.as_u64() {
-        return Ok(n);
-    }
-    if v.as_i64().is_some() {
-        return Err(ApiError::invalid(
-            param,
-            format!("`{param}` must not be negative"),
-        ));
-    }
-    Err(type_error(param, "an integer", v))
-}
-
-fn boolean(v: &Value, param: &str) -> Result<bool, ApiError> {
-    v.as_bool().ok_or_else(|| type_error(param, "a boolean", v))
-}
-
-fn stop(v: &Value) -> Result<Vec<String>, ApiError> {
-    let list: Vec<String> = match v {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, s)| string(s, &format!("stop[{i}]")).map(str::to_string))
-            .collect::<Result<_, _>>()?,
-        other => return Err(type_error("stop", "a string or an array of strings", other)),
-    };
-    if list.len() > 16 {
-        return Err(ApiError::invalid(
-            "stop",
-            "at most 16 stop strings are supported",
-        ));
-    }
-    if let Some(i) = list.iter().position(String::is_empty) {
-        return Err(ApiError::invalid(
-            format!("stop[{i}]"),
-            "stop strings must not be empty",
-        ));
-    }
-    Ok(list)
-}
-
-fn messages(v: Option<&Value>, max: usize) -> Result<Vec<ChatMessage>, ApiError> {
-    let items = match v {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid("messages", "`messages` is required")
-                .code("missing_required_parameter"))
-        }
-        Some(Value::Array(items)) => items,
-        Some(other) => return Err(type_error("messages", "an array", other)),
-    };
-    if items.is_empty() {
-        return Err(ApiError::invalid(
-            "messages",
-            "`messages` must not be empty",
-        ));
-    }
-    if items.len() > max {
-        return Err(ApiError::invalid(
-            "messages",
-            format!(
-                "too many messages: {} (this server accepts at most {max})",
-                items.len()
-            ),
-        )
-        .code("too_many_messages"));
-    }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, m)| message(m, i))
-        .collect()
-}
-
-fn message(v: &Value, i: usize) -> Result<ChatMessage, ApiError> {
-    let at = |field: &str| format!("messages[{i}].{field}");
-    let Value::Object(m) = v else {
-        return Err(type_error(&format!("messages[{i}]"), "an object", v));
-    };
-    let role = match m.get("role") {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                at("role"),
-                format!("`{}` is required", at("role")),
-            ))
-        }
-        Some(r) => match string(r, &at("role"))? {
-            "system" | "developer" => Role::System,
-            "user" => Role::User,
-            "assistant" => Role::Assistant,
-            other => {
-                return Err(ApiError::invalid(
-                    at("role"),
-                    format!(
-                        "unsupported role `{other}`; expected system, developer, user or assistant"
-                    ),
-                ))
-            }
-        },
-    };
-    let content = match m.get("content") {
-        // An assistant turn may carry no content (OpenAI allows it).
-        None | Some(Value::Null) if role == Role::Assistant => String::new(),
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                at("content"),
-                format!("`{}` is required", at("content")),
-            ))
-        }
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                let p = format!("messages[{i}].content[{j}]");
-                let kind = part.get("type").and_then(Value::as_str);
-                if kind != Some("text") {
-                    return Err(ApiError::invalid(
-                        format!("{p}.type"),
-                        format!(
-                            "only text content parts are supported (`{p}.type` must be \"text\")"
-                        ),
-                    ));
-                }
-                match part.get("text") {
-                    Some(t) => text.push_str(string(t, &format!("{p}.text"))?),
-                    None => {
-                        return Err(ApiError::invalid(
-                            format!("{p}.text"),
-                            format!("`{p}.text` is required"),
-                        ))
-                    }
-                }
-            }
-            text
-        }
-        Some(other) => {
-            return Err(type_error(
-                &at("content"),
-                "a string or an array of text parts",
-                other,
-            ))
-        }
-    };
-    Ok(ChatMessage::new(role, content))
-}
-
-/// Token usage as OpenAI reports it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Usage {
-    pub(crate) prompt: u64,
-    pub(crate) completion: u64,
-}
-
-impl Usage {
-    pub(crate) fn json(self) -> Value {
-        json!({
-            "prompt_tokens": self.prompt,
-            "completion_tokens": self.completion,
-            "total_tokens": self.prompt + self.completion,
-        })
-    }
-}
-
-/// What every response and chunk of one completion shares.
-#[derive(Debug, Clone)]
-pub(crate) struct Ids {
-    pub(crate) id: String,
-    pub(crate) created: u64,
-    pub(crate) model: String,
-}
-
-impl Ids {
-    /// Ids for run `run_id`, created now.
-    pub(crate) fn new(run_id: u64, model: &str) -> Self {
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        Self {
-            id: format!("chatcmpl-edgecloud-{run_id}"),
-            created,
-            model: model.to_string(),
-        }
-    }
-}
-
-/// A whole (non-streamed) response; `extension` is the outcome summary.
-pub(crate) fn completion_json(
-    ids: &Ids,
-    text: &str,
-    finish_reason: &str,
-    usage: Usage,
-    extension: Value,
-) -> Value {
-    json!({
-        "id": ids.id,
-        "object": "chat.completion",
-        "created": ids.created,
-        "model": ids.model,
-        "system_fingerprint": null,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": null,
-            "finish_reason": finish_reason,
-        }],
-        "usage": usage.json(),
-        "edgecloud": extension,
-    })
-}
-
-/// One `chat.completion.chunk`: a delta (role and/or content), or the
-/// finish reason, or (with empty choices) the usage.
-pub(crate) fn chunk_json(ids: &Ids, delta: Value, finish_reason: Option<&str>) -> Value {
-    json!({
-        "id": ids.id,
-        "object": "chat.completion.chunk",
-        "created": ids.created,
-        "model": ids.model,
-        "system_fingerprint": null,
-        "choices": [{
-            "index": 0,
-            "delta": delta,
-            "logprobs": null,
-            "finish_reason": finish_reason,
-        }],
-    })
-}
-
-/// The usage chunk sent last when `stream_options.include_usage` is set.
-pub(crate) fn usage_chunk_json(ids: &Ids, usage: Usage) -> Value {
-    json!({
-        "id": ids.id,
-        "object": "chat.completion.chunk",
-        "created": ids.created,
-        "model": ids.model,
-        "system_fingerprint": null,
-        "choices": [],
-        "usage": usage.json(),
-    })
-}
-
-/// One entry of `GET /v1/models`.
-pub(crate) fn model_json(id: &str, created: u64) -> Value {
-    json!({"id": id, "object": "model", "created": created, "owned_by": "edgecloud"})
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const LIMITS: Limits = Limits {
         max_messages: 4,
@@ -716,30 +353,13 @@ mod tests {
     fn error_object_has_the_openai_shape() {
         let e = ApiError::invalid("top_p", "bad").code("invalid_type");
         assert_eq!(
-            e.body(),
+            serde_json::to_value(e.body()).unwrap(),
             json!({"error": {"message": "bad", "type": "invalid_request_error", "param": "top_p", "code": "invalid_type"}})
         );
         let e = ApiError::new(503, "overloaded_error", "busy");
-        assert_eq!(e.body()["error"]["param"], Value::Null);
-    }
-
-    #[test]
-    fn response_shapes() {
-        let ids = Ids::new(7, "edgecloud");
-        let usage = Usage {
-            prompt: 3,
-            completion: 2,
-        };
-        let r = completion_json(&ids, "hi", "stop", usage, json!({"lane": "local"}));
-        assert_eq!(r["id"], "chatcmpl-edgecloud-7");
-        assert_eq!(r["choices"][0]["message"]["content"], "hi");
-        assert_eq!(r["usage"]["total_tokens"], 5);
-        assert_eq!(r["edgecloud"]["lane"], "local");
-        let c = chunk_json(&ids, json!({"role": "assistant", "content": ""}), None);
-        assert_eq!(c["object"], "chat.completion.chunk");
-        assert_eq!(c["choices"][0]["finish_reason"], Value::Null);
-        let u = usage_chunk_json(&ids, usage);
-        assert_eq!(u["choices"], json!([]));
-        assert_eq!(u["usage"]["prompt_tokens"], 3);
+        assert_eq!(
+            serde_json::to_value(e.body()).unwrap()["error"]["param"],
+            Value::Null
+        );
     }
 }

@@ -53,7 +53,11 @@ impl Executor for Scripted {
         let deadline = job.deadline_ms as f64;
         let elapsed = ((s * 37 % 101) as f64 + 5.0) * self.speed;
         let ok = elapsed < deadline;
-        let winner = ok.then_some(if s % 3 == 0 { Lane::Cloud } else { Lane::Local });
+        let winner = ok.then_some(if s.is_multiple_of(3) {
+            Lane::Cloud
+        } else {
+            Lane::Local
+        });
         let mut local = LaneRecord::new(Lane::Local, LaneState::Completed);
         local.total_ms = Some(elapsed * 0.9);
         local.ttft_ms = Some(elapsed * 0.3);
@@ -97,9 +101,9 @@ impl Executor for Scripted {
             late_overrun_ms: Vec::new(),
             tokens_saved: TokensSaved {
                 compression: s % 3,
-                pre_score: u64::from(s % 7 == 0) * 25,
+                pre_score: u64::from(s.is_multiple_of(7)) * 25,
             },
-            expected_match: job.item.expected.as_ref().map(|_| s % 2 == 0),
+            expected_match: job.item.expected.as_ref().map(|_| s.is_multiple_of(2)),
             error: (!ok).then(|| "deadline".to_string()),
         }
     }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use edgecloud::cloud::{CloudConfig, CloudError, CloudLane};
+use edgecloud::cloud::{CloudConfig, CloudError, CloudErrorKind, CloudLane};
 use edgecloud::{ChatMessage, LaneJob, Sampling};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
@@ -210,7 +210,7 @@ async fn an_unknown_ca_is_a_typed_tls_error_naming_the_problem() {
         }
         other => panic!("expected CloudError::Tls, got {other:?}"),
     }
-    assert_eq!(err.kind(), "tls");
+    assert_eq!(err.kind(), CloudErrorKind::Tls);
     assert_eq!(
         server.seen.lock().unwrap().versions.len(),
         0,
@@ -251,7 +251,7 @@ fn a_bad_ca_file_is_a_config_error() {
     let mut config = CloudConfig::new("https://127.0.0.1:9/v1", "m");
     config.ca_file = Some(fresh_path("missing.pem"));
     let err = CloudLane::new(config.clone()).unwrap_err();
-    assert_eq!(err.kind(), "invalid_config", "{err}");
+    assert_eq!(err.kind(), CloudErrorKind::InvalidConfig, "{err}");
     let empty = fresh_path("empty.pem");
     std::fs::write(&empty, "not a certificate\n").unwrap();
     config.ca_file = Some(empty);

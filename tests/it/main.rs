@@ -21,4 +21,5 @@ mod quality;
 mod real_model;
 mod serve;
 mod serve_fuzz;
+mod source_rules;
 mod support;

@@ -184,19 +184,6 @@ fn report_cmd(dir: PathBuf) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The endpoint's scheme, host and port: never a path, query or user info
-/// (which may hold secrets).
-pub(crate) fn endpoint_of(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = authority.rsplit('@').next().unwrap_or("");
-    if scheme.is_empty() {
-        host.to_string()
-    } else {
-        format!("{scheme}://{host}")
-    }
-}
-
 fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let spec = args.workload.clone().expect("clap requires --workload");
     let workload = Workload::load(&spec)?;
@@ -254,7 +241,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
             }),
         },
         cloud: cfg.cloud.as_ref().map(|c| CloudSetup {
-            endpoint: endpoint_of(&c.base_url),
+            endpoint: edgecloud::cloud::display_origin(&c.base_url),
             model: c.model.clone(),
         }),
         ..BenchSettings::default()
@@ -446,16 +433,6 @@ fn fmt_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn endpoints_keep_no_secrets() {
-        assert_eq!(
-            endpoint_of("https://user:key@api.example.com:8443/v1?key=x"),
-            "https://api.example.com:8443"
-        );
-        assert_eq!(endpoint_of("http://127.0.0.1:9/v1"), "http://127.0.0.1:9");
-        assert_eq!(endpoint_of("localhost:8080/v1"), "localhost:8080");
-    }
 
     #[test]
     fn durations_read_as_clock_times() {

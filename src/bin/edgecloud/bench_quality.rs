@@ -108,7 +108,7 @@ pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReplayCloudArgs {
     /// Recorded answers: JSON Lines of {"prompt", "answer"} (see the
-    /// README's "Replay cloud").
+    /// docs/bench.md, "Replay cloud").
     #[arg(long, value_name = "FILE")]
     answers: PathBuf,
     /// Address to listen on (loopback; port 0 picks a free one).
@@ -176,7 +176,7 @@ pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode
             );
             let _ = out.flush();
         }
-        server.run_until(crate::serve::shutdown_signal()).await;
+        server.run_until(crate::interrupt::shutdown_signal()).await;
         anyhow::Ok(())
     })?;
     runtime.shutdown_timeout(Duration::from_millis(100));

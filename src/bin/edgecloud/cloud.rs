@@ -229,7 +229,7 @@ fn report(args: &CloudArgs, diag: &CloudDiagnostic, total: Duration) -> anyhow::
         stopped_at: stopped_at(diag),
         error: match (status, error) {
             ("failed", Some(e)) => Some(ErrorReport {
-                kind: e.kind(),
+                kind: e.kind().as_str(),
                 message: edgecloud::error_chain(e),
             }),
             _ => None,

@@ -2,7 +2,7 @@
 //! maps to status 2. `main` turns a subcommand's result into a status
 //! here; subcommands end with these statuses only (`ExitCode::SUCCESS` and
 //! `ExitCode::FAILURE` are [`OK`] and [`FAILURE`]), so the table in `--help`
-//! and in the README is the whole truth.
+//! and in docs/cli.md is the whole truth.
 
 use std::fmt;
 use std::process::ExitCode;

@@ -2,7 +2,7 @@
 //! own stop (cancel a request, abort a run, stop a bench after the run in
 //! flight), so it can report what happened and exit 130; a second one ends
 //! the process at once with 130. Servers handle their signals themselves
-//! (`serve::shutdown_signal`).
+//! ([`shutdown_signal`]).
 
 use crate::exit;
 
@@ -77,5 +77,31 @@ impl Interrupts {
         {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    if !crate::quiet() {
+        eprintln!("edgecloud serve: shutting down (finishing requests in flight)");
     }
 }

@@ -192,7 +192,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             );
             let _ = out.flush();
         }
-        anyhow::Ok(server.run_until(shutdown_signal()).await)
+        anyhow::Ok(server.run_until(crate::interrupt::shutdown_signal()).await)
     })?;
     if report.is_clean() {
         if !crate::quiet() {
@@ -264,34 +264,8 @@ fn lane_lines(harness: &Harness, cfg: &HarnessConfig, total: Duration) -> Vec<St
         lines.push(format!(
             "edgecloud serve: cloud lane ready: {} at {} (nothing to load; reachability is tracked per request)",
             info.model.as_deref().unwrap_or(&cloud.model),
-            crate::bench::endpoint_of(&cloud.base_url)
+            edgecloud::cloud::display_origin(&cloud.base_url)
         ));
     }
     lines
-}
-
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    if !crate::quiet() {
-        eprintln!("edgecloud serve: shutting down (finishing requests in flight)");
-    }
 }

@@ -24,7 +24,7 @@ impl LocalBackend {
     ///
     /// Unless `config.nice` is set, llama.cpp's compute threads run
     /// [`HARNESS_COMPUTE_NICE`] nice steps below normal: they take every
-    /// core, and when a deadline comes the harness's timer and coordinator
+    /// core, and when a deadline comes the harness's timer and the run's task
     /// (which also ask the kernel for short time slices) must get one at
     /// once. Threads default to all physical cores, as for the lane alone.
     pub fn start(mut config: LocalConfig) -> Result<Self, LocalError> {

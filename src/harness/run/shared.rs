@@ -1,4 +1,4 @@
-//! The part of a run that outlives its coordinator: the state that workers
+//! The part of a run that outlives its task: the state that workers
 //! and abort handles share with it (settled or not, abort requested or
 //! not), the channel workers report on, and what happens to a late
 //! worker's result (counted and discarded). It must not decide anything
@@ -27,7 +27,7 @@ pub enum AbortResult {
     Stale,
 }
 
-/// A message from a worker to its coordinator.
+/// A message from a worker to its run's task.
 pub(crate) enum WorkerMsg {
     Token {
         lane: Lane,
@@ -52,7 +52,7 @@ pub(super) struct SharedState {
 }
 
 /// The part of a run that workers and abort handles share with the
-/// coordinator, and that outlives it while late workers run.
+/// run's task, and that outlives it while late workers run.
 pub(crate) struct RunShared {
     pub(crate) run_id: u64,
     state: Mutex<SharedState>,
@@ -101,7 +101,7 @@ impl RunShared {
         }
     }
 
-    /// A worker's result: to the coordinator while the run is open, else
+    /// A worker's result: to the run's task while the run is open, else
     /// counted and discarded (late worker).
     pub(super) fn worker_finished(
         &self,
@@ -113,7 +113,7 @@ impl RunShared {
         let st = self.lock();
         match st.settled_at {
             None => {
-                // Unbounded: never blocks; the coordinator drains it at
+                // Unbounded: never blocks; the run's task drains it at
                 // settlement under this same lock, so nothing is lost.
                 let _ = self.tx.send(WorkerMsg::Finished(Box::new(Finished {
                     lane,

@@ -29,7 +29,7 @@ async fn malformed_json_in_a_200() {
     fault_then_good(
         &lane_with(&server, |c| c.stream = false),
         job("bad"),
-        "malformed_json",
+        CloudErrorKind::MalformedJson,
     )
     .await;
     let server = serving(
@@ -37,7 +37,7 @@ async fn malformed_json_in_a_200() {
         None,
     )
     .await;
-    fault_then_good(&lane(&server), job("bad"), "malformed_json").await;
+    fault_then_good(&lane(&server), job("bad"), CloudErrorKind::MalformedJson).await;
     // An HTML page where a stream was expected (a proxy, a web UI).
     let server = faulty(|mut conn, _req| async move {
         conn.respond(
@@ -50,13 +50,13 @@ async fn malformed_json_in_a_200() {
         Some(conn)
     })
     .await;
-    fault_then_good(&lane(&server), job("bad"), "malformed_json").await;
+    fault_then_good(&lane(&server), job("bad"), CloudErrorKind::MalformedJson).await;
     // Valid JSON of the wrong shape is malformed too.
     let server = serving(None, Some(br#"{"choices": "many"}"#.to_vec())).await;
     fault_then_good(
         &lane_with(&server, |c| c.stream = false),
         job("bad"),
-        "malformed_json",
+        CloudErrorKind::MalformedJson,
     )
     .await;
 }
@@ -69,7 +69,7 @@ async fn error_object_inside_a_200() {
     let err = fault_then_good(
         &lane_with(&server, |c| c.stream = false),
         job("bad"),
-        "provider_error",
+        CloudErrorKind::Provider,
     )
     .await;
     assert!(
@@ -81,7 +81,7 @@ async fn error_object_inside_a_200() {
         chunk_with_content("Hel")
     );
     let server = serving(Some(stream.into_bytes()), None).await;
-    let err = fault_then_good(&lane(&server), job("bad"), "provider_error").await;
+    let err = fault_then_good(&lane(&server), job("bad"), CloudErrorKind::Provider).await;
     assert!(err.to_string().contains("out of memory"));
     // vLLM's older top-level shape, mid-stream.
     let stream = format!(
@@ -89,7 +89,7 @@ async fn error_object_inside_a_200() {
         chunk_with_content("Hel")
     );
     let server = serving(Some(stream.into_bytes()), None).await;
-    let err = fault_then_good(&lane(&server), job("bad"), "provider_error").await;
+    let err = fault_then_good(&lane(&server), job("bad"), CloudErrorKind::Provider).await;
     assert!(err.to_string().contains("context too long"));
     // As a named SSE event.
     let server = serving(
@@ -97,7 +97,7 @@ async fn error_object_inside_a_200() {
         None,
     )
     .await;
-    let err = fault_then_good(&lane(&server), job("bad"), "provider_error").await;
+    let err = fault_then_good(&lane(&server), job("bad"), CloudErrorKind::Provider).await;
     assert!(err.to_string().contains("upstream gone"));
 }
 
@@ -111,7 +111,7 @@ async fn a_stream_cut_before_done_is_truncated_with_the_partial_text() {
         None
     })
     .await;
-    let err = fault_then_good(&lane(&server), job("cut"), "truncated").await;
+    let err = fault_then_good(&lane(&server), job("cut"), CloudErrorKind::Truncated).await;
     assert_eq!(err.partial_text(), Some("Hel"));
     assert!(matches!(
         err,
@@ -129,7 +129,7 @@ async fn a_stream_cut_before_done_is_truncated_with_the_partial_text() {
         None
     })
     .await;
-    let err = fault_then_good(&lane(&server), job("cut"), "truncated").await;
+    let err = fault_then_good(&lane(&server), job("cut"), CloudErrorKind::Truncated).await;
     assert_eq!(err.partial_text(), Some("Hel"));
     assert!(matches!(err, CloudError::Truncated { detail: None, .. }));
 }
@@ -139,14 +139,14 @@ async fn invalid_utf8() {
     let mut stream = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
     stream.extend(b"\xFF\xFE\"}}]}\n\n");
     let server = serving(Some(stream), None).await;
-    fault_then_good(&lane(&server), job("bad"), "invalid_utf8").await;
+    fault_then_good(&lane(&server), job("bad"), CloudErrorKind::InvalidUtf8).await;
     let mut whole = br#"{"choices":[{"index":0,"message":{"content":""#.to_vec();
     whole.extend(b"\xC3\x28\"}}]}");
     let server = serving(None, Some(whole)).await;
     fault_then_good(
         &lane_with(&server, |c| c.stream = false),
         job("bad"),
-        "invalid_utf8",
+        CloudErrorKind::InvalidUtf8,
     )
     .await;
 }
@@ -161,12 +161,12 @@ async fn empty_choices() {
     fault_then_good(
         &lane_with(&server, |c| c.stream = false),
         job("bad"),
-        "empty_choices",
+        CloudErrorKind::EmptyChoices,
     )
     .await;
     let stream = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":0}}\n\ndata: [DONE]\n\n";
     let server = serving(Some(stream.to_vec()), None).await;
-    fault_then_good(&lane(&server), job("bad"), "empty_choices").await;
+    fault_then_good(&lane(&server), job("bad"), CloudErrorKind::EmptyChoices).await;
 }
 
 #[tokio::test]
@@ -182,7 +182,12 @@ async fn body_over_the_cap() {
             c.limits.max_body_bytes = 4096;
         })
     };
-    let err = fault_then_good(&lane_small(&server, false), job("big"), "body_too_large").await;
+    let err = fault_then_good(
+        &lane_small(&server, false),
+        job("big"),
+        CloudErrorKind::BodyTooLarge,
+    )
+    .await;
     assert!(matches!(err, CloudError::BodyTooLarge { limit: 4096 }));
     // Without one (chunked), it stops reading at the cap.
     let server = faulty(move |mut conn, _req| {
@@ -198,7 +203,12 @@ async fn body_over_the_cap() {
         }
     })
     .await;
-    fault_then_good(&lane_small(&server, false), job("big"), "body_too_large").await;
+    fault_then_good(
+        &lane_small(&server, false),
+        job("big"),
+        CloudErrorKind::BodyTooLarge,
+    )
+    .await;
     // A stream of comments that never ends.
     let server = faulty(|mut conn, _req| async move {
         conn.sse_head().await.ok()?;
@@ -210,7 +220,12 @@ async fn body_over_the_cap() {
         }
     })
     .await;
-    fault_then_good(&lane_small(&server, true), job("big"), "body_too_large").await;
+    fault_then_good(
+        &lane_small(&server, true),
+        job("big"),
+        CloudErrorKind::BodyTooLarge,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -220,7 +235,7 @@ async fn streamed_text_over_the_cap() {
         .collect();
     let server = serving(Some(format!("{events}data: [DONE]\n\n").into_bytes()), None).await;
     let lane = lane_with(&server, |c| c.limits.max_content_bytes = 25);
-    let err = fault_then_good(&lane, job("big"), "content_too_large").await;
+    let err = fault_then_good(&lane, job("big"), CloudErrorKind::ContentTooLarge).await;
     assert!(matches!(err, CloudError::ContentTooLarge { limit: 25 }));
 }
 
@@ -235,7 +250,7 @@ async fn an_sse_line_over_the_cap() {
     })
     .await;
     let lane = lane_with(&server, |c| c.limits.max_line_bytes = 2048);
-    let err = fault_then_good(&lane, job("long"), "line_too_long").await;
+    let err = fault_then_good(&lane, job("long"), CloudErrorKind::LineTooLong).await;
     assert!(matches!(err, CloudError::LineTooLong { limit: 2048 }));
 }
 
@@ -254,6 +269,6 @@ async fn headers_over_the_cap() {
             None
         })
         .await;
-        fault_then_good(&lane(&server), job("fat"), "headers_too_large").await;
+        fault_then_good(&lane(&server), job("fat"), CloudErrorKind::HeadersTooLarge).await;
     }
 }

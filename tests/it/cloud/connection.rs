@@ -9,7 +9,7 @@ async fn connection_refused_then_the_lane_recovers() {
     drop(listener);
     let lane = CloudLane::new(config(&format!("http://{addr}/v1"))).unwrap();
     let err = lane.run(job("hi")).await.unwrap_err();
-    assert_eq!(err.kind(), "connect_refused", "{err}");
+    assert_eq!(err.kind(), CloudErrorKind::ConnectRefused, "{err}");
     assert!(err.is_retryable() && err.is_connect());
     // The same lane, once something listens there again.
     let listener = TcpListener::bind(addr)
@@ -52,14 +52,14 @@ async fn connect_timeout_when_the_peer_never_completes_the_handshake() {
     })
     .unwrap();
     let err = lane.run(job("hi")).await.unwrap_err();
-    assert_eq!(err.kind(), "connect_timeout", "{err}");
+    assert_eq!(err.kind(), CloudErrorKind::ConnectTimeout, "{err}");
     assert!(err.is_retryable() && err.is_connect());
     // The deadline still wins when it is the shorter bound.
     let err = lane
         .run(job_within("hi", Duration::from_millis(100)))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "deadline_before_headers", "{err}");
+    assert_eq!(err.kind(), CloudErrorKind::DeadlineBeforeHeaders, "{err}");
 }
 
 #[test]
@@ -78,7 +78,7 @@ async fn dns_failure_is_its_own_variant() {
     for _ in 0..2 {
         // Twice: a failed lookup leaves nothing behind that changes the next.
         let err = lane.run(job("hi")).await.unwrap_err();
-        assert_eq!(err.kind(), "dns", "{err}");
+        assert_eq!(err.kind(), CloudErrorKind::Dns, "{err}");
         assert!(err.to_string().contains("edgecloud-test.invalid"));
     }
 }
@@ -98,7 +98,7 @@ async fn tls_failure_against_a_peer_that_does_not_speak_tls() {
         let lane = CloudLane::new(config(&format!("https://{}/v1", server.addr()))).unwrap();
         for _ in 0..2 {
             let err = lane.run(job("hi")).await.unwrap_err();
-            assert_eq!(err.kind(), "tls", "garbage={garbage}: {err}");
+            assert_eq!(err.kind(), CloudErrorKind::Tls, "garbage={garbage}: {err}");
         }
     }
 }
@@ -110,7 +110,7 @@ async fn garbage_on_plain_http_is_a_transport_error() {
         None
     })
     .await;
-    fault_then_good(&lane(&server), job("bad"), "transport").await;
+    fault_then_good(&lane(&server), job("bad"), CloudErrorKind::Transport).await;
     let server = faulty(|_conn, _req| async move { None }).await;
-    fault_then_good(&lane(&server), job("bad"), "transport").await;
+    fault_then_good(&lane(&server), job("bad"), CloudErrorKind::Transport).await;
 }

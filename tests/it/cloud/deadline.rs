@@ -13,7 +13,7 @@ async fn deadline_before_headers() {
     let err = fault_then_good(
         &lane,
         job_within("hang", Duration::from_millis(300)),
-        "deadline_before_headers",
+        CloudErrorKind::DeadlineBeforeHeaders,
     )
     .await;
     assert!(err.is_deadline() && !err.is_retryable());
@@ -33,7 +33,7 @@ async fn deadline_before_first_token() {
     let err = fault_then_good(
         &lane(&server),
         job_within("hang", Duration::from_millis(1500)),
-        "deadline_before_first_token",
+        CloudErrorKind::DeadlineBeforeFirstToken,
     )
     .await;
     assert_eq!(err.http_status(), Some(200));
@@ -77,7 +77,7 @@ async fn a_server_dripping_keepalives_forever_is_stopped_by_the_deadline() {
     fault_then_good(
         &lane(&server),
         job_within("drip", Duration::from_millis(500)),
-        "deadline_before_first_token",
+        CloudErrorKind::DeadlineBeforeFirstToken,
     )
     .await;
 }
@@ -107,7 +107,7 @@ async fn a_server_that_never_pauses_cannot_outrun_the_deadline() {
     fault_then_good(
         &lane,
         job_within("comments", Duration::from_millis(400)),
-        "deadline_before_first_token",
+        CloudErrorKind::DeadlineBeforeFirstToken,
     )
     .await;
     let done = lane
@@ -127,7 +127,7 @@ async fn slow_loris_after_headers_is_stalled() {
     })
     .await;
     let lane = lane_with(&server, |c| c.stall_timeout = Duration::from_millis(200));
-    let err = fault_then_good(&lane, job("loris"), "stalled").await;
+    let err = fault_then_good(&lane, job("loris"), CloudErrorKind::Stalled).await;
     assert!(
         matches!(err, CloudError::Stalled { waited, .. } if waited == Duration::from_millis(200))
     );
@@ -144,7 +144,7 @@ async fn stall_mid_stream_keeps_the_partial_text() {
     })
     .await;
     let lane = lane_with(&server, |c| c.stall_timeout = Duration::from_millis(200));
-    let err = fault_then_good(&lane, job("loris"), "stalled").await;
+    let err = fault_then_good(&lane, job("loris"), CloudErrorKind::Stalled).await;
     assert_eq!(err.partial_text(), Some("Hel"));
 }
 
@@ -163,7 +163,7 @@ async fn cancel_before_headers_drops_the_connection() {
         .unwrap();
     cancel.cancel();
     let err = within("run returned", running).await.unwrap().unwrap_err();
-    assert_eq!(err.kind(), "cancelled");
+    assert_eq!(err.kind(), CloudErrorKind::Cancelled);
     within("server saw the connection close", watch.closed)
         .await
         .unwrap();
@@ -201,7 +201,7 @@ async fn already_expired_or_cancelled_jobs_never_connect() {
     );
     assert_eq!(
         lane.run(expired).await.unwrap_err().kind(),
-        "deadline_before_headers"
+        CloudErrorKind::DeadlineBeforeHeaders
     );
     let cancel = CancellationToken::new();
     cancel.cancel();
@@ -210,7 +210,7 @@ async fn already_expired_or_cancelled_jobs_never_connect() {
             .await
             .unwrap_err()
             .kind(),
-        "cancelled"
+        CloudErrorKind::Cancelled
     );
     assert_eq!(server.accepted(), 0);
 }

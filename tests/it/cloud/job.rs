@@ -10,7 +10,7 @@ async fn a_panicking_sink_is_contained() {
         .run(job("hi").with_sink(|_| panic!("sink blew up (expected by the test)")))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "sink_panicked");
+    assert_eq!(err.kind(), CloudErrorKind::SinkPanicked);
     assert_eq!(lane.run(job("good")).await.unwrap().text, GOOD_TEXT);
 }
 
@@ -65,13 +65,13 @@ async fn the_permit_is_released_on_every_path() {
 async fn bad_settings_and_requests_are_typed_errors() {
     for base in ["", "127.0.0.1:8080/v1", "ftp://h/v1", "http://u:p@h/v1"] {
         let err = CloudLane::new(config(base)).unwrap_err();
-        assert_eq!(err.kind(), "invalid_config", "{base:?}");
+        assert_eq!(err.kind(), CloudErrorKind::InvalidConfig, "{base:?}");
     }
     assert_eq!(
         CloudLane::new(CloudConfig::new("http://h/v1", ""))
             .unwrap_err()
             .kind(),
-        "invalid_config"
+        CloudErrorKind::InvalidConfig
     );
     let server = TestServer::openai(Flavor::OpenAi, GOOD).await;
     let lane = lane(&server);
@@ -80,7 +80,10 @@ async fn bad_settings_and_requests_are_typed_errors() {
         Sampling::default(),
         Instant::now() + Duration::from_secs(5),
     );
-    assert_eq!(lane.run(empty).await.unwrap_err().kind(), "invalid_request");
+    assert_eq!(
+        lane.run(empty).await.unwrap_err().kind(),
+        CloudErrorKind::InvalidRequest
+    );
     let bad = LaneJob::new(
         vec![ChatMessage::user("hi")],
         Sampling {
@@ -89,7 +92,10 @@ async fn bad_settings_and_requests_are_typed_errors() {
         },
         Instant::now() + Duration::from_secs(5),
     );
-    assert_eq!(lane.run(bad).await.unwrap_err().kind(), "invalid_request");
+    assert_eq!(
+        lane.run(bad).await.unwrap_err().kind(),
+        CloudErrorKind::InvalidRequest
+    );
     assert_eq!(server.accepted(), 0);
 }
 

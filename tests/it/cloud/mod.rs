@@ -18,7 +18,9 @@ mod shapes;
 mod status;
 
 use crate::support::http::{chunked, Conn, Flavor, Recorded, TestServer, SSE_HEAD};
-use edgecloud::cloud::{ApiKey, CloudCompletion, CloudConfig, CloudError, CloudLane};
+use edgecloud::cloud::{
+    ApiKey, CloudCompletion, CloudConfig, CloudError, CloudErrorKind, CloudLane,
+};
 use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,7 +95,7 @@ where
 
 /// Runs a faulty job, checks its error kind, then checks that the same
 /// lane serves a good request. Returns the error for further checks.
-async fn fault_then_good(lane: &CloudLane, job: LaneJob, kind: &str) -> CloudError {
+async fn fault_then_good(lane: &CloudLane, job: LaneJob, kind: CloudErrorKind) -> CloudError {
     let err = lane
         .run(job)
         .await

@@ -79,7 +79,7 @@ async fn the_key_never_leaks_into_errors_debug_or_logs() {
     }
     let streaming = CloudLane::new(config(&server.base_url())).unwrap();
     let err = streaming.run(job("stream")).await.unwrap_err();
-    assert_eq!(err.kind(), "malformed_json");
+    assert_eq!(err.kind(), CloudErrorKind::MalformedJson);
     seen.push_str(&chain_of(&err));
 
     // Transport failures.

@@ -30,16 +30,16 @@ async fn error_statuses_map_to_distinct_variants() {
     .await;
     let lane = lane(&server);
     for (prompt, kind, status) in [
-        ("401", "auth", 401),
-        ("403", "auth", 403),
-        ("404", "not_found", 404),
-        ("429s", "rate_limited", 429),
-        ("429d", "rate_limited", 429),
-        ("429ms", "rate_limited", 429),
-        ("500", "server_error", 500),
-        ("502", "server_error", 502),
-        ("503", "server_error", 503),
-        ("400", "http_status", 400),
+        ("401", CloudErrorKind::Auth, 401),
+        ("403", CloudErrorKind::Auth, 403),
+        ("404", CloudErrorKind::NotFound, 404),
+        ("429s", CloudErrorKind::RateLimited, 429),
+        ("429d", CloudErrorKind::RateLimited, 429),
+        ("429ms", CloudErrorKind::RateLimited, 429),
+        ("500", CloudErrorKind::Server, 500),
+        ("502", CloudErrorKind::Server, 502),
+        ("503", CloudErrorKind::Server, 503),
+        ("400", CloudErrorKind::HttpStatus, 400),
     ] {
         let err = fault_then_good(&lane, job(prompt), kind).await;
         assert_eq!(err.http_status(), Some(status), "{prompt}");
@@ -76,7 +76,7 @@ async fn redirects_are_not_followed() {
     })
     .await;
     let lane = lane(&server);
-    let err = fault_then_good(&lane, job("redirect"), "redirect").await;
+    let err = fault_then_good(&lane, job("redirect"), CloudErrorKind::Redirect).await;
     assert_eq!(err.http_status(), Some(302));
     let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
     assert_eq!(paths, ["/v1/chat/completions", "/v1/chat/completions"]);

@@ -117,19 +117,19 @@ fn thousands_of_random_runs_keep_every_promise() {
         .scorer(|c: &Candidate, _: &ScoreContext| {
             let h =
                 mix(c.text.len() as u64 ^ c.text.as_bytes().first().copied().unwrap_or(0) as u64);
-            if h % 20 == 0 {
+            if h.is_multiple_of(20) {
                 panic!("scorer panic");
             }
             (h % 100) as f64 / 100.0
         })
         .pre_score(|r: &Request| {
             let h = mix(r.messages[0].content.len() as u64);
-            assert!(h % 25 != 0, "pre-score panic");
-            h % 5 != 0
+            assert!(!h.is_multiple_of(25), "pre-score panic");
+            !h.is_multiple_of(5)
         })
         .arbiter(|c: &[Scored]| {
             let h = mix(c.len() as u64 ^ c[0].candidate.text.len() as u64);
-            assert!(h % 10 != 0, "arbiter panic");
+            assert!(!h.is_multiple_of(10), "arbiter panic");
             Some((h % c.len() as u64) as usize)
         })
         .build()

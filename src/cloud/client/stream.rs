@@ -1,0 +1,200 @@
+//! The stream's state machine: SSE events in, text to the job's sink and
+//! the finish reason, usage and model out, until `[DONE]` (or an error
+//! event, a cut, a stall). Whole answers end through the same state
+//! (`completion`).
+
+use super::body::{stopped_error, BodyReader, Next};
+use super::result::ProviderUsage;
+use super::{Inner, Probe, MAX_DETAIL_CHARS};
+use crate::cloud::error::CloudError;
+use crate::cloud::sse::{SseDecoder, SseError, SseEvent};
+use crate::cloud::{CloudCompletion, CloudTimings};
+use crate::lane::{FinishReason, TokenSink};
+use crate::openai::{self, ChatChunk, Usage};
+use std::panic::AssertUnwindSafe;
+
+/// What a stream has delivered so far.
+#[derive(Default)]
+pub(super) struct StreamState {
+    pub(super) text: String,
+    pub(super) provider_finish: Option<String>,
+    pub(super) usage: Option<Usage>,
+    pub(super) model: Option<String>,
+    pub(super) saw_choice: bool,
+    pub(super) done: bool,
+}
+
+impl Inner {
+    pub(super) async fn read_stream(
+        &self,
+        mut reader: BodyReader<'_>,
+        sink: &mut Option<TokenSink>,
+        probe: &mut Probe,
+        status: u16,
+    ) -> Result<CloudCompletion, CloudError> {
+        let limits = &self.config.limits;
+        let mut decoder = SseDecoder::new(limits.max_line_bytes);
+        let mut events: Vec<SseEvent> = Vec::new();
+        let mut st = StreamState::default();
+        let sse_error = |e: SseError| match e {
+            SseError::LineTooLong => CloudError::LineTooLong {
+                limit: limits.max_line_bytes,
+            },
+            SseError::InvalidUtf8 => CloudError::InvalidUtf8,
+        };
+        while !st.done {
+            match reader.next().await? {
+                Next::Data(bytes) => decoder.push(&bytes, &mut events).map_err(sse_error)?,
+                Next::End => {
+                    decoder.finish(&mut events);
+                    for ev in events.drain(..) {
+                        self.on_event(ev, &mut st, sink, probe)?;
+                        if st.done {
+                            break;
+                        }
+                    }
+                    if st.done {
+                        break;
+                    }
+                    return Err(CloudError::Truncated {
+                        partial: st.text,
+                        detail: None,
+                    });
+                }
+                Next::Stopped(reason) => {
+                    if probe.timings.ttft.is_none() {
+                        return Err(stopped_error(reason, status));
+                    }
+                    return Ok(self.completion(st, reason, status, true));
+                }
+                Next::Stalled(waited) => {
+                    return Err(CloudError::Stalled {
+                        waited,
+                        partial: st.text,
+                    })
+                }
+                Next::Broken(detail) => {
+                    return Err(CloudError::Truncated {
+                        partial: st.text,
+                        detail: Some(self.scrubber.scrub(&detail, MAX_DETAIL_CHARS)),
+                    })
+                }
+            }
+            for ev in events.drain(..) {
+                self.on_event(ev, &mut st, sink, probe)?;
+                if st.done {
+                    break;
+                }
+            }
+        }
+        if !st.saw_choice {
+            return Err(CloudError::EmptyChoices);
+        }
+        reader.release_for_reuse();
+        let reason = match st.provider_finish.as_deref() {
+            Some("length") | Some("max_tokens") => FinishReason::Length,
+            _ => FinishReason::Stop,
+        };
+        Ok(self.completion(st, reason, status, true))
+    }
+
+    pub(super) fn on_event(
+        &self,
+        ev: SseEvent,
+        st: &mut StreamState,
+        sink: &mut Option<TokenSink>,
+        probe: &mut Probe,
+    ) -> Result<(), CloudError> {
+        let data = ev.data.trim();
+        if data == "[DONE]" {
+            st.done = true;
+            return Ok(());
+        }
+        if ev.event.as_deref() == Some("error") {
+            let (message, code) = serde_json::from_str(data)
+                .ok()
+                .and_then(|v| openai::provider_error(&v))
+                .unwrap_or_else(|| (data.to_owned(), None));
+            return Err(self.provider_error(message, code));
+        }
+        // Fast path: straight into the chunk type. Error objects are rare;
+        // they are looked for only when the chunk says so or does not parse.
+        let chunk = match serde_json::from_str::<ChatChunk>(data) {
+            Ok(chunk) if !chunk.may_be_error() => chunk,
+            parsed => {
+                let value: Option<serde_json::Value> = serde_json::from_str(data).ok();
+                if let Some((message, code)) = value.as_ref().and_then(openai::provider_error) {
+                    return Err(self.provider_error(message, code));
+                }
+                parsed.map_err(|e| self.malformed(&e))?
+            }
+        };
+        if chunk.model.is_some() {
+            st.model = chunk.model;
+        }
+        if chunk.usage.is_some() {
+            st.usage = chunk.usage;
+        }
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            st.saw_choice = true;
+            if let Some(content) = choice.delta.and_then(|d| d.content) {
+                self.append(&mut st.text, &content, sink, probe)?;
+            }
+            if choice.finish_reason.is_some() {
+                st.provider_finish = choice.finish_reason;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds generated text, enforcing the content cap and feeding the sink.
+    pub(super) fn append(
+        &self,
+        text: &mut String,
+        content: &str,
+        sink: &mut Option<TokenSink>,
+        probe: &mut Probe,
+    ) -> Result<(), CloudError> {
+        if content.is_empty() {
+            return Ok(());
+        }
+        let limit = self.config.limits.max_content_bytes;
+        if text.len() + content.len() > limit {
+            return Err(CloudError::ContentTooLarge { limit });
+        }
+        let at = probe.since_start();
+        probe.timings.ttft.get_or_insert(at);
+        probe.timings.last_token = Some(at);
+        text.push_str(content);
+        if let Some(sink) = sink.as_mut() {
+            // A panicking sink must not unwind through the lane: the
+            // exchange is dropped and the caller gets a clear error.
+            std::panic::catch_unwind(AssertUnwindSafe(|| sink(content)))
+                .map_err(|_| CloudError::SinkPanicked)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn completion(
+        &self,
+        st: StreamState,
+        reason: FinishReason,
+        status: u16,
+        streamed: bool,
+    ) -> CloudCompletion {
+        CloudCompletion {
+            text: st.text,
+            finish_reason: reason,
+            provider_finish_reason: if reason.is_complete() {
+                st.provider_finish
+            } else {
+                None
+            },
+            usage: st.usage.and_then(ProviderUsage::from_wire),
+            http_status: status,
+            timings: CloudTimings::default(),
+            model: st.model,
+            streamed,
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The one list of request fields no lane can honour today. A request that
+//! sets one (to anything but its neutral value) is refused, never answered
+//! as if it had not asked: `serve` answers 400 naming the field, a bench
+//! workload line is an error (dropping the field would benchmark a
+//! different request). Supporting one of them later (issue 24:
+//! `response_format` with a JSON schema, `tools`/`tool_choice`,
+//! `logprobs`/`top_logprobs`) means a typed field in `ChatRequest` and
+//! taking its entry out of this list; nothing else refuses them.
+
+use super::error::FieldError;
+use serde_json::{Map, Value};
+
+/// What value of a refused field still means "not asked for".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Neutral {
+    /// Absent, `null`, an empty list or `"none"` (how clients say "no
+    /// tools").
+    Unset,
+    /// Absent, `null` or `false`; anything else but `true` is a type error.
+    False,
+    /// Absent, `null` or `0`.
+    Zero,
+    /// Absent, `null` or `{"type": "text"}`.
+    TextFormat,
+}
+
+/// A field that is refused unless neutral.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refused {
+    pub(crate) field: &'static str,
+    pub(crate) neutral: Neutral,
+}
+
+const fn refused(field: &'static str, neutral: Neutral) -> Refused {
+    Refused { field, neutral }
+}
+
+/// Every refused field, in the order they are checked.
+pub(crate) const REFUSED: &[Refused] = &[
+    refused("logprobs", Neutral::False),
+    refused("top_logprobs", Neutral::Zero),
+    refused("response_format", Neutral::TextFormat),
+    refused("tools", Neutral::Unset),
+    refused("tool_choice", Neutral::Unset),
+    refused("functions", Neutral::Unset),
+    refused("function_call", Neutral::Unset),
+    refused("audio", Neutral::Unset),
+    refused("prediction", Neutral::Unset),
+    refused("web_search_options", Neutral::Unset),
+];
+
+/// Whether `name` is in the list.
+pub(crate) fn is_refused(name: &str) -> bool {
+    REFUSED.iter().any(|r| r.field == name)
+}
+
+/// The first refused field `obj` sets; `at` prefixes field names.
+pub(crate) fn check(obj: &Map<String, Value>, at: &str) -> Result<(), FieldError> {
+    for r in REFUSED {
+        let Some(v) = obj.get(r.field).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let param = format!("{at}{}", r.field);
+        let neutral = match r.neutral {
+            Neutral::Unset => match v {
+                Value::Array(a) => a.is_empty(),
+                Value::String(s) => s == "none",
+                _ => false,
+            },
+            Neutral::False => match v {
+                Value::Bool(b) => !b,
+                other => return Err(super::request::type_error(&param, "a boolean", other)),
+            },
+            Neutral::Zero => v.as_u64() == Some(0),
+            Neutral::TextFormat => v.get("type").and_then(Value::as_str) == Some("text"),
+        };
+        if !neutral {
+            let message = match r.neutral {
+                Neutral::TextFormat => {
+                    format!("only `{param}` {{\"type\": \"text\"}} is supported")
+                }
+                _ => format!("`{param}` is not supported"),
+            };
+            return Err(FieldError::refused(param, message));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn first(v: Value) -> Option<String> {
+        check(v.as_object().unwrap(), "").err().map(|e| e.param)
+    }
+
+    #[test]
+    fn neutral_values_pass_and_others_are_named() {
+        assert_eq!(
+            first(
+                json!({"tools": [], "tool_choice": "none", "logprobs": false,
+                "top_logprobs": 0, "response_format": {"type": "text"}, "audio": null})
+            ),
+            None
+        );
+        for (field, value) in [
+            ("tools", json!([{"type": "function"}])),
+            ("tool_choice", json!("auto")),
+            ("logprobs", json!(true)),
+            ("top_logprobs", json!(3)),
+            ("response_format", json!({"type": "json_schema"})),
+            ("web_search_options", json!({})),
+        ] {
+            assert_eq!(first(json!({ field: value })).as_deref(), Some(field));
+        }
+        let e = check(json!({"logprobs": "yes"}).as_object().unwrap(), "body.").unwrap_err();
+        assert_eq!(
+            (e.param.as_str(), e.code),
+            ("body.logprobs", Some("invalid_type"))
+        );
+        assert!(is_refused("tools") && !is_refused("temperature"));
+    }
+}

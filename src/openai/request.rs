@@ -1,0 +1,589 @@
+//! The request body of `POST /chat/completions`: the typed
+//! [`ChatRequest`] (what the cloud lane sends, what serve and bench read)
+//! and [`parse_request`], the one validator, which reads it from a JSON
+//! object and names the first offending field as OpenAI does in `param`.
+
+use super::error::FieldError;
+use super::refused;
+use crate::request::{ChatMessage, Role, Sampling};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+/// A chat-completions request. Borrowed when the cloud lane sends one (no
+/// copy of the conversation per request), owned when parsed. Absent
+/// options are left out of the body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct ChatRequest<'a> {
+    pub(crate) model: Cow<'a, str>,
+    pub(crate) messages: Cow<'a, [ChatMessage]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_tokens: Option<u32>,
+    /// OpenAI's newer spelling of `max_tokens`; wins when both are given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) seed: Option<u64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub(crate) stop: Cow<'a, [String]>,
+    pub(crate) stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) stream_options: Option<StreamOptions>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct StreamOptions {
+    pub(crate) include_usage: bool,
+}
+
+impl<'a> ChatRequest<'a> {
+    /// The request the cloud lane sends for `messages` under `sampling`:
+    /// every sampling setting spelled out (`top_k` only when the provider
+    /// takes it), usage asked for in streams when `stream_usage`.
+    pub(crate) fn new(
+        model: &'a str,
+        messages: &'a [ChatMessage],
+        sampling: &'a Sampling,
+        stream: bool,
+        stream_usage: bool,
+        send_top_k: bool,
+    ) -> Self {
+        Self {
+            model: Cow::Borrowed(model),
+            messages: Cow::Borrowed(messages),
+            max_tokens: Some(sampling.max_tokens),
+            max_completion_tokens: None,
+            temperature: Some(sampling.temperature),
+            top_p: Some(sampling.top_p),
+            top_k: (send_top_k && sampling.top_k > 0).then_some(sampling.top_k),
+            seed: sampling.seed,
+            stop: Cow::Borrowed(&sampling.stop),
+            stream,
+            stream_options: (stream && stream_usage).then_some(StreamOptions {
+                include_usage: true,
+            }),
+        }
+    }
+
+    /// The sampling settings it asks for; what it leaves out keeps
+    /// `defaults`.
+    pub(crate) fn sampling(&self, defaults: Sampling) -> Sampling {
+        let mut s = defaults;
+        if let Some(n) = self.max_completion_tokens.or(self.max_tokens) {
+            s.max_tokens = n;
+        }
+        if let Some(t) = self.temperature {
+            s.temperature = t;
+        }
+        if let Some(p) = self.top_p {
+            s.top_p = p;
+        }
+        if let Some(k) = self.top_k {
+            s.top_k = k;
+        }
+        if self.seed.is_some() {
+            s.seed = self.seed;
+        }
+        if !self.stop.is_empty() {
+            s.stop = self.stop.to_vec();
+        }
+        s
+    }
+
+    /// Whether usage was asked for in a stream.
+    pub(crate) fn include_usage(&self) -> bool {
+        self.stream_options.is_some_and(|o| o.include_usage)
+    }
+}
+
+/// How [`parse_request`] reads a body.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ParseOptions<'a> {
+    /// Prefixes every field name in errors (`body.` in a batch line).
+    pub(crate) at: &'a str,
+    /// `model` must be given (a server needs it; a workload ignores it).
+    pub(crate) require_model: bool,
+    /// Most messages accepted.
+    pub(crate) max_messages: Option<usize>,
+    /// Refuse fields this module does not read (a typo in a workload must
+    /// not pass silently) instead of handing them back in
+    /// [`Parsed::extra`] (clients send many optional fields to a server).
+    pub(crate) strict: bool,
+}
+
+/// A validated body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Parsed {
+    pub(crate) request: ChatRequest<'static>,
+    /// The fields it does not read, for the caller's own extensions
+    /// (always empty when parsing strictly).
+    pub(crate) extra: Map<String, Value>,
+}
+
+/// Fields read (and accepted) but with no effect on the request: bookkeeping
+/// a client attaches. Only matters when parsing strictly.
+const IGNORED: &[&str] = &["user", "metadata", "store"];
+
+/// Fields [`parse_request`] reads.
+const READ: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+];
+
+/// The one validator of a chat-completions body. Errors name the first
+/// bad field (`messages[1].content[0].type`) and say what was expected;
+/// the `refused` list is checked here and nowhere else.
+pub(crate) fn parse_request(
+    obj: &Map<String, Value>,
+    opts: ParseOptions<'_>,
+) -> Result<Parsed, FieldError> {
+    let at = |field: &str| format!("{}{field}", opts.at);
+    let known = |k: &str| READ.contains(&k) || IGNORED.contains(&k) || refused::is_refused(k);
+    if opts.strict {
+        if let Some(k) = obj.keys().find(|k| !known(k)) {
+            let p = at(k);
+            return Err(FieldError::refused(
+                &p,
+                format!("`{p}` is not supported (an unknown field)"),
+            ));
+        }
+    }
+    let model = match present(obj, "model") {
+        None if opts.require_model => {
+            return Err(FieldError::invalid(at("model"), "`model` is required")
+                .code("missing_required_parameter"))
+        }
+        None => String::new(),
+        Some(v) => string(v, &at("model"))?.to_string(),
+    };
+    let messages = messages(obj.get("messages"), opts)?;
+
+    // The newer spelling wins; the other is then not looked at.
+    let (mut max_tokens, mut max_completion_tokens) = (None, None);
+    for (name, slot) in [
+        ("max_completion_tokens", &mut max_completion_tokens),
+        ("max_tokens", &mut max_tokens),
+    ] {
+        if let Some(v) = present(obj, name) {
+            let p = at(name);
+            let n = unsigned(v, &p)?;
+            if n == 0 {
+                return Err(FieldError::invalid(&p, format!("`{p}` must be at least 1")));
+            }
+            *slot = Some(
+                u32::try_from(n)
+                    .map_err(|_| FieldError::invalid(&p, format!("`{p}` is too large")))?,
+            );
+            break;
+        }
+    }
+    let temperature = match present(obj, "temperature") {
+        Some(v) => {
+            let p = at("temperature");
+            let t = number(v, &p)?;
+            if !(0.0..=2.0).contains(&t) {
+                return Err(FieldError::invalid(
+                    &p,
+                    format!("`{p}` must be between 0 and 2"),
+                ));
+            }
+            Some(t as f32)
+        }
+        None => None,
+    };
+    let top_p = match present(obj, "top_p") {
+        Some(v) => {
+            let p = at("top_p");
+            let x = number(v, &p)?;
+            if !(x > 0.0 && x <= 1.0) {
+                return Err(FieldError::invalid(&p, format!("`{p}` must be in (0, 1]")));
+            }
+            Some(x as f32)
+        }
+        None => None,
+    };
+    let top_k = match present(obj, "top_k") {
+        Some(v) => Some(u32::try_from(unsigned(v, &at("top_k"))?).unwrap_or(u32::MAX)),
+        None => None,
+    };
+    let seed = match present(obj, "seed") {
+        // OpenAI accepts any 64-bit integer; a negative seed keeps its bits.
+        Some(v) => Some(match v.as_i64() {
+            Some(i) => i as u64,
+            None => v.as_u64().ok_or_else(|| {
+                let p = at("seed");
+                FieldError::invalid(&p, format!("`{p}` must be an integer"))
+            })?,
+        }),
+        None => None,
+    };
+    let stop = match present(obj, "stop") {
+        Some(v) => stop(v, opts.at)?,
+        None => Vec::new(),
+    };
+    if let Some(v) = present(obj, "n") {
+        let p = at("n");
+        if unsigned(v, &p)? != 1 {
+            return Err(FieldError::refused(
+                &p,
+                format!("only `{p}` = 1 is supported"),
+            ));
+        }
+    }
+    refused::check(obj, opts.at)?;
+    let stream = match present(obj, "stream") {
+        Some(v) => boolean(v, &at("stream"))?,
+        None => false,
+    };
+    let stream_options = match present(obj, "stream_options") {
+        Some(Value::Object(o)) => match present(o, "include_usage") {
+            None => None,
+            Some(v) => Some(StreamOptions {
+                include_usage: boolean(v, &at("stream_options.include_usage"))?,
+            }),
+        },
+        Some(_) => {
+            let p = at("stream_options");
+            return Err(FieldError::invalid(&p, format!("`{p}` must be an object")));
+        }
+        None => None,
+    };
+    let extra = if opts.strict {
+        Map::new()
+    } else {
+        obj.iter()
+            .filter(|(k, _)| !known(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    Ok(Parsed {
+        request: ChatRequest {
+            model: Cow::Owned(model),
+            messages: Cow::Owned(messages),
+            max_tokens,
+            max_completion_tokens,
+            temperature,
+            top_p,
+            top_k,
+            seed,
+            stop: Cow::Owned(stop),
+            stream,
+            stream_options,
+        },
+        extra,
+    })
+}
+
+/// The value of `key`, unless absent or `null` (as good as absent).
+pub(crate) fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}
+
+pub(crate) fn type_error(param: &str, expected: &str, got: &Value) -> FieldError {
+    let got = match got {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    FieldError::invalid(param, format!("`{param}` must be {expected}, not {got}"))
+        .code("invalid_type")
+}
+
+pub(crate) fn string<'a>(v: &'a Value, param: &str) -> Result<&'a str, FieldError> {
+    v.as_str().ok_or_else(|| type_error(param, "a string", v))
+}
+
+fn number(v: &Value, param: &str) -> Result<f64, FieldError> {
+    v.as_f64().ok_or_else(|| type_error(param, "a number", v))
+}
+
+pub(crate) fn unsigned(v: &Value, param: &str) -> Result<u64, FieldError> {
+    if let Some(n) = v.as_u64() {
+        return Ok(n);
+    }
+    if v.as_i64().is_some() {
+        return Err(FieldError::invalid(
+            param,
+            format!("`{param}` must not be negative"),
+        ));
+    }
+    Err(type_error(param, "an integer", v))
+}
+
+fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
+    v.as_bool().ok_or_else(|| type_error(param, "a boolean", v))
+}
+
+fn stop(v: &Value, at: &str) -> Result<Vec<String>, FieldError> {
+    let list: Vec<String> = match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| string(s, &format!("{at}stop[{i}]")).map(str::to_string))
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(type_error(
+                &format!("{at}stop"),
+                "a string or an array of strings",
+                other,
+            ))
+        }
+    };
+    if list.len() > 16 {
+        return Err(FieldError::invalid(
+            format!("{at}stop"),
+            "at most 16 stop strings are supported",
+        ));
+    }
+    if let Some(i) = list.iter().position(String::is_empty) {
+        return Err(FieldError::invalid(
+            format!("{at}stop[{i}]"),
+            "stop strings must not be empty",
+        ));
+    }
+    Ok(list)
+}
+
+fn messages(v: Option<&Value>, opts: ParseOptions<'_>) -> Result<Vec<ChatMessage>, FieldError> {
+    let p = format!("{}messages", opts.at);
+    let items = match v {
+        None | Some(Value::Null) => {
+            return Err(FieldError::invalid(&p, format!("`{p}` is required"))
+                .code("missing_required_parameter"))
+        }
+        Some(Value::Array(items)) => items,
+        Some(other) => return Err(type_error(&p, "an array", other)),
+    };
+    if items.is_empty() {
+        return Err(FieldError::invalid(&p, format!("`{p}` must not be empty")));
+    }
+    if let Some(max) = opts.max_messages.filter(|max| items.len() > *max) {
+        return Err(FieldError::invalid(
+            &p,
+            format!(
+                "too many messages: {} (this server accepts at most {max})",
+                items.len()
+            ),
+        )
+        .code("too_many_messages"));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, m)| message(m, &format!("{p}[{i}]"), opts.strict))
+        .collect()
+}
+
+/// One message as OpenAI clients write it: role `system`, `developer` (a
+/// system message), `user` or `assistant`; content a string or a list of
+/// text parts (an assistant's may be null). `at` names it (`messages[2]`).
+fn message(v: &Value, at: &str, strict: bool) -> Result<ChatMessage, FieldError> {
+    let field = |f: &str| format!("{at}.{f}");
+    let Value::Object(m) = v else {
+        return Err(type_error(at, "an object", v));
+    };
+    let role = match present(m, "role") {
+        None => {
+            let p = field("role");
+            return Err(FieldError::invalid(&p, format!("`{p}` is required")));
+        }
+        Some(r) => match string(r, &field("role"))? {
+            "system" | "developer" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            other => {
+                return Err(FieldError::invalid(
+                    field("role"),
+                    format!(
+                        "unsupported role `{other}`; expected system, developer, user or assistant"
+                    ),
+                ))
+            }
+        },
+    };
+    let content = match present(m, "content") {
+        // An assistant turn may carry no content (OpenAI allows it).
+        None if role == Role::Assistant => String::new(),
+        None => {
+            let p = field("content");
+            return Err(FieldError::invalid(&p, format!("`{p}` is required")));
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                let p = format!("{at}.content[{j}]");
+                if part.get("type").and_then(Value::as_str) != Some("text") {
+                    return Err(FieldError::invalid(
+                        format!("{p}.type"),
+                        format!(
+                            "only text content parts are supported (`{p}.type` must be \"text\")"
+                        ),
+                    ));
+                }
+                match part.get("text") {
+                    Some(t) => text.push_str(string(t, &format!("{p}.text"))?),
+                    None => {
+                        return Err(FieldError::invalid(
+                            format!("{p}.text"),
+                            format!("`{p}.text` is required"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        Some(other) => {
+            return Err(type_error(
+                &field("content"),
+                "a string or an array of text parts",
+                other,
+            ))
+        }
+    };
+    if strict {
+        if let Some(k) = m
+            .keys()
+            .find(|k| !matches!(k.as_str(), "role" | "content" | "name"))
+        {
+            let p = field(k);
+            return Err(FieldError::refused(
+                &p,
+                format!("`{p}` is not supported (only role, content and name)"),
+            ));
+        }
+    }
+    Ok(ChatMessage::new(role, content))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SERVER: ParseOptions<'static> = ParseOptions {
+        at: "",
+        require_model: true,
+        max_messages: Some(4),
+        strict: false,
+    };
+    const WORKLOAD: ParseOptions<'static> = ParseOptions {
+        at: "body.",
+        require_model: false,
+        max_messages: None,
+        strict: true,
+    };
+
+    fn parse(v: Value, opts: ParseOptions<'_>) -> Result<Parsed, FieldError> {
+        parse_request(v.as_object().unwrap(), opts)
+    }
+
+    #[test]
+    fn request_body_shape() {
+        let messages = [ChatMessage::system("be brief"), ChatMessage::user("hi")];
+        let sampling = Sampling {
+            max_tokens: 7,
+            seed: Some(3),
+            stop: vec!["\n\n".into()],
+            ..Sampling::default()
+        };
+        let body = serde_json::to_value(ChatRequest::new(
+            "m", &messages, &sampling, true, true, false,
+        ))
+        .unwrap();
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["messages"][0]["role"], "system");
+        assert_eq!(body["messages"][1]["content"], "hi");
+        assert_eq!(body["max_tokens"], 7);
+        assert_eq!(body["seed"], 3);
+        assert_eq!(body["stop"], json!(["\n\n"]));
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        assert!(body.get("top_k").is_none());
+        assert!(body.get("max_completion_tokens").is_none());
+
+        let plain = Sampling::default();
+        let body =
+            serde_json::to_value(ChatRequest::new("m", &messages, &plain, false, true, true))
+                .unwrap();
+        assert!(body.get("stream_options").is_none());
+        assert!(body.get("stop").is_none());
+        assert!(body.get("seed").is_none());
+        assert_eq!(body["top_k"], 40);
+    }
+
+    #[test]
+    fn what_the_cloud_lane_sends_parses_back_to_the_same_request() {
+        let messages = [ChatMessage::user("hi")];
+        let sampling = Sampling {
+            max_tokens: 9,
+            temperature: 0.5,
+            top_k: 7,
+            seed: Some(u64::MAX),
+            stop: vec!["x".into()],
+            ..Sampling::default()
+        };
+        let sent = ChatRequest::new("m", &messages, &sampling, true, true, true);
+        let body = serde_json::to_value(&sent).unwrap();
+        let back = parse(body, SERVER).unwrap();
+        assert_eq!(back.request, sent);
+        assert!(back.extra.is_empty());
+        assert_eq!(back.request.sampling(Sampling::default()), sampling);
+        assert!(back.request.include_usage());
+    }
+
+    #[test]
+    fn unknown_fields_are_handed_back_or_refused() {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "x", "name": "a"}],
+            "frequency_penalty": 0, "edgecloud": {"policy": "race"}, "user": "u"});
+        let p = parse(body.clone(), SERVER).unwrap();
+        assert_eq!(
+            p.extra.keys().collect::<Vec<_>>(),
+            ["edgecloud", "frequency_penalty"]
+        );
+        let e = parse(body, WORKLOAD).unwrap_err();
+        assert_eq!(e.param, "body.edgecloud");
+        let e = parse(
+            json!({"messages": [{"role": "user", "content": "x", "tool_call_id": "1"}]}),
+            WORKLOAD,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "body.messages[0].tool_call_id");
+        let e = parse(
+            json!({"messages": [{"role": "user", "content": "x"}], "n": 2}),
+            WORKLOAD,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.param.as_str(), e.kind),
+            ("body.n", super::super::error::FieldErrorKind::Refused)
+        );
+        let e = parse(
+            json!({"messages": [{"role": "bot", "content": "x"}]}),
+            WORKLOAD,
+        )
+        .unwrap_err();
+        assert_eq!(e.describe(), "`body.messages[0].role`: unsupported role `bot`; expected system, developer, user or assistant");
+    }
+}

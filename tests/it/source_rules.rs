@@ -1,0 +1,89 @@
+//! Rules about the source tree itself, checked against the files: the only
+//! places `unsafe` is allowed (and that docs/DESIGN.md names them), and a
+//! declared minimum Rust (`rust-version`) no older than what the code uses.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `src/...` paths and contents of every Rust file under src.
+fn sources() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root()).unwrap().display().to_string();
+            (rel, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn unsafe_opt_outs_are_the_documented_three() {
+    let opted: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, text)| text.contains("#![allow(unsafe_code)]"))
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(
+        opted,
+        ["src/local/ffi.rs", "src/local/simd.rs", "src/sched.rs"],
+        "a new opt-out of `unsafe_code = \"deny\"` must be named in docs/DESIGN.md and here"
+    );
+    let design = std::fs::read_to_string(root().join("docs/DESIGN.md")).unwrap();
+    for path in &opted {
+        assert!(
+            design.contains(&format!("`{path}`")),
+            "docs/DESIGN.md does not name {path}"
+        );
+    }
+}
+
+/// Language features the code uses, and the Rust release that made each
+/// stable: a `rust-version` below one of them would be a false promise.
+const NEEDS: &[(&str, (u32, u32))] = &[
+    // AVX-512 target features.
+    ("#[target_feature(enable = \"avx512f\")]", (1, 89)),
+    // `Option::is_none_or`.
+    (".is_none_or(", (1, 82)),
+];
+
+#[test]
+fn declared_rust_version_covers_what_the_code_uses() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let declared = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml declares a rust-version");
+    let mut parts = declared.split('.').map(|p| p.parse::<u32>().unwrap());
+    let declared = (parts.next().unwrap(), parts.next().unwrap_or(0));
+    let sources = sources();
+    for (pattern, since) in NEEDS {
+        if let Some((path, _)) = sources.iter().find(|(_, text)| text.contains(pattern)) {
+            assert!(
+                declared >= *since,
+                "{path} uses `{pattern}`, stable since {}.{}, but rust-version is {}.{}",
+                since.0,
+                since.1,
+                declared.0,
+                declared.1
+            );
+        }
+    }
+}
