@@ -175,65 +175,24 @@ pub(crate) fn parse_request(
     };
     let messages = messages(obj.get("messages"), opts)?;
 
-    // The newer spelling wins; the other is then not looked at.
-    let (mut max_tokens, mut max_completion_tokens) = (None, None);
-    for (name, slot) in [
-        ("max_completion_tokens", &mut max_completion_tokens),
-        ("max_tokens", &mut max_tokens),
-    ] {
-        if let Some(v) = present(obj, name) {
-            let p = at(name);
-            let n = unsigned(v, &p)?;
-            if n == 0 {
-                return Err(FieldError::invalid(&p, format!("`{p}` must be at least 1")));
-            }
-            *slot = Some(
-                u32::try_from(n)
-                    .map_err(|_| FieldError::invalid(&p, format!("`{p}` is too large")))?,
-            );
-            break;
-        }
-    }
-    let temperature = match present(obj, "temperature") {
-        Some(v) => {
-            let p = at("temperature");
-            let t = number(v, &p)?;
-            if !(0.0..=2.0).contains(&t) {
-                return Err(FieldError::invalid(
-                    &p,
-                    format!("`{p}` must be between 0 and 2"),
-                ));
-            }
-            Some(t as f32)
-        }
-        None => None,
-    };
-    let top_p = match present(obj, "top_p") {
-        Some(v) => {
-            let p = at("top_p");
-            let x = number(v, &p)?;
-            if !(x > 0.0 && x <= 1.0) {
-                return Err(FieldError::invalid(&p, format!("`{p}` must be in (0, 1]")));
-            }
-            Some(x as f32)
-        }
-        None => None,
-    };
+    let (max_tokens, max_completion_tokens) = max_tokens(obj, opts.at)?;
+    let temperature = ranged(
+        obj,
+        &at("temperature"),
+        |t| (0.0..=2.0).contains(&t),
+        "must be between 0 and 2",
+    )?;
+    let top_p = ranged(
+        obj,
+        &at("top_p"),
+        |p| p > 0.0 && p <= 1.0,
+        "must be in (0, 1]",
+    )?;
     let top_k = match present(obj, "top_k") {
         Some(v) => Some(u32::try_from(unsigned(v, &at("top_k"))?).unwrap_or(u32::MAX)),
         None => None,
     };
-    let seed = match present(obj, "seed") {
-        // OpenAI accepts any 64-bit integer; a negative seed keeps its bits.
-        Some(v) => Some(match v.as_i64() {
-            Some(i) => i as u64,
-            None => v.as_u64().ok_or_else(|| {
-                let p = at("seed");
-                FieldError::invalid(&p, format!("`{p}` must be an integer"))
-            })?,
-        }),
-        None => None,
-    };
+    let seed = seed(obj, &at("seed"))?;
     let stop = match present(obj, "stop") {
         Some(v) => stop(v, opts.at)?,
         None => Vec::new(),
@@ -252,19 +211,7 @@ pub(crate) fn parse_request(
         Some(v) => boolean(v, &at("stream"))?,
         None => false,
     };
-    let stream_options = match present(obj, "stream_options") {
-        Some(Value::Object(o)) => match present(o, "include_usage") {
-            None => None,
-            Some(v) => Some(StreamOptions {
-                include_usage: boolean(v, &at("stream_options.include_usage"))?,
-            }),
-        },
-        Some(_) => {
-            let p = at("stream_options");
-            return Err(FieldError::invalid(&p, format!("`{p}` must be an object")));
-        }
-        None => None,
-    };
+    let stream_options = stream_options(obj, opts.at)?;
     let extra = if opts.strict {
         Map::new()
     } else {
@@ -289,6 +236,82 @@ pub(crate) fn parse_request(
         },
         extra,
     })
+}
+
+/// `max_completion_tokens` or `max_tokens`: the newer spelling wins, and
+/// the other is then not looked at.
+fn max_tokens(
+    obj: &Map<String, Value>,
+    at: &str,
+) -> Result<(Option<u32>, Option<u32>), FieldError> {
+    for (name, newer) in [("max_completion_tokens", true), ("max_tokens", false)] {
+        let Some(v) = present(obj, name) else {
+            continue;
+        };
+        let p = format!("{at}{name}");
+        let n = unsigned(v, &p)?;
+        if n == 0 {
+            return Err(FieldError::invalid(&p, format!("`{p}` must be at least 1")));
+        }
+        let n =
+            u32::try_from(n).map_err(|_| FieldError::invalid(&p, format!("`{p}` is too large")))?;
+        return Ok(if newer {
+            (None, Some(n))
+        } else {
+            (Some(n), None)
+        });
+    }
+    Ok((None, None))
+}
+
+/// A number field that must satisfy `ok` (`what` says how, in the error).
+fn ranged(
+    obj: &Map<String, Value>,
+    param: &str,
+    ok: fn(f64) -> bool,
+    what: &str,
+) -> Result<Option<f32>, FieldError> {
+    let name = param.rsplit('.').next().unwrap_or(param);
+    let Some(v) = present(obj, name) else {
+        return Ok(None);
+    };
+    let x = number(v, param)?;
+    if !ok(x) {
+        return Err(FieldError::invalid(param, format!("`{param}` {what}")));
+    }
+    Ok(Some(x as f32))
+}
+
+/// `seed`: OpenAI accepts any 64-bit integer; a negative seed keeps its
+/// bits.
+fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError> {
+    let Some(v) = present(obj, "seed") else {
+        return Ok(None);
+    };
+    match v.as_i64() {
+        Some(i) => Ok(Some(i as u64)),
+        None => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| FieldError::invalid(param, format!("`{param}` must be an integer"))),
+    }
+}
+
+/// `stream_options`: an object; only `include_usage` is read.
+fn stream_options(obj: &Map<String, Value>, at: &str) -> Result<Option<StreamOptions>, FieldError> {
+    match present(obj, "stream_options") {
+        Some(Value::Object(o)) => match present(o, "include_usage") {
+            None => Ok(None),
+            Some(v) => Ok(Some(StreamOptions {
+                include_usage: boolean(v, &format!("{at}stream_options.include_usage"))?,
+            })),
+        },
+        Some(_) => {
+            let p = format!("{at}stream_options");
+            Err(FieldError::invalid(&p, format!("`{p}` must be an object")))
+        }
+        None => Ok(None),
+    }
 }
 
 /// The value of `key`, unless absent or `null` (as good as absent).
