@@ -24,7 +24,7 @@ use super::outcome::Outcome;
 use super::registry::{HarnessStats, ShutdownReport};
 use crate::lane::{Lane, PerLane};
 use crate::request::Request;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
@@ -76,8 +76,10 @@ pub struct HarnessPool {
 
 struct PoolInner {
     instances: Vec<Harness>,
-    /// Whether a run of the pool is in flight on the instance.
-    claimed: Vec<AtomicBool>,
+    /// Runs of the pool in flight on each instance: at most one, except in
+    /// a pool of one, which is a lone harness (every request goes to it and
+    /// its run reports a busy lane as `busy`, as without a pool).
+    claimed: Vec<AtomicUsize>,
     /// Where the next search for an instance starts (spreads the load).
     next: AtomicUsize,
     released: Notify,
@@ -166,7 +168,7 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        self.pool.claimed[self.index].store(false, Ordering::Release);
+        self.pool.claimed[self.index].fetch_sub(1, Ordering::AcqRel);
         self.pool.released.notify_waiters();
     }
 }
@@ -180,7 +182,7 @@ impl From<Harness> for HarnessPool {
 
 impl HarnessPool {
     pub(crate) fn new(instances: Vec<Harness>, runtime: Option<Runtime>) -> Self {
-        let claimed = instances.iter().map(|_| AtomicBool::new(false)).collect();
+        let claimed = instances.iter().map(|_| AtomicUsize::new(0)).collect();
         Self {
             inner: Arc::new(PoolInner {
                 instances,
@@ -210,7 +212,7 @@ impl HarnessPool {
         self.inner
             .claimed
             .iter()
-            .map(|c| c.load(Ordering::Acquire))
+            .map(|c| c.load(Ordering::Acquire) > 0)
             .collect()
     }
 
@@ -219,7 +221,7 @@ impl HarnessPool {
         self.inner
             .claimed
             .iter()
-            .filter(|c| c.load(Ordering::Acquire))
+            .filter(|c| c.load(Ordering::Acquire) > 0)
             .count()
     }
 
@@ -376,6 +378,15 @@ impl HarnessPool {
         let inner = &self.inner;
         let needs = inner.instances[0].lanes_for(options)?;
         let n = inner.instances.len();
+        if n == 1 {
+            // A lone harness: its own admission decides (busy lanes are
+            // reported in the run's outcome, as without a pool).
+            inner.claimed[0].fetch_add(1, Ordering::AcqRel);
+            return Ok(Some(Claim {
+                pool: Arc::clone(&self.inner),
+                index: 0,
+            }));
+        }
         let from = inner.next.fetch_add(1, Ordering::Relaxed);
         let free = |h: &Harness, lane: Lane| !needs.uses[lane] || !h.is_busy(lane);
         let whole = |h: &Harness| free(h, Lane::Local) && free(h, Lane::Cloud);
@@ -387,7 +398,7 @@ impl HarnessPool {
                     continue;
                 }
                 if inner.claimed[i]
-                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
                     return Ok(Some(Claim {

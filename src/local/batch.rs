@@ -110,10 +110,12 @@ impl<'m> Engine<'m> {
         format: PromptFormat,
         batch_size: u32,
         sequences: usize,
-        seq_context: u32,
     ) -> Self {
         let batch_size = batch_size.max(1) as usize;
         let sequences = sequences.max(1);
+        // What llama.cpp made of the requested size (it may round up),
+        // shared out: each sequence may use its part.
+        let seq_context = (ctx.n_ctx() as usize / sequences).max(1);
         Self {
             model,
             ctx,
@@ -122,7 +124,7 @@ impl<'m> Engine<'m> {
             // `batch_size` prompt tokens besides.
             batch: LlamaBatch::new(batch_size + sequences, 1),
             batch_size,
-            seq_context: seq_context as usize,
+            seq_context,
             seqs: (0..sequences).map(|_| Sequence::default()).collect(),
             prompt_turn: 0,
         }

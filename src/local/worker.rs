@@ -140,7 +140,6 @@ fn run_worker(
         format,
         config.batch_size,
         sequences,
-        context_size,
     );
     loop {
         // Idle: wait for a job (or the end of the channel). Busy: take

@@ -108,7 +108,7 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
 
 #[test]
 fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
-    let (pool, locals) = pool_of(1, Scripted::new);
+    let (pool, locals) = pool_of(2, Scripted::new);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let busy = pool.start(req("first"), RunOptions::new()).unwrap();
     let t1 = locals[0].next_task();
