@@ -28,7 +28,9 @@ const ANSWER: &str = r#"{"id":"c","object":"chat.completion","created":0,"model"
 
 /// The instant upstream: reads the request, answers the fixed completion.
 async fn upstream() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
     let addr = listener.local_addr().expect("its address");
     tokio::spawn(async move {
         loop {
@@ -38,7 +40,8 @@ async fn upstream() -> String {
             tokio::spawn(async move {
                 let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
                     let _ = req.into_body().collect().await;
-                    let mut r = hyper::Response::new(Full::new(Bytes::from_static(ANSWER.as_bytes())));
+                    let mut r =
+                        hyper::Response::new(Full::new(Bytes::from_static(ANSWER.as_bytes())));
                     r.headers_mut().insert(
                         hyper::header::CONTENT_TYPE,
                         hyper::header::HeaderValue::from_static("application/json"),
@@ -84,8 +87,12 @@ async fn open_loop(url: &str, rate: u32, seconds: f64) -> Round {
     let endpoint = format!("{url}/chat/completions");
     for _ in 0..n {
         tick.tick().await;
-        let (http, body, endpoint, results) =
-            (http.clone(), body.clone(), endpoint.clone(), results.clone());
+        let (http, body, endpoint, results) = (
+            http.clone(),
+            body.clone(),
+            endpoint.clone(),
+            results.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let sent = Instant::now();
             let ok = match http
@@ -166,7 +173,11 @@ async fn main() {
     let (mut direct, mut through) = (Vec::new(), Vec::new());
     let (mut direct_bad, mut through_bad) = (0, 0);
     for round in 0..rounds {
-        let order = if round % 2 == 0 { [true, false] } else { [false, true] };
+        let order = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
         for is_direct in order {
             let url = if is_direct { &upstream_url } else { &serve_url };
             let r = open_loop(url, rate, seconds).await;
@@ -184,7 +195,10 @@ async fn main() {
     println!(
         "cloud-only, {parallel} instances, {rate} requests/s open loop, {rounds} x {seconds} s per path"
     );
-    for (name, v, bad) in [("upstream direct", &direct, direct_bad), ("through serve", &through, through_bad)] {
+    for (name, v, bad) in [
+        ("upstream direct", &direct, direct_bad),
+        ("through serve", &through, through_bad),
+    ] {
         println!(
             "{name:<16} n={:>6} not-200={bad:<4} p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms",
             v.len(),

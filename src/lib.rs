@@ -98,6 +98,7 @@ mod rng;
 mod sched;
 #[cfg(feature = "serve")]
 pub mod serve;
+pub mod structured;
 
 #[cfg(feature = "cloud")]
 pub use cloud::CloudConfig;
@@ -114,3 +115,4 @@ pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSin
 #[cfg(feature = "local")]
 pub use local::LocalConfig;
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};
+pub use structured::ResponseFormat;

@@ -88,6 +88,13 @@ pub struct Sampling {
     pub seed: Option<u64>,
     /// Generation stops before the first occurrence of any of these.
     pub stop: Vec<String>,
+    /// What the answer must be (JSON, or JSON meeting a schema); `None` is
+    /// free text. It lives here, with the other generation settings, so
+    /// it flows one way from the caller to every lane: the cloud lane
+    /// sends it as `response_format`, the local lane compiles it to a
+    /// grammar that constrains its sampling (see [`crate::structured`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<crate::structured::ResponseFormat>,
 }
 
 impl Default for Sampling {
@@ -99,6 +106,7 @@ impl Default for Sampling {
             top_k: 40,
             seed: None,
             stop: Vec::new(),
+            response_format: None,
         }
     }
 }
@@ -119,6 +127,10 @@ impl Sampling {
         }
         if self.stop.iter().any(String::is_empty) {
             return Err(InvalidRequest::new("stop strings must not be empty"));
+        }
+        if let Some(f) = &self.response_format {
+            f.check()
+                .map_err(|e| InvalidRequest::new(format!("response_format: {e}")))?;
         }
         Ok(())
     }

@@ -31,10 +31,11 @@
 //!   are accepted and ignored (the bench's lanes and policies decide
 //!   those). The body is read by the same validator as `edgecloud
 //!   serve`'s (`crate::openai`), strictly: fields no lane can honour (the
-//!   one list in `openai::refused`: `tools`, `tool_choice`, a non-text
-//!   `response_format`, `logprobs`, ...; and `n` > 1) are refused, never
+//!   one list in `openai::refused`: `tools`, `tool_choice`,
+//!   `logprobs`, ...; and `n` > 1) are refused, never
 //!   dropped (dropping them would benchmark a different request), and so
-//!   is any field it does not know.
+//!   is any field it does not know. `response_format` is honoured (it
+//!   becomes the item's `Sampling::response_format`).
 //! - an OpenAI Batch API line: `{"custom_id": "q1", "method": "POST",
 //!   "url": "/v1/chat/completions", "body": {...}}`, `custom_id` being the
 //!   item's id and `body` a chat-completion body as above; `tag`,

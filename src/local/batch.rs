@@ -20,7 +20,8 @@
 //! stopped one finishes and the others decode again next step, so a cancel
 //! takes effect within one compute step whoever else is in the batch.
 //! Greedy sampling reads the argmax of the raw logits, the same whatever
-//! else is in the batch (tested against the lane alone).
+//! else is in the batch (tested against the lane alone), unless a
+//! `response_format` grammar constrains it.
 //!
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
@@ -221,15 +222,19 @@ impl<'m> Engine<'m> {
                     Ok(tokens)
                 }
             });
-        let tokens = match prepared {
-            Ok(tokens) => tokens,
+        // A `response_format` adds llama.cpp's grammar sampler (greedy
+        // jobs too); a schema it cannot compile fails the job here.
+        let prepared = prepared.and_then(|tokens| {
+            build_sampler(self.model, &job.sampling).map(|sampler| (tokens, sampler))
+        });
+        let (tokens, sampler) = match prepared {
+            Ok(ready) => ready,
             Err(e) => {
                 reply_after(permit, job, progress, reply, Err(e));
                 return;
             }
         };
         let out = Progress::new(&job, submitted_at, started, tokens.len());
-        let sampler = (job.sampling.temperature > 0.0).then(|| build_sampler(&job.sampling));
         let stops = StopMatcher::new(&job.sampling.stop);
         let mut active = Active {
             job,
@@ -425,7 +430,8 @@ impl<'m> Engine<'m> {
         let pass = simd::scan(logits);
         // Greedy picks the first largest logit, which the signals pass
         // finds anyway: llama.cpp's sampler (a copy of the whole vocabulary
-        // per token) only runs when sampling is random.
+        // per token) only runs when sampling is random or a grammar
+        // constrains it (`build_sampler`; the sampler accepts its token).
         let token = match a.sampler.as_mut() {
             None => LlamaToken(pass.argmax as i32),
             Some(sampler) => sampler.sample(&self.ctx, row),
@@ -475,12 +481,24 @@ impl<'m> Engine<'m> {
         let finished = catch_unwind(AssertUnwindSafe(|| {
             out.finish(reason, stops, &mut job, aborted_in_decode)
         }));
-        let result = finished.map_err(|panic| {
-            self.forget(seq);
-            LocalError::Panicked {
-                detail: crate::panic_payload::message(&*panic),
-            }
-        });
+        let result = finished
+            .map_err(|panic| {
+                self.forget(seq);
+                LocalError::Panicked {
+                    detail: crate::panic_payload::message(&*panic),
+                }
+            })
+            // Under a grammar the answer is JSON unless it was cut short
+            // (max_tokens, a stop string): that is a typed error, never a
+            // malformed answer passed on as good. A cancelled or late job
+            // keeps its partial text, as without a format (the harness
+            // does not accept it as an answer anyway).
+            .and_then(|c| match &job.sampling.response_format {
+                Some(f) if matches!(reason, FinishReason::Stop | FinishReason::Length) => {
+                    f.accepts(&c.text).map(|()| c).map_err(LocalError::from)
+                }
+                _ => Ok(c),
+            });
         reply_after(permit, job, progress, reply, result);
     }
 

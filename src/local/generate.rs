@@ -8,6 +8,7 @@ use super::template::{self, Origin};
 use super::{LocalCompletion, LocalError, LocalTimings};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
+use crate::structured::ResponseFormat;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use std::time::{Duration, Instant};
@@ -146,9 +147,26 @@ pub(super) fn emit(job: &mut LaneJob, text: &str) {
     }
 }
 
-pub(super) fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler {
-    if sampling.temperature <= 0.0 {
-        return LlamaSampler::greedy();
+/// The sampler a job needs, or `None` when greedy sampling can take the
+/// argmax of the raw logits (no grammar). A `response_format` puts
+/// llama.cpp's grammar sampler first in the chain, so every token (greedy
+/// ones too) is one the grammar allows; the chain then picks as without it.
+pub(super) fn build_sampler(
+    model: &LlamaModel,
+    sampling: &crate::request::Sampling,
+) -> Result<Option<LlamaSampler>, LocalError> {
+    let grammar = match &sampling.response_format {
+        Some(format) => Some(grammar_sampler(model, format)?),
+        None => None,
+    };
+    let greedy = sampling.temperature <= 0.0;
+    if greedy && grammar.is_none() {
+        return Ok(None);
+    }
+    let mut chain: Vec<LlamaSampler> = grammar.into_iter().collect();
+    if greedy {
+        chain.push(LlamaSampler::greedy());
+        return Ok(Some(LlamaSampler::chain_simple(chain)));
     }
     let seed = sampling.seed.map_or_else(
         || {
@@ -158,7 +176,6 @@ pub(super) fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler
         },
         |s| (s ^ (s >> 32)) as u32,
     );
-    let mut chain = Vec::with_capacity(4);
     if sampling.top_k > 0 {
         chain.push(LlamaSampler::top_k(
             sampling.top_k.min(i32::MAX as u32) as i32
@@ -169,7 +186,27 @@ pub(super) fn build_sampler(sampling: &crate::request::Sampling) -> LlamaSampler
     }
     chain.push(LlamaSampler::temp(sampling.temperature));
     chain.push(LlamaSampler::dist(seed));
-    LlamaSampler::chain_simple(chain)
+    Ok(Some(LlamaSampler::chain_simple(chain)))
+}
+
+/// The GBNF grammar of a response format: llama.cpp's own translation of
+/// the schema (`json_object` is the schema `{"type": "object"}`, any JSON
+/// object), so no grammar is written by hand here.
+pub(super) fn grammar_text(format: &ResponseFormat) -> Result<String, LocalError> {
+    let schema = format.schema().to_string();
+    llama_cpp_2::json_schema_to_grammar(&schema).map_err(|e| LocalError::Grammar {
+        detail: e.to_string(),
+    })
+}
+
+fn grammar_sampler(
+    model: &LlamaModel,
+    format: &ResponseFormat,
+) -> Result<LlamaSampler, LocalError> {
+    let text = grammar_text(format)?;
+    LlamaSampler::grammar(model, &text, "root").map_err(|e| LocalError::Grammar {
+        detail: e.to_string(),
+    })
 }
 
 /// Counters and clocks of one job.

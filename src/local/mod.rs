@@ -304,6 +304,17 @@ pub enum LocalError {
     /// The request itself is invalid.
     #[error(transparent)]
     InvalidRequest(#[from] crate::request::InvalidRequest),
+    /// The request's `response_format` could not become a grammar
+    /// (llama.cpp's `json_schema_to_grammar` or grammar parser refused it).
+    #[error("response_format: no grammar for this schema: {detail}")]
+    Grammar {
+        /// What llama.cpp said.
+        detail: String,
+    },
+    /// The answer, decoded under the request's grammar, still does not
+    /// parse or meet its schema (cut by `max_tokens` or a stop string).
+    #[error("the local answer does not meet its response_format: {0}")]
+    InvalidAnswer(#[from] crate::structured::InvalidAnswer),
     /// `llama_decode` failed for a reason other than an abort.
     #[error("llama.cpp decode failed: {detail}")]
     Decode {
@@ -399,6 +410,8 @@ impl LocalError {
             LocalError::PromptTooLong { .. } => "prompt_too_long",
             LocalError::InvalidRequest(_) => "invalid_request",
             LocalError::Decode { .. } => "decode",
+            LocalError::Grammar { .. } => "grammar",
+            LocalError::InvalidAnswer(_) => "invalid_answer",
             LocalError::Devices(e) => e.kind(),
             LocalError::Panicked { .. } => "panicked",
             LocalError::WorkerGone => "worker_gone",

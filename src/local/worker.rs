@@ -134,13 +134,7 @@ fn run_worker(
     if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
         return;
     }
-    let mut engine = Engine::new(
-        &model,
-        ctx,
-        format,
-        config.batch_size,
-        sequences,
-    );
+    let mut engine = Engine::new(&model, ctx, format, config.batch_size, sequences);
     loop {
         // Idle: wait for a job (or the end of the channel). Busy: take
         // whatever else has arrived, then decode one step.

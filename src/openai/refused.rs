@@ -3,9 +3,9 @@
 //! as if it had not asked: `serve` answers 400 naming the field, a bench
 //! workload line is an error (dropping the field would benchmark a
 //! different request). Supporting one of them later (issue 24:
-//! `response_format` with a JSON schema, `tools`/`tool_choice`,
-//! `logprobs`/`top_logprobs`) means a typed field in `ChatRequest` and
-//! taking its entry out of this list; nothing else refuses them.
+//! `tools`/`tool_choice`, `logprobs`/`top_logprobs`) means a typed field
+//! in `ChatRequest` and taking its entry out of this list, as
+//! `response_format` was; nothing else refuses them.
 
 use super::error::FieldError;
 use serde_json::{Map, Value};
@@ -20,8 +20,6 @@ pub(crate) enum Neutral {
     False,
     /// Absent, `null` or `0`.
     Zero,
-    /// Absent, `null` or `{"type": "text"}`.
-    TextFormat,
 }
 
 /// A field that is refused unless neutral.
@@ -39,7 +37,6 @@ const fn refused(field: &'static str, neutral: Neutral) -> Refused {
 pub(crate) const REFUSED: &[Refused] = &[
     refused("logprobs", Neutral::False),
     refused("top_logprobs", Neutral::Zero),
-    refused("response_format", Neutral::TextFormat),
     refused("tools", Neutral::Unset),
     refused("tool_choice", Neutral::Unset),
     refused("functions", Neutral::Unset),
@@ -72,15 +69,9 @@ pub(crate) fn check(obj: &Map<String, Value>, at: &str) -> Result<(), FieldError
                 other => return Err(super::request::type_error(&param, "a boolean", other)),
             },
             Neutral::Zero => v.as_u64() == Some(0),
-            Neutral::TextFormat => v.get("type").and_then(Value::as_str) == Some("text"),
         };
         if !neutral {
-            let message = match r.neutral {
-                Neutral::TextFormat => {
-                    format!("only `{param}` {{\"type\": \"text\"}} is supported")
-                }
-                _ => format!("`{param}` is not supported"),
-            };
+            let message = format!("`{param}` is not supported");
             return Err(FieldError::refused(param, message));
         }
     }
@@ -101,7 +92,7 @@ mod tests {
         assert_eq!(
             first(
                 json!({"tools": [], "tool_choice": "none", "logprobs": false,
-                "top_logprobs": 0, "response_format": {"type": "text"}, "audio": null})
+                "top_logprobs": 0, "audio": null})
             ),
             None
         );
@@ -110,7 +101,6 @@ mod tests {
             ("tool_choice", json!("auto")),
             ("logprobs", json!(true)),
             ("top_logprobs", json!(3)),
-            ("response_format", json!({"type": "json_schema"})),
             ("web_search_options", json!({})),
         ] {
             assert_eq!(first(json!({ field: value })).as_deref(), Some(field));

@@ -6,6 +6,7 @@
 use super::error::FieldError;
 use super::refused;
 use crate::request::{ChatMessage, Role, Sampling};
+use crate::structured::ResponseFormat;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -35,6 +36,10 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) stream_options: Option<StreamOptions>,
+    /// `json_object` or `json_schema`; `{"type": "text"}` reads as `None`
+    /// and is never sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) response_format: Option<Cow<'a, ResponseFormat>>,
 }
 
 /// `stream_options`.
@@ -69,6 +74,8 @@ impl<'a> ChatRequest<'a> {
             stream_options: (stream && stream_usage).then_some(StreamOptions {
                 include_usage: true,
             }),
+            // Passed through unchanged: the provider enforces it.
+            response_format: sampling.response_format.as_ref().map(Cow::Borrowed),
         }
     }
 
@@ -93,6 +100,9 @@ impl<'a> ChatRequest<'a> {
         }
         if !self.stop.is_empty() {
             s.stop = self.stop.to_vec();
+        }
+        if let Some(f) = &self.response_format {
+            s.response_format = Some(f.clone().into_owned());
         }
         s
     }
@@ -145,6 +155,7 @@ const READ: &[&str] = &[
     "n",
     "stream",
     "stream_options",
+    "response_format",
 ];
 
 /// The one validator of a chat-completions body. Errors name the first
@@ -212,6 +223,10 @@ pub(crate) fn parse_request(
         None => false,
     };
     let stream_options = stream_options(obj, opts.at)?;
+    let response_format = match present(obj, "response_format") {
+        Some(v) => response_format(v, &format!("{}response_format", opts.at))?.map(Cow::Owned),
+        None => None,
+    };
     let extra = if opts.strict {
         Map::new()
     } else {
@@ -233,6 +248,7 @@ pub(crate) fn parse_request(
             stop: Cow::Owned(stop),
             stream,
             stream_options,
+            response_format,
         },
         extra,
     })
@@ -311,6 +327,56 @@ fn stream_options(obj: &Map<String, Value>, at: &str) -> Result<Option<StreamOpt
             Err(FieldError::invalid(&p, format!("`{p}` must be an object")))
         }
         None => Ok(None),
+    }
+}
+
+/// `response_format`: `text` (`None`), `json_object`, or `json_schema`
+/// with a schema inside the supported subset (`crate::structured`); a
+/// keyword outside it is named, never ignored.
+fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldError> {
+    let Value::Object(o) = v else {
+        return Err(type_error(p, "an object", v));
+    };
+    let kind = match present(o, "type") {
+        Some(t) => string(t, &format!("{p}.type"))?,
+        None => {
+            let p = format!("{p}.type");
+            return Err(FieldError::invalid(&p, format!("`{p}` is required"))
+                .code("missing_required_parameter"));
+        }
+    };
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(ResponseFormat::JsonObject)),
+        "json_schema" => {
+            let js = format!("{p}.json_schema");
+            let Some(inner) = present(o, "json_schema") else {
+                return Err(FieldError::invalid(&js, format!("`{js}` is required"))
+                    .code("missing_required_parameter"));
+            };
+            let f: ResponseFormat = serde_json::from_value(Value::Object(o.clone()))
+                .map_err(|e| FieldError::invalid(&js, format!("`{js}`: {e}")))?;
+            if !inner.get("schema").is_none_or(Value::is_object) {
+                let s = format!("{js}.schema");
+                return Err(type_error(&s, "an object", &inner["schema"]));
+            }
+            f.check().map_err(|e| {
+                FieldError::refused(
+                    format!("{js}.schema"),
+                    format!(
+                        "`{js}.schema`: {e}; supported: type, properties, required, \
+                         additionalProperties, items, enum, const, minItems, maxItems, \
+                         minLength, maxLength and annotations"
+                    ),
+                )
+                .code("unsupported_schema_keyword")
+            })?;
+            Ok(Some(f))
+        }
+        other => Err(FieldError::invalid(
+            format!("{p}.type"),
+            format!("unsupported `{p}.type` `{other}`; expected text, json_object or json_schema"),
+        )),
     }
 }
 

@@ -320,13 +320,34 @@ mod tests {
             ("tool_choice", json!("auto")),
             ("stream", json!("yes")),
             ("stream_options", json!(true)),
-            ("response_format", json!({"type": "json_object"})),
             ("edgecloud", json!("race")),
         ] {
             let mut body = json!({"model": "m", "messages": user});
             body[field] = value;
             assert_eq!(param_of(body), field);
         }
+        // A schema keyword outside the supported subset is named, never
+        // ignored; json_object and a supported schema are accepted.
+        let e = parse(json!({"model": "m", "messages": user, "response_format":
+            {"type": "json_schema", "json_schema": {"name": "x",
+                "schema": {"type": "string", "pattern": "a"}}}}))
+        .unwrap_err();
+        assert_eq!(
+            e.param.as_deref(),
+            Some("response_format.json_schema.schema")
+        );
+        assert!(e.message.contains("`pattern`"), "{}", e.message);
+        assert_eq!(
+            param_of(json!({"model": "m", "messages": user, "response_format": {"type": "xml"}})),
+            "response_format.type"
+        );
+        let ok = parse(json!({"model": "m", "messages": user,
+            "response_format": {"type": "json_object"}}))
+        .unwrap();
+        assert_eq!(
+            ok.sampling.response_format,
+            Some(crate::structured::ResponseFormat::JsonObject)
+        );
         assert_eq!(
             param_of(json!({"model": "m", "messages": user, "stop": ["a", ""]})),
             "stop[1]"

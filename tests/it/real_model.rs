@@ -282,3 +282,78 @@ fn cancelling_mid_prompt_stops_inside_decode_and_the_lane_still_answers() {
     );
     assert!(after.text.contains("Paris"), "{:?}", after.text);
 }
+
+/// `response_format` on the library's local lane (issue 24): the grammar
+/// makes every answer schema-valid JSON, greedy and sampled alike; an
+/// answer cut short by `max_tokens` is a typed error, never passed on.
+#[test]
+fn response_format_makes_every_answer_schema_valid_json() {
+    use edgecloud::local::LocalError;
+    use edgecloud::ResponseFormat;
+    let lane = shared_lane();
+    let format = ResponseFormat::json_schema(
+        "answer",
+        serde_json::json!({"type": "object", "additionalProperties": false,
+            "required": ["answer", "confidence"],
+            "properties": {"answer": {"type": "string", "maxLength": 60},
+                "confidence": {"enum": ["low", "medium", "high"]}}}),
+    );
+    let prompts = [
+        "What is the capital of Italy?",
+        "How many legs does a spider have?",
+        "Write a poem about the sea.",
+        "Is the sun a star?",
+        "Say hello.",
+    ];
+    for (i, prompt) in prompts.into_iter().enumerate() {
+        let sampling = Sampling {
+            max_tokens: 64,
+            // Greedy and sampled: both go through the grammar.
+            temperature: if i % 2 == 0 { 0.0 } else { 0.8 },
+            seed: Some(i as u64),
+            response_format: Some(format.clone()),
+            ..Sampling::default()
+        };
+        let done = lane
+            .generate(LaneJob::new(
+                vec![ChatMessage::user(prompt)],
+                sampling,
+                far(),
+            ))
+            .unwrap_or_else(|e| panic!("{prompt}: {e}"));
+        assert_eq!(
+            format.accepts(&done.text),
+            Ok(()),
+            "{prompt}: {}",
+            done.text
+        );
+    }
+    // json_object: any object.
+    let done = lane
+        .generate(LaneJob::new(
+            vec![ChatMessage::user("Describe a cat.")],
+            Sampling {
+                response_format: Some(ResponseFormat::JsonObject),
+                ..greedy(48)
+            },
+            far(),
+        ))
+        .unwrap();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&done.text).is_ok_and(|v| v.is_object()),
+        "{}",
+        done.text
+    );
+    // Two tokens cannot close the object: a typed error.
+    let err = lane
+        .generate(LaneJob::new(
+            vec![ChatMessage::user("Say hello.")],
+            Sampling {
+                response_format: Some(format.clone()),
+                ..greedy(2)
+            },
+            far(),
+        ))
+        .unwrap_err();
+    assert!(matches!(err, LocalError::InvalidAnswer(_)), "{err}");
+}

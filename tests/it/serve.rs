@@ -1019,3 +1019,63 @@ fn serve_parallel_runs_that_many_instances_over_one_model_and_says_so() {
     assert!(ok, "{err}");
     assert!(err.contains("3 instances (--parallel)"), "{err}");
 }
+
+/// `response_format` through the real binary on the real SmolLM2 (issue
+/// 24): every answer is JSON meeting the schema, sampled or greedy; a
+/// schema keyword outside the supported subset is a 400 naming it.
+#[test]
+fn serve_answers_json_meeting_the_response_format_schema() {
+    let model = crate::support::real_model::smollm2()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let server = ServeProcess::start(
+        &[
+            "--model",
+            &model,
+            "--policy",
+            "local-only",
+            "--threads",
+            "2",
+        ],
+        &[],
+    );
+    let schema = json!({"type": "object", "additionalProperties": false,
+        "required": ["city", "country"],
+        "properties": {"city": {"type": "string", "maxLength": 40},
+            "country": {"type": "string", "maxLength": 40}}});
+    let format = json!({"type": "json_schema",
+        "json_schema": {"name": "place", "schema": schema, "strict": true}});
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for (i, (prompt, temperature)) in [
+        ("Name a big city in France, as JSON.", 0.0),
+        ("Where is the Colosseum? Answer in JSON.", 0.8),
+        ("Tell me about Tokyo.", 0.0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, _, body) = rt.block_on(post(
+            &server.url,
+            json!({"model": "edgecloud", "messages": user(prompt), "max_tokens": 48,
+                "temperature": temperature, "seed": i, "response_format": format,
+                // A busy test machine: the 5 s default is not the point here.
+                "edgecloud": {"deadline_ms": 120000}}),
+            &[],
+        ));
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let f: edgecloud::ResponseFormat = serde_json::from_value(format.clone()).unwrap();
+        assert_eq!(f.accepts(text), Ok(()), "{prompt}: {text}");
+    }
+    let (status, _, body) = rt.block_on(post(
+        &server.url,
+        json!({"model": "edgecloud", "messages": user("hi"), "response_format":
+            {"type": "json_schema", "json_schema": {"name": "x",
+                "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}}}}),
+        &[],
+    ));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("`format`"), "{body}");
+}

@@ -125,6 +125,8 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::Context { .. }
         | LocalError::ChatTemplate { .. }
         | LocalError::Decode { .. } => LaneErrorKind::Model,
+        // The model's answer missed its schema even under the grammar.
+        LocalError::InvalidAnswer(_) => LaneErrorKind::Model,
         LocalError::Devices(_) => LaneErrorKind::Config,
         // The model crashed or hung a probe process: the model is at fault;
         // a probe that could not run at all leaves the lane unavailable.
@@ -132,9 +134,9 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::ProbeTimedOut { .. }
         | LocalError::ProbeFailed { .. } => LaneErrorKind::Model,
         LocalError::ProbeUnavailable { .. } => LaneErrorKind::Unavailable,
-        LocalError::PromptTooLong { .. } | LocalError::InvalidRequest(_) => {
-            LaneErrorKind::InvalidRequest
-        }
+        LocalError::PromptTooLong { .. }
+        | LocalError::InvalidRequest(_)
+        | LocalError::Grammar { .. } => LaneErrorKind::InvalidRequest,
         LocalError::Panicked { .. } => LaneErrorKind::Panicked,
         LocalError::WorkerGone | LocalError::Spawn { .. } => LaneErrorKind::Unavailable,
     }

@@ -85,6 +85,36 @@ async fn request_carries_model_messages_sampling_and_the_key() {
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);
     assert!(body.get("top_k").is_none(), "top_k is off by default");
+    assert!(body.get("response_format").is_none(), "text is never sent");
+}
+
+/// `response_format` is passed through unchanged in the request body
+/// (issue 24): the provider enforces it.
+#[tokio::test]
+async fn response_format_is_passed_through_unchanged() {
+    let server = TestServer::openai(Flavor::Vllm, GOOD).await;
+    let lane = lane(&server);
+    let schema = serde_json::json!({"type": "object", "required": ["a"],
+        "properties": {"a": {"type": "integer"}}});
+    let mut j = LaneJob::new(
+        vec![ChatMessage::user("hi")],
+        Sampling {
+            response_format: Some(edgecloud::ResponseFormat::json_schema(
+                "thing",
+                schema.clone(),
+            )),
+            ..Sampling::default()
+        },
+        Instant::now() + Duration::from_secs(30),
+    );
+    j.cancel = CancellationToken::new();
+    lane.run(j).await.unwrap();
+    let body = server.requests()[0].json();
+    assert_eq!(
+        body["response_format"],
+        serde_json::json!({"type": "json_schema",
+            "json_schema": {"name": "thing", "schema": schema, "strict": true}})
+    );
 }
 
 #[tokio::test]
