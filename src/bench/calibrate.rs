@@ -27,6 +27,7 @@
 //! at run time.
 
 use super::error::BenchError;
+use super::heldout::{cross_validate, evaluate_fresh, HeldOut, HeldOutPoint, HeldOutSettings};
 use super::record::{RunRecord, RunStatus};
 use super::report::{num, pct};
 use super::svg;
@@ -131,7 +132,13 @@ pub struct Calibration {
     pub curves: Vec<SignalCurve>,
     /// The chosen threshold, when the target is reachable.
     pub choice: Option<Choice>,
-    /// Plain advice from the figures.
+    /// Every signal's figures by k-fold cross-validation: what a threshold
+    /// fitted on some items gives on the others.
+    pub cross_validated: Option<HeldOut>,
+    /// The figures on fresh items (`--eval`), fitted on all the items.
+    #[serde(default)]
+    pub fresh: Option<HeldOut>,
+    /// Plain advice from the figures (the held-out ones).
     pub advice: String,
 }
 
@@ -139,6 +146,18 @@ impl Calibration {
     /// The curve of one signal.
     pub fn curve(&self, signal: Signal) -> Option<&SignalCurve> {
         self.curves.iter().find(|c| c.signal == signal)
+    }
+
+    /// The held-out figures the advice stands on: fresh items when there
+    /// are some, else the cross-validation.
+    pub fn held_out(&self) -> Option<&HeldOut> {
+        self.fresh.as_ref().or(self.cross_validated.as_ref())
+    }
+
+    /// The chosen target's held-out figures.
+    pub fn held_out_choice(&self) -> Option<HeldOutPoint> {
+        let ch = self.choice?;
+        Some(self.held_out()?.signal(ch.signal)?.target)
     }
 }
 
@@ -359,14 +378,18 @@ pub fn choose(curve: &SignalCurve, target: Target) -> Option<Choice> {
     })
 }
 
-/// Calibrates: pairs the baselines, draws every signal's curve, and picks
-/// a threshold for `target` on `signal` (default: the signal with the
-/// highest APGR).
+/// Calibrates: pairs the baselines, draws every signal's curve, checks
+/// each on held-out items (k-fold cross-validation per `held_out`, and the
+/// items of `fresh` when given: another bench output, its source named),
+/// and picks a threshold for `target` on `signal` (default: the signal
+/// with the highest held-out APGR). The threshold is fitted on all items.
 pub fn calibrate(
     runs: &[RunRecord],
     deadline_ms: Option<u64>,
     signal: Option<Signal>,
     target: Target,
+    held_out: &HeldOutSettings,
+    fresh: Option<(&[RunRecord], &str)>,
 ) -> Result<Calibration, BenchError> {
     let (deadline, items) = pair_items(runs, deadline_ms)?;
     let curves: Vec<SignalCurve> = Signal::ALL
@@ -381,6 +404,25 @@ pub fn calibrate(
                 .into(),
         });
     }
+    let signals: Vec<Signal> = curves.iter().map(|c| c.signal).collect();
+    let cv = cross_validate(&items, &signals, target, held_out);
+    let fresh = match fresh {
+        Some((runs, source)) => {
+            let (_, fresh_items) = pair_items(runs, deadline_ms.or(Some(deadline)))
+                .or_else(|_| pair_items(runs, None))?;
+            Some(evaluate_fresh(
+                &items,
+                &fresh_items,
+                &signals,
+                target,
+                held_out,
+                source,
+            ))
+        }
+        None => None,
+    };
+    let judged = fresh.as_ref().unwrap_or(&cv);
+    let apgr_of = |s: Signal| judged.signal(s).and_then(|h| h.apgr).unwrap_or(f64::MIN);
     let pick =
         match signal {
             Some(s) => curves.iter().find(|c| c.signal == s).ok_or_else(|| {
@@ -391,7 +433,7 @@ pub fn calibrate(
             None => curves
                 .iter()
                 .reduce(|best, c| {
-                    if c.apgr.unwrap_or(f64::MIN) > best.apgr.unwrap_or(f64::MIN) + 1e-12 {
+                    if apgr_of(c.signal) > apgr_of(best.signal) + 1e-12 {
                         c
                     } else {
                         best
@@ -408,10 +450,20 @@ pub fn calibrate(
         local_max_ms: items.iter().map(|i| i.local_ms).fold(0.0, f64::max),
         curves: curves.clone(),
         choice,
+        cross_validated: Some(cv),
+        fresh,
         advice: String::new(),
     };
     c.advice = advice(&c);
     Ok(c)
+}
+
+/// A signal's APGR as the advice judges it: held out when known.
+fn judged_apgr(c: &Calibration, k: &SignalCurve) -> Option<f64> {
+    match c.held_out() {
+        Some(h) => h.signal(k.signal).and_then(|s| s.apgr),
+        None => k.apgr,
+    }
 }
 
 fn advice(c: &Calibration) -> String {
@@ -419,11 +471,16 @@ fn advice(c: &Calibration) -> String {
     let best = c
         .curves
         .iter()
-        .filter_map(|k| k.apgr.map(|a| (k.signal, a)))
+        .filter_map(|k| judged_apgr(c, k).map(|a| (k.signal, a)))
         .fold(None::<(Signal, f64)>, |b, x| match b {
             Some(b) if b.1 >= x.1 => Some(b),
             _ => Some(x),
         });
+    let judged = if c.held_out().is_some() {
+        "held-out"
+    } else {
+        "in-sample"
+    };
     if strong <= weak + 1e-12 {
         return format!(
             "Local only: the local model is as accurate as the cloud here ({} against {}); \
@@ -443,23 +500,46 @@ fn advice(c: &Calibration) -> String {
     }
     match (best, c.choice) {
         (Some((sig, apgr)), _) if apgr < 0.55 => format!(
-            "No local signal routes much better than random here (best APGR {apgr:.2}, `{sig}`; \
-             random is 0.50): a cascade saves cloud calls only in proportion to the quality \
-             it gives up."
+            "No local signal routes much better than random here (best {judged} APGR {apgr:.2}, \
+             `{sig}`; random is 0.50): a cascade saves cloud calls only in proportion to the \
+             quality it gives up."
         ),
-        (_, Some(ch)) => format!(
-            "Cascade on `{}`: escalating below {} sends {} of requests to the cloud for {} \
-             accuracy (local only {}, cloud only {}), {} of the gap recovered.",
-            ch.signal,
-            fmt_threshold(ch.point.threshold.unwrap_or(f64::NAN)),
-            pct(ch.point.cloud_share),
-            pct(ch.point.accuracy),
-            pct(weak),
-            pct(strong),
-            ch.point.pgr.map_or("–".into(), pct)
-        ),
+        (_, Some(ch)) => match c.held_out_choice() {
+            Some(h) => format!(
+                "Cascade on `{}`: escalating below {} sends {} (95% interval {}) of new requests \
+                 to the cloud for {} accuracy ({}), {} of the gap recovered, on items the \
+                 threshold was not fitted on (in sample: {} for {}; local only {}, cloud only {}).",
+                ch.signal,
+                fmt_threshold(ch.point.threshold.unwrap_or(f64::NAN)),
+                pct(h.cloud_share),
+                fmt_interval(h.cloud_share_ci),
+                pct(h.accuracy),
+                fmt_interval(h.accuracy_ci),
+                opt_pct(h.pgr),
+                pct(ch.point.cloud_share),
+                pct(ch.point.accuracy),
+                pct(weak),
+                pct(strong),
+            ),
+            None => format!(
+                "Cascade on `{}`: escalating below {} sends {} of requests to the cloud for {} \
+                 accuracy (local only {}, cloud only {}), {} of the gap recovered (in sample).",
+                ch.signal,
+                fmt_threshold(ch.point.threshold.unwrap_or(f64::NAN)),
+                pct(ch.point.cloud_share),
+                pct(ch.point.accuracy),
+                pct(weak),
+                pct(strong),
+                opt_pct(ch.point.pgr)
+            ),
+        },
         _ => "No threshold meets the target on this workload.".into(),
     }
+}
+
+/// An interval for people: `40.0%–55.0%`.
+fn fmt_interval(i: super::heldout::Interval) -> String {
+    format!("{}–{}", pct(i.low), pct(i.high))
 }
 
 /// A threshold as it goes into a config: enough digits to fall between
@@ -501,31 +581,85 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
     );
     let _ = writeln!(md, "**Advice**: {}\n", c.advice);
     let _ = writeln!(md, "## Signals\n");
+    let held = c.held_out();
+    let ho = |k: &SignalCurve| held.and_then(|h| h.signal(k.signal));
+    let apgr_cell = |a: Option<f64>| a.map_or("–".into(), |a| format!("{a:.3}"));
     let _ = writeln!(
         md,
-        "| signal | unit | items without it | CPT(50%) | CPT(80%) | APGR |"
+        "| signal | unit | items without it | CPT(50%) in sample | CPT(50%) held out | \
+         CPT(80%) in sample | CPT(80%) held out | APGR in sample | APGR held out |"
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for k in &c.curves {
+        let h = ho(k);
         let _ = writeln!(
             md,
-            "| `{}` | {} | {} | {} | {} | {} |",
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
             k.signal,
             k.signal.unit(),
             k.missing,
             opt_pct(k.cpt50),
+            opt_pct(h.and_then(|h| h.cpt50)),
             opt_pct(k.cpt80),
-            k.apgr.map_or("–".into(), |a| format!("{a:.3}"))
+            opt_pct(h.and_then(|h| h.cpt80)),
+            apgr_cell(k.apgr),
+            apgr_cell(h.and_then(|h| h.apgr)),
         );
     }
     let gap = c.cloud_accuracy - c.local_accuracy;
-    let _ = writeln!(
-        md,
-        "| random routing | – | – | {} | {} | {} |\n",
+    let (c50, c80, a) = (
         if gap > 0.0 { "50.0%" } else { "–" },
         if gap > 0.0 { "80.0%" } else { "–" },
-        if gap.abs() > 1e-12 { "0.500" } else { "–" }
+        if gap.abs() > 1e-12 { "0.500" } else { "–" },
     );
+    let _ = writeln!(
+        md,
+        "| random routing | – | – | {c50} | {c50} | {c80} | {c80} | {a} | {a} |\n"
+    );
+    for h in [&c.cross_validated, &c.fresh].into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "Held out by {}: {} items, local-only accuracy {}, cloud-only {}. Chosen target, \
+             per signal (95% bootstrap intervals over the held-out items):\n",
+            h.method,
+            h.items,
+            pct(h.local_accuracy),
+            pct(h.cloud_accuracy)
+        );
+        let _ = writeln!(
+            md,
+            "| signal | cloud share in sample | cloud share held out | accuracy in sample | \
+             accuracy held out | gap recovered held out |"
+        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+        for s in &h.signals {
+            let inside = c
+                .curve(s.signal)
+                .and_then(|k| choose(k, c.choice.map_or(Target::Cpt80, |ch| ch.target)));
+            let t = s.target;
+            let _ = writeln!(
+                md,
+                "| `{}` | {} | {} ({}) | {} | {} ({}) | {}{} |",
+                s.signal,
+                inside.map_or("–".into(), |ch| pct(ch.point.cloud_share)),
+                pct(t.cloud_share),
+                fmt_interval(t.cloud_share_ci),
+                inside.map_or("–".into(), |ch| pct(ch.point.accuracy)),
+                pct(t.accuracy),
+                fmt_interval(t.accuracy_ci),
+                opt_pct(t.pgr),
+                if t.splits_without_threshold > 0 {
+                    format!(
+                        " ({} split(s) met no threshold: cloud)",
+                        t.splits_without_threshold
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+        let _ = writeln!(md);
+    }
     let _ = writeln!(md, "## Accuracy at a given cloud share\n");
     let mut head = String::from("| cloud share |");
     let mut rule = String::from("|---:|");
@@ -554,8 +688,8 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
             let _ = writeln!(md, "## Chosen threshold\n");
             let _ = writeln!(
                 md,
-                "Target {}: `{}` below **{}** ({}). Simulated cloud share {}, accuracy {}, gap recovered {}. \
-                 Config: `{CALIBRATION_CONFIG}`.\n",
+                "Target {}: `{}` below **{}** ({}), fitted on all {} items. In sample: cloud share {}, \
+                 accuracy {}, gap recovered {}.{} Config: `{CALIBRATION_CONFIG}`.\n",
                 match ch.target {
                     Target::CloudShare(x) => format!("cloud share at most {}", pct(x)),
                     Target::Quality(y) => format!("accuracy at least {}", pct(y)),
@@ -564,9 +698,22 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
                 ch.signal,
                 fmt_threshold(ch.point.threshold.unwrap_or(f64::NAN)),
                 ch.signal.unit(),
+                c.items,
                 pct(ch.point.cloud_share),
                 pct(ch.point.accuracy),
-                opt_pct(ch.point.pgr)
+                opt_pct(ch.point.pgr),
+                match c.held_out_choice() {
+                    Some(h) => format!(
+                        " **Held out** (what new requests get): cloud share {} ({}), accuracy {} \
+                         ({}), gap recovered {}.",
+                        pct(h.cloud_share),
+                        fmt_interval(h.cloud_share_ci),
+                        pct(h.accuracy),
+                        fmt_interval(h.accuracy_ci),
+                        opt_pct(h.pgr)
+                    ),
+                    None => String::new(),
+                }
             );
         }
         None => {
@@ -579,7 +726,10 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
         "Definitions: *CPT(x)*: the smallest simulated cloud share recovering x of the \
          local-to-cloud accuracy gap; *APGR*: the area under the gap-recovered curve over cloud \
          shares 0 to 1 (random routing 0.5, above 1 possible when a cascade beats both lanes). \
-         Items whose local run gave no signal always escalate, as at run time."
+         *In sample*: the threshold is read off the same items it is scored on (optimistic); \
+         *held out*: each item is scored by a threshold fitted without it (the held-out curve \
+         pools fits for cloud-share targets 2%, 4%, ..., 100%). Items whose local run gave no \
+         signal always escalate, as at run time."
     );
     md
 }
@@ -592,9 +742,27 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
     let threshold = ch.point.threshold?;
     let share_needed = c.local_max_ms / c.deadline_ms.max(1) as f64;
     let local_share = if share_needed <= 0.45 { 0.5 } else { 0.95 };
+    let figures = match c.held_out_choice() {
+        Some(h) => format!(
+            "# Held out ({}):\n# cloud share {} ({}), accuracy {} ({}); in sample {} and {}.\n",
+            c.held_out().map_or("", |h| h.method.as_str()),
+            pct(h.cloud_share),
+            fmt_interval(h.cloud_share_ci),
+            pct(h.accuracy),
+            fmt_interval(h.accuracy_ci),
+            pct(ch.point.cloud_share),
+            pct(ch.point.accuracy),
+        ),
+        None => format!(
+            "# Simulated in sample: cloud share {}, accuracy {}.\n",
+            pct(ch.point.cloud_share),
+            pct(ch.point.accuracy)
+        ),
+    };
     Some(format!(
         "# From `edgecloud bench calibrate {source}`: {} items at {} ms.\n\
-         # Simulated: cloud share {}, accuracy {} (local only {}, cloud only {}).\n\
+         {figures}\
+         # Local only {}, cloud only {}.\n\
          # The same keys work under [routes.NAME].\n\
          [harness]\n\
          policy = \"cascade\"\n\
@@ -605,8 +773,6 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
          escalate_below = {{ signal = \"{}\", value = {} }}\n",
         c.items,
         c.deadline_ms,
-        pct(ch.point.cloud_share),
-        pct(ch.point.accuracy),
         pct(c.local_accuracy),
         pct(c.cloud_accuracy),
         c.deadline_ms,
@@ -764,10 +930,13 @@ mod tests {
             local_max_ms: 10.0,
             curves,
             choice,
+            cross_validated: None,
+            fresh: None,
             advice: String::new(),
         };
         c.advice = advice(&c);
         assert!(c.advice.contains("p10_logprob"), "{}", c.advice);
+        assert!(c.advice.contains("(in sample)"), "{}", c.advice);
         let toml = config_snippet(&c, "dir").unwrap();
         assert!(toml.contains("escalate_below = { signal = \"p10_logprob\", value = -0.750000 }"));
         let cfg = crate::harness::HarnessConfig::from_toml_str(&toml).expect("the snippet parses");
@@ -778,5 +947,50 @@ mod tests {
         let md = render_markdown(&c, "dir");
         assert!(md.contains("| random routing |"));
         assert!(render_chart(&c).contains("random routing"));
+    }
+
+    /// The advice and the config quote the held-out figures once there
+    /// are some.
+    #[test]
+    fn advice_and_config_use_the_held_out_figures() {
+        let items: Vec<PairedItem> = (0..40)
+            .map(|i| {
+                let v = -(i as f64) / 10.0;
+                item(&i.to_string(), Some(v), v > -2.0, true)
+            })
+            .collect();
+        let curves = vec![curve(&items, Signal::P10Logprob)];
+        let choice = choose(&curves[0], Target::Cpt80);
+        let cv = cross_validate(
+            &items,
+            &[Signal::P10Logprob],
+            Target::Cpt80,
+            &HeldOutSettings::default(),
+        );
+        let mut c = Calibration {
+            deadline_ms: 1000,
+            items: 40,
+            local_accuracy: 0.5,
+            cloud_accuracy: 1.0,
+            local_max_ms: 10.0,
+            curves,
+            choice,
+            cross_validated: Some(cv),
+            fresh: None,
+            advice: String::new(),
+        };
+        c.advice = advice(&c);
+        let h = c.held_out_choice().unwrap();
+        assert!(c.advice.contains("not fitted on"), "{}", c.advice);
+        assert!(c.advice.contains(&pct(h.accuracy)), "{}", c.advice);
+        let toml = config_snippet(&c, "dir").unwrap();
+        assert!(
+            toml.contains("# Held out (5-fold cross-validation"),
+            "{toml}"
+        );
+        crate::harness::HarnessConfig::from_toml_str(&toml).expect("the snippet parses");
+        let md = render_markdown(&c, "dir");
+        assert!(md.contains("APGR held out"));
+        assert!(md.contains("**Held out**"));
     }
 }

@@ -382,15 +382,9 @@ fn lane_signals(r: &LaneReport, o: &Outcome) -> Option<LaneSignals> {
         .filter(|_| o.winner == Some(r.lane))
         .and_then(|c| c.signals.as_ref());
     for sig in Signal::ALL {
-        let v = match (from_completion, sig) {
-            (Some(t), Signal::MeanLogprob) => t.mean_logprob,
-            (Some(t), Signal::MinLogprob) => t.min_logprob,
-            (Some(t), Signal::P10Logprob) => t.p10_logprob,
-            (Some(t), Signal::FirstTokenMargin) => t.first_token_margin,
-            (None, _) => None,
-        }
-        .map(f64::from)
-        .or_else(|| r.signals.get(sig.as_str()).copied());
+        let v = from_completion
+            .and_then(|t| sig.of_signals(t))
+            .or_else(|| r.signals.get(sig.as_str()).copied());
         s.set(sig, v);
     }
     (!s.is_empty()).then_some(s)

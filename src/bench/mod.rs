@@ -34,6 +34,7 @@ mod env;
 mod error;
 mod grade;
 mod harness_exec;
+mod heldout;
 mod record;
 mod replay;
 mod report;
@@ -57,6 +58,9 @@ pub use env::{BuildInfo, MachineInfo, ModelFileInfo};
 pub use error::BenchError;
 pub use grade::Grader;
 pub use harness_exec::{record_from_outcome, CurrentRun, HarnessExecutor, LateWorkerLog};
+pub use heldout::{
+    cross_validate, evaluate_fresh, HeldOut, HeldOutPoint, HeldOutSettings, Interval, SignalHeldOut,
+};
 pub use record::{LaneRecord, LaneSignals, LaneState, RunRecord, RunStatus, TokensSaved};
 pub use replay::{RecordedAnswer, Replay};
 pub use report::{

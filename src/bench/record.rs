@@ -81,6 +81,12 @@ pub struct LaneSignals {
     /// The first token's top-1 minus top-2 probability.
     #[serde(default)]
     pub first_token_margin: Option<f64>,
+    /// Lowest mean log-probability over a sliding window of tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_window_logprob: Option<f64>,
+    /// Mean log-probability of the answer's last tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_logprob: Option<f64>,
 }
 
 impl LaneSignals {
@@ -91,6 +97,8 @@ impl LaneSignals {
             Signal::MinLogprob => self.min_logprob,
             Signal::P10Logprob => self.p10_logprob,
             Signal::FirstTokenMargin => self.first_token_margin,
+            Signal::MinWindowLogprob => self.min_window_logprob,
+            Signal::TailLogprob => self.tail_logprob,
         }
         .filter(|v| v.is_finite())
     }
@@ -102,6 +110,8 @@ impl LaneSignals {
             Signal::MinLogprob => &mut self.min_logprob,
             Signal::P10Logprob => &mut self.p10_logprob,
             Signal::FirstTokenMargin => &mut self.first_token_margin,
+            Signal::MinWindowLogprob => &mut self.min_window_logprob,
+            Signal::TailLogprob => &mut self.tail_logprob,
         };
         *slot = value.filter(|v| v.is_finite());
     }

@@ -25,7 +25,7 @@
 //! cascade route is `Policy::cascade(-1.2)` with
 //! `SignalScorer(Signal::P10Logprob)`.
 
-use super::backend::Candidate;
+use super::backend::{Candidate, TokenSignals};
 use super::callbacks::{Score, ScoreContext, Scorer};
 use crate::lane::FinishReason;
 use serde::{Deserialize, Serialize};
@@ -74,6 +74,63 @@ pub fn first_token_margin(candidate: &Candidate) -> Option<f64> {
         .map(f64::from)
 }
 
+/// Tokens in the sliding window of [`min_window_logprob`].
+pub const CONFIDENCE_WINDOW: usize = 16;
+/// Tokens in the answer's tail of [`tail_logprob`].
+pub const CONFIDENCE_TAIL: usize = 32;
+
+/// The lowest mean of `window` consecutive finite log-probabilities (the
+/// mean of all of them when there are fewer): DeepConf's lowest group
+/// confidence (Fu et al. 2025), with the sampled token's log-probability
+/// standing for the token's confidence. A reasoning trace that loses its
+/// way for a few steps shows a dip that the mean over the whole answer
+/// smooths out. `None` without a finite value.
+pub fn lowest_window_mean(logprobs: &[f32], window: usize) -> Option<f64> {
+    let v: Vec<f64> = logprobs
+        .iter()
+        .filter(|x| x.is_finite())
+        .map(|&x| f64::from(x))
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    let w = window.clamp(1, v.len());
+    let mut sum: f64 = v[..w].iter().sum();
+    let mut low = sum;
+    for i in w..v.len() {
+        sum += v[i] - v[i - w];
+        low = low.min(sum);
+    }
+    Some(low / w as f64)
+}
+
+/// The mean of the last `tail` finite log-probabilities (all of them when
+/// there are fewer): DeepConf's tail confidence, the part of a reasoning
+/// answer where the final result is stated. `None` without a finite value.
+pub fn tail_mean(logprobs: &[f32], tail: usize) -> Option<f64> {
+    let v: Vec<f64> = logprobs
+        .iter()
+        .filter(|x| x.is_finite())
+        .map(|&x| f64::from(x))
+        .collect();
+    let t = tail.clamp(1, v.len().max(1));
+    (!v.is_empty()).then(|| v[v.len() - t..].iter().sum::<f64>() / t as f64)
+}
+
+/// Lowest mean log-probability over a sliding window of
+/// [`CONFIDENCE_WINDOW`] tokens (see [`lowest_window_mean`]).
+pub fn min_window_logprob(candidate: &Candidate) -> Option<f64> {
+    let s = candidate.signals.as_ref()?;
+    lowest_window_mean(&s.token_logprobs, CONFIDENCE_WINDOW)
+}
+
+/// Mean log-probability of the last [`CONFIDENCE_TAIL`] tokens (see
+/// [`tail_mean`]).
+pub fn tail_logprob(candidate: &Candidate) -> Option<f64> {
+    let s = candidate.signals.as_ref()?;
+    tail_mean(&s.token_logprobs, CONFIDENCE_TAIL)
+}
+
 /// A confidence signal of a candidate, by name: what cascade thresholds
 /// are expressed in and what `edgecloud bench calibrate` calibrates.
 /// Higher always means more confident.
@@ -88,15 +145,23 @@ pub enum Signal {
     P10Logprob,
     /// The first token's top-1 minus top-2 probability (`[0, 1]`).
     FirstTokenMargin,
+    /// Lowest mean log-probability over a sliding window of
+    /// [`CONFIDENCE_WINDOW`] tokens (DeepConf's lowest group confidence).
+    MinWindowLogprob,
+    /// Mean log-probability of the last [`CONFIDENCE_TAIL`] tokens
+    /// (DeepConf's tail confidence).
+    TailLogprob,
 }
 
 impl Signal {
     /// Every signal, in documentation order.
-    pub const ALL: [Signal; 4] = [
+    pub const ALL: [Signal; 6] = [
         Signal::MeanLogprob,
         Signal::MinLogprob,
         Signal::P10Logprob,
         Signal::FirstTokenMargin,
+        Signal::MinWindowLogprob,
+        Signal::TailLogprob,
     ];
 
     /// The snake-case name (`p10_logprob`).
@@ -106,6 +171,8 @@ impl Signal {
             Signal::MinLogprob => "min_logprob",
             Signal::P10Logprob => "p10_logprob",
             Signal::FirstTokenMargin => "first_token_margin",
+            Signal::MinWindowLogprob => "min_window_logprob",
+            Signal::TailLogprob => "tail_logprob",
         }
     }
 
@@ -119,11 +186,19 @@ impl Signal {
 
     /// The candidate's value of this signal, when it has one.
     pub fn of(self, candidate: &Candidate) -> Option<f64> {
+        self.of_signals(candidate.signals.as_ref()?)
+    }
+
+    /// This signal's value in a completion's token signals (the windowed
+    /// ones are computed from `token_logprobs`).
+    pub fn of_signals(self, s: &TokenSignals) -> Option<f64> {
         match self {
-            Signal::MeanLogprob => mean_logprob(candidate),
-            Signal::MinLogprob => min_logprob(candidate),
-            Signal::P10Logprob => p10_logprob(candidate),
-            Signal::FirstTokenMargin => first_token_margin(candidate),
+            Signal::MeanLogprob => s.mean_logprob.map(f64::from),
+            Signal::MinLogprob => s.min_logprob.map(f64::from),
+            Signal::P10Logprob => s.p10_logprob.map(f64::from),
+            Signal::FirstTokenMargin => s.first_token_margin.map(f64::from),
+            Signal::MinWindowLogprob => lowest_window_mean(&s.token_logprobs, CONFIDENCE_WINDOW),
+            Signal::TailLogprob => tail_mean(&s.token_logprobs, CONFIDENCE_TAIL),
         }
         .filter(|v| v.is_finite())
     }
@@ -135,10 +210,11 @@ impl fmt::Display for Signal {
     }
 }
 
-/// A signal name that is not one of the four.
+/// A signal name that is not one of [`Signal::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown signal `{0}`; expected mean_logprob, min_logprob, p10_logprob or first_token_margin"
+    "unknown signal `{0}`; expected mean_logprob, min_logprob, p10_logprob, first_token_margin, \
+     min_window_logprob or tail_logprob"
 )]
 pub struct UnknownSignal(pub String);
 
@@ -292,6 +368,8 @@ fn confidence_part(candidate: &Candidate, score: &mut Score) -> f64 {
         ("min_logprob", min_logprob(candidate)),
         ("p10_logprob", p10_logprob(candidate)),
         ("first_token_margin", first_token_margin(candidate)),
+        ("min_window_logprob", min_window_logprob(candidate)),
+        ("tail_logprob", tail_logprob(candidate)),
     ] {
         if let Some(v) = v {
             score.signals.insert(name.into(), v);
@@ -382,7 +460,10 @@ mod tests {
         let s = SignalScorer(Signal::P10Logprob).score(&c, &ctx());
         assert_eq!(s.value, -1.5f32 as f64);
         assert_eq!(s.signals["first_token_margin"], 0.75);
-        assert_eq!(s.signals.len(), 4);
+        assert_eq!(s.signals.len(), 6);
+        let w = SignalScorer(Signal::MinWindowLogprob).score(&c, &ctx());
+        // Three tokens, fewer than the window: their mean.
+        assert!((w.value - (-0.7)).abs() < 1e-6, "{w:?}");
         let m = SignalScorer(Signal::FirstTokenMargin).score(&c, &ctx());
         assert_eq!(m.value, 0.75);
         // No signal, or blank text: unscored (never passes a threshold).
@@ -401,6 +482,49 @@ mod tests {
         }
         assert!("p10-logprob".parse::<Signal>().is_ok());
         assert!("p5".parse::<Signal>().is_err());
+    }
+
+    #[test]
+    fn windowed_confidence_finds_the_dip_and_the_tail() {
+        // 40 sure tokens with a 16-token dip (-2.0) in the middle, then a
+        // sure ending.
+        let mut lp = vec![-0.1f32; 40];
+        for x in &mut lp[10..26] {
+            *x = -2.0;
+        }
+        assert!((lowest_window_mean(&lp, 16).unwrap() - -2.0).abs() < 1e-6);
+        // A window of 4 over [-1, -3, -3, -1, 0, 0]: lowest is the first
+        // four (-8/4).
+        assert_eq!(
+            lowest_window_mean(&[-1.0, -3.0, -3.0, -1.0, 0.0, 0.0], 4),
+            Some(-2.0)
+        );
+        // Fewer values than the window: the mean; non-finite ignored.
+        assert_eq!(
+            lowest_window_mean(&[-1.0, f32::NEG_INFINITY, -3.0], 16),
+            Some(-2.0)
+        );
+        assert_eq!(lowest_window_mean(&[], 16), None);
+        assert_eq!(lowest_window_mean(&[f32::NAN], 16), None);
+        // The tail: the last n values.
+        assert_eq!(tail_mean(&[-5.0, -1.0, -3.0], 2), Some(-2.0));
+        assert_eq!(tail_mean(&[-1.0, -3.0], 32), Some(-2.0));
+        assert_eq!(tail_mean(&[], 32), None);
+        // A trace unsure at its end: the whole-answer mean hides it, the
+        // tail shows it.
+        let mut end = vec![-0.05f32; 200];
+        for x in &mut end[168..] {
+            *x = -1.5;
+        }
+        let c = Candidate::new("... The answer is 7.", FinishReason::Stop).with_logprobs(end);
+        let tail = Signal::TailLogprob.of(&c).unwrap();
+        assert!((tail - -1.5).abs() < 1e-6, "{tail}");
+        assert!(Signal::MeanLogprob.of(&c).unwrap() > -0.3);
+        assert!((Signal::MinWindowLogprob.of(&c).unwrap() - -1.5).abs() < 1e-6);
+        assert_eq!(
+            "min-window-logprob".parse::<Signal>(),
+            Ok(Signal::MinWindowLogprob)
+        );
     }
 
     #[test]

@@ -7,8 +7,9 @@
 use crate::exit::usage;
 use anyhow::Context as _;
 use edgecloud::bench::{
-    calibrate, config_snippet, read_runs, render_calibration, render_calibration_chart, Replay,
-    Target, CALIBRATION_CHART, CALIBRATION_CONFIG, CALIBRATION_FILE, CALIBRATION_REPORT,
+    calibrate, config_snippet, read_runs, render_calibration, render_calibration_chart,
+    HeldOutSettings, Replay, Target, CALIBRATION_CHART, CALIBRATION_CONFIG, CALIBRATION_FILE,
+    CALIBRATION_REPORT,
 };
 use edgecloud::harness::{Harness, Policy, Route, Signal};
 use edgecloud::serve::{ServeConfig, Server};
@@ -25,8 +26,8 @@ pub(crate) struct CalibrateArgs {
     /// the same graded items.
     dir: PathBuf,
     /// The signal to choose the threshold on (default: the one with the
-    /// highest APGR): mean_logprob, min_logprob, p10_logprob,
-    /// first_token_margin.
+    /// highest held-out APGR): mean_logprob, min_logprob, p10_logprob,
+    /// first_token_margin, min_window_logprob, tail_logprob.
     #[arg(long, value_name = "NAME")]
     signal: Option<Signal>,
     /// Choose the most accurate threshold sending at most this share of
@@ -45,6 +46,22 @@ pub(crate) struct CalibrateArgs {
     /// (default: DIR itself).
     #[arg(long, value_name = "OUT")]
     out: Option<PathBuf>,
+    /// Folds of the cross-validation that reports each figure on items
+    /// the threshold was not fitted on (at least 2).
+    #[arg(long, value_name = "K", default_value_t = 5)]
+    folds: usize,
+    /// Seed of the shuffle that splits the items into folds (and of the
+    /// bootstrap intervals).
+    #[arg(long, value_name = "N", default_value_t = 21)]
+    seed: u64,
+    /// Bootstrap resamples of the 95% intervals.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    resamples: usize,
+    /// Another bench output (fresh items, local-only and cloud-only) to
+    /// test the threshold fitted on all of DIR's items on; the advice
+    /// and config then quote its figures.
+    #[arg(long, value_name = "DIR")]
+    eval: Option<PathBuf>,
     #[command(flatten)]
     output: crate::output::JsonArgs,
 }
@@ -61,9 +78,28 @@ pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         (None, Some(y)) => Target::Quality(y),
         (None, None) => Target::Cpt80,
     };
+    if args.folds < 2 {
+        return Err(usage("--folds must be at least 2"));
+    }
     let runs = read_runs(&args.dir)?;
-    let c = calibrate(&runs, args.deadline_ms, args.signal, target)
-        .with_context(|| format!("calibrating from {}", args.dir.display()))?;
+    let fresh = match &args.eval {
+        Some(d) => Some((read_runs(d)?, d.display().to_string())),
+        None => None,
+    };
+    let settings = HeldOutSettings {
+        folds: args.folds,
+        seed: args.seed,
+        resamples: args.resamples,
+    };
+    let c = calibrate(
+        &runs,
+        args.deadline_ms,
+        args.signal,
+        target,
+        &settings,
+        fresh.as_ref().map(|(r, s)| (r.as_slice(), s.as_str())),
+    )
+    .with_context(|| format!("calibrating from {}", args.dir.display()))?;
     let source = args.dir.display().to_string();
     let out = args.out.clone().unwrap_or_else(|| args.dir.clone());
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
