@@ -175,7 +175,8 @@ pub struct LocalInfo {
     /// alone, N for the local lanes of a pool of N.
     pub sequences: usize,
     /// How the compute threads wait for each other ([`wait::current`]),
-    /// e.g. `GOMP_SPINCOUNT=20000 (edgecloud default)`.
+    /// e.g. `libgomp default (spin 300000)` or `OMP_WAIT_POLICY=passive
+    /// (user)`.
     pub compute_wait: String,
     /// Batch size for prompt processing.
     pub batch_size: u32,

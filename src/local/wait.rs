@@ -11,15 +11,19 @@
 //! a busy loop per core). Sleeping at once (`OMP_WAIT_POLICY=passive`)
 //! fixes the loaded case and costs a third of the quiet speed.
 //!
-//! edgecloud's choice is [`DEFAULT_WAIT`]: the value measured to keep the
-//! quiet speed while holding a fair share under load (see the README's
-//! busy-device table). libgomp reads its settings once, when the process
-//! starts, so a process must have them in its environment before it runs:
-//! the `edgecloud` command re-executes itself once with them set when the
-//! user set neither `OMP_WAIT_POLICY` nor `GOMP_SPINCOUNT` (their own
-//! values always win); an application embedding the library sets them in
-//! its own environment (see [`recommended_env`]). [`current`] says what the
-//! process runs with, for `doctor`, the lane's info and bench reports.
+//! What edgecloud does about it, measured (`scripts/busy-device`, the
+//! 2-core VM, 2026-12-02, medians of 3; docs/busy-device.md): no libgomp
+//! setting gets the fair share in every case. Passive waiting is the best
+//! with one busy loop (47 against 36 tokens/s) and costs 2.6x on a quiet
+//! machine (39 against 103); bounded spins (`GOMP_SPINCOUNT` 2000, 20000)
+//! keep the quiet speed and are no steadier than libgomp's default under
+//! load. So the default stays libgomp's own, and the choice is the user's,
+//! made before the process starts (libgomp reads its settings once, when it
+//! is loaded): `OMP_WAIT_POLICY=passive` for a device that is always busy.
+//! [`current`] says what the process runs with, for `doctor`, the lane's
+//! info and bench reports. The lever that would reach the fair share, a
+//! thread count that follows the measured step time, needs
+//! `llama_set_n_threads`, which llama-cpp-2 0.1.160 does not expose.
 //!
 //! This module only reads the environment; it must not change it.
 
@@ -31,11 +35,6 @@ pub const WAIT_POLICY_VAR: &str = "OMP_WAIT_POLICY";
 /// before it sleeps.
 pub const SPIN_COUNT_VAR: &str = "GOMP_SPINCOUNT";
 
-/// edgecloud's default: (variable, value). A short bounded spin: a barrier
-/// partner that is running arrives within it, one that was descheduled
-/// costs at most the spin, then the waiter sleeps and leaves the core.
-pub const DEFAULT_WAIT: (&str, &str) = (SPIN_COUNT_VAR, "20000");
-
 /// What the process's compute threads run with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WaitSettings {
@@ -43,14 +42,13 @@ pub struct WaitSettings {
     pub omp_wait_policy: Option<String>,
     /// `GOMP_SPINCOUNT`, when set.
     pub gomp_spincount: Option<String>,
-    /// `edgecloud default`, `user` (the environment set it) or `libgomp
-    /// default (spin 300000)` (nothing set: an embedding application that
-    /// did not follow [`recommended_env`]).
+    /// `user` (the environment set it) or `libgomp default (spin 300000)`
+    /// (nothing set).
     pub source: String,
 }
 
 impl WaitSettings {
-    /// One line for people: `GOMP_SPINCOUNT=20000 (edgecloud default)`.
+    /// One line for people: `OMP_WAIT_POLICY=passive (user)`.
     pub fn describe(&self) -> String {
         let mut set: Vec<String> = Vec::new();
         if let Some(v) = &self.omp_wait_policy {
@@ -67,11 +65,6 @@ impl WaitSettings {
     }
 }
 
-/// The variable the `edgecloud` command sets on its re-executed self, so
-/// that the settings are known to be its own default and it re-executes
-/// only once.
-pub const REEXEC_MARK_VAR: &str = "EDGECLOUD_WAIT_DEFAULTED";
-
 /// The wait settings in effect: the process environment as libgomp read it
 /// at start (a program that changes these variables later is not seen by
 /// libgomp, nor here).
@@ -79,9 +72,7 @@ pub fn current() -> WaitSettings {
     let get = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let omp_wait_policy = get(WAIT_POLICY_VAR);
     let gomp_spincount = get(SPIN_COUNT_VAR);
-    let source = if std::env::var_os(REEXEC_MARK_VAR).is_some() {
-        "edgecloud default"
-    } else if omp_wait_policy.is_some() || gomp_spincount.is_some() {
+    let source = if omp_wait_policy.is_some() || gomp_spincount.is_some() {
         "user"
     } else {
         "libgomp default (spin 300000)"
@@ -90,17 +81,5 @@ pub fn current() -> WaitSettings {
         omp_wait_policy,
         gomp_spincount,
         source: source.into(),
-    }
-}
-
-/// The variables to set before a process starts (an embedding
-/// application's launcher, a service unit), unless the user chose their
-/// own: edgecloud's [`DEFAULT_WAIT`]. Empty when either variable is set.
-pub fn recommended_env() -> Vec<(&'static str, &'static str)> {
-    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
-    if set(WAIT_POLICY_VAR) || set(SPIN_COUNT_VAR) {
-        Vec::new()
-    } else {
-        vec![DEFAULT_WAIT]
     }
 }

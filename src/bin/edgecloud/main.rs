@@ -18,7 +18,6 @@ mod output;
 mod prompt;
 mod run;
 mod serve;
-mod wait_env;
 
 use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use std::process::ExitCode;
@@ -132,7 +131,6 @@ fn cli_command() -> clap::Command {
 }
 
 fn main() -> ExitCode {
-    wait_env::ensure_default();
     let matches = cli_command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     QUIET.store(cli.quiet > 0, Ordering::Relaxed);
