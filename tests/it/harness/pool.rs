@@ -111,28 +111,40 @@ fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
     let (pool, locals) = pool_of(2, Scripted::new);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let busy = pool.start(req("first"), RunOptions::new()).unwrap();
-    let t1 = locals[0].next_task();
+    let other = pool.start(req("other"), RunOptions::new()).unwrap();
+    let t1 = locals[busy.instance].next_task();
+    let t_other = locals[other.instance].next_task();
     let waiting = {
         let pool = pool.clone();
         rt.spawn(async move {
             pool.start_within(req("second"), RunOptions::new(), LONG)
                 .await
-                .map(|r| r.instance)
         })
     };
     // The waiter is counted before it is let in.
     while pool.stats().waiting == 0 {
         std::thread::yield_now();
     }
+    let freed = busy.instance;
     t1.complete("one");
     tokio_block(busy.outcome()).unwrap();
-    assert_eq!(rt.block_on(waiting).unwrap().unwrap(), 0);
-    locals[0].next_task().complete("two");
+    let second = rt.block_on(waiting).unwrap().unwrap();
+    assert_eq!(
+        second.instance, freed,
+        "the waiter got the instance that freed up"
+    );
+    locals[freed].next_task().complete("two");
+    let o = tokio_block(second.outcome()).unwrap();
+    assert_eq!(o.text.as_deref(), Some("two"));
     assert_eq!(pool.stats().waited, 1);
+    // Its worker has returned (the run settled on its answer): the lane is
+    // free for the next request once it says so.
+    locals[freed].wait_idle();
 
     // A wait that runs out is refused like a full pool.
     let hold = pool.start(req("hold"), RunOptions::new()).unwrap();
-    let t = locals[0].next_task();
+    assert_eq!(hold.instance, freed);
+    let t = locals[freed].next_task();
     let refused =
         rt.block_on(pool.start_within(req("late"), RunOptions::new(), Duration::from_millis(20)));
     assert!(
@@ -140,7 +152,22 @@ fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
         "{refused:?}"
     );
     t.complete("held");
+    t_other.complete("other");
     tokio_block(hold.outcome()).unwrap();
+    tokio_block(other.outcome()).unwrap();
+}
+
+#[test]
+fn p13_a_pool_of_one_is_a_lone_harness_its_busy_lane_reported_in_the_outcome() {
+    let (pool, locals) = pool_of(1, Scripted::new);
+    let first = pool.start(req("first"), RunOptions::new()).unwrap();
+    let t = locals[0].next_task();
+    let second = pool.start(req("second"), RunOptions::new()).unwrap();
+    let o = tokio_block(second.outcome()).unwrap();
+    assert_eq!(o.lane(Lane::Local).status, LaneStatus::Busy);
+    t.complete("one");
+    tokio_block(first.outcome()).unwrap();
+    assert_eq!(pool.stats().rejected, 0);
 }
 
 #[test]
