@@ -35,7 +35,12 @@ use tokio::sync::Notify;
 const WAIT_RECHECK: Duration = Duration::from_millis(2);
 
 /// N harness instances sharing a model, a decode loop, a connection pool
-/// and a runtime; see the [module docs](self). Cheap to clone.
+/// and a runtime. A request takes an idle instance (nothing running, the
+/// lanes its policy uses free; else nothing running and its first lane
+/// free); when none can take it, [`start`](Self::start) refuses with
+/// [`HarnessError::PoolBusy`] and [`start_within`](Self::start_within)
+/// waits up to a bound. Each instance keeps every promise of a lone
+/// [`Harness`]; a pool of one is one. Cheap to clone.
 ///
 /// ```
 /// use edgecloud::harness::{Backend, BackendFuture, BackendInfo, Candidate, Harness, Policy};
