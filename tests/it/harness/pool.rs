@@ -75,6 +75,15 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
     // which admits one at a time.
     let other = 1 - late_instance;
     for round in 0..3 {
+        // Only the late worker's lane is held when the round starts.
+        let until = std::time::Instant::now() + HANG;
+        while pool.instances()[other].is_busy(Lane::Local) {
+            assert!(
+                std::time::Instant::now() < until,
+                "round {round}: lane stayed busy"
+            );
+            std::thread::yield_now();
+        }
         let run = pool.start(req("next"), RunOptions::new()).unwrap();
         assert_eq!(run.instance, other, "round {round}");
         let again = pool.start(req("one more"), RunOptions::new());
@@ -91,7 +100,7 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
         1
     );
     t_late.complete("too late");
-    locals[late_instance].wait_idle();
+    wait_lanes_free(&pool);
     // Its lane is free again: both instances serve.
     let a = pool.start(req("a"), RunOptions::new()).unwrap();
     let b = pool.start(req("b"), RunOptions::new()).unwrap();
@@ -138,8 +147,12 @@ fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
     assert_eq!(o.text.as_deref(), Some("two"));
     assert_eq!(pool.stats().waited, 1);
     // Its worker has returned (the run settled on its answer): the lane is
-    // free for the next request once it says so.
-    locals[freed].wait_idle();
+    // free for the next request once its slot is dropped.
+    let until = std::time::Instant::now() + HANG;
+    while pool.instances()[freed].is_busy(Lane::Local) {
+        assert!(std::time::Instant::now() < until, "the lane stayed busy");
+        std::thread::yield_now();
+    }
 
     // A wait that runs out is refused like a full pool.
     let hold = pool.start(req("hold"), RunOptions::new()).unwrap();
@@ -182,6 +195,16 @@ fn p13_run_ids_are_unique_across_the_pool() {
     tokio_block(a.outcome()).unwrap();
     tokio_block(b.outcome()).unwrap();
     assert_eq!(pool.harness_stats().runs_settled, 2);
+}
+
+/// Waits until no instance's local lane is held: a worker's slot is freed
+/// when its job is dropped, a moment after its answer is handed over.
+fn wait_lanes_free(pool: &HarnessPool) {
+    let until = std::time::Instant::now() + HANG;
+    while pool.instances().iter().any(|h| h.is_busy(Lane::Local)) {
+        assert!(std::time::Instant::now() < until, "a lane stayed busy");
+        std::thread::yield_now();
+    }
 }
 
 fn tokio_block<F: std::future::Future>(f: F) -> F::Output {
