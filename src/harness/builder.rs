@@ -333,13 +333,7 @@ impl HarnessBuilder {
     /// Checks everything and builds the harness.
     pub fn build(self) -> Result<Harness, HarnessError> {
         let resolved = self.resolve_routes()?;
-        let (handle, runtime) = match self.runtime.clone() {
-            Some(h) => (h, None),
-            None => {
-                let rt = own_runtime(self.worker_threads)?;
-                (rt.handle().clone(), Some(rt))
-            }
-        };
+        let (handle, runtime) = self.runtime_with(self.worker_threads)?;
         let local = self.local.clone();
         self.assemble(
             resolved,
@@ -407,14 +401,9 @@ impl HarnessBuilder {
             }
         }
         let resolved = self.resolve_routes()?;
-        let (handle, runtime) = match self.runtime.clone() {
-            Some(h) => (h, None),
-            None => {
-                let cap = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
-                let rt = own_runtime((self.worker_threads * n).min(cap).max(self.worker_threads))?;
-                (rt.handle().clone(), Some(rt))
-            }
-        };
+        let cap = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
+        let (handle, runtime) =
+            self.runtime_with((self.worker_threads * n).min(cap).max(self.worker_threads))?;
         let next_run = Arc::new(AtomicU64::new(1));
         let mut instances = Vec::with_capacity(n);
         for i in 0..n {
@@ -431,6 +420,21 @@ impl HarnessBuilder {
             )?);
         }
         Ok(HarnessPool::new(instances, runtime))
+    }
+
+    /// The builder's runtime, else one of its own with `worker_threads`
+    /// (returned, for the harness or pool to own).
+    fn runtime_with(
+        &self,
+        worker_threads: usize,
+    ) -> Result<(tokio::runtime::Handle, Option<tokio::runtime::Runtime>), HarnessError> {
+        Ok(match self.runtime.clone() {
+            Some(h) => (h, None),
+            None => {
+                let rt = own_runtime(worker_threads)?;
+                (rt.handle().clone(), Some(rt))
+            }
+        })
     }
 
     fn assemble(

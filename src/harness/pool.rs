@@ -19,7 +19,7 @@
 
 use super::api::Harness;
 use super::error::HarnessError;
-use super::handle::{RunHandle, RunOptions};
+use super::handle::{ensure_blocking_allowed, RunHandle, RunOptions};
 use super::outcome::Outcome;
 use super::registry::{HarnessStats, ShutdownReport};
 use crate::lane::{Lane, PerLane};
@@ -334,6 +334,7 @@ impl HarnessPool {
         request: Request,
         options: RunOptions,
     ) -> Result<Outcome, HarnessError> {
+        ensure_blocking_allowed()?;
         self.start(request, options)?.wait()
     }
 

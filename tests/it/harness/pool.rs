@@ -76,14 +76,7 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
     let other = 1 - late_instance;
     for round in 0..3 {
         // Only the late worker's lane is held when the round starts.
-        let until = std::time::Instant::now() + HANG;
-        while pool.instances()[other].is_busy(Lane::Local) {
-            assert!(
-                std::time::Instant::now() < until,
-                "round {round}: lane stayed busy"
-            );
-            std::thread::yield_now();
-        }
+        wait_lane_free(&pool, other);
         let run = pool.start(req("next"), RunOptions::new()).unwrap();
         assert_eq!(run.instance, other, "round {round}");
         let again = pool.start(req("one more"), RunOptions::new());
@@ -100,7 +93,8 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
         1
     );
     t_late.complete("too late");
-    wait_lanes_free(&pool);
+    wait_lane_free(&pool, 0);
+    wait_lane_free(&pool, 1);
     // Its lane is free again: both instances serve.
     let a = pool.start(req("a"), RunOptions::new()).unwrap();
     let b = pool.start(req("b"), RunOptions::new()).unwrap();
@@ -148,11 +142,7 @@ fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
     assert_eq!(pool.stats().waited, 1);
     // Its worker has returned (the run settled on its answer): the lane is
     // free for the next request once its slot is dropped.
-    let until = std::time::Instant::now() + HANG;
-    while pool.instances()[freed].is_busy(Lane::Local) {
-        assert!(std::time::Instant::now() < until, "the lane stayed busy");
-        std::thread::yield_now();
-    }
+    wait_lane_free(&pool, freed);
 
     // A wait that runs out is refused like a full pool.
     let hold = pool.start(req("hold"), RunOptions::new()).unwrap();
@@ -197,12 +187,15 @@ fn p13_run_ids_are_unique_across_the_pool() {
     assert_eq!(pool.harness_stats().runs_settled, 2);
 }
 
-/// Waits until no instance's local lane is held: a worker's slot is freed
+/// Waits until the instance's local lane is free: a worker's slot is freed
 /// when its job is dropped, a moment after its answer is handed over.
-fn wait_lanes_free(pool: &HarnessPool) {
+fn wait_lane_free(pool: &HarnessPool, instance: usize) {
     let until = std::time::Instant::now() + HANG;
-    while pool.instances().iter().any(|h| h.is_busy(Lane::Local)) {
-        assert!(std::time::Instant::now() < until, "a lane stayed busy");
+    while pool.instances()[instance].is_busy(Lane::Local) {
+        assert!(
+            std::time::Instant::now() < until,
+            "instance {instance}: its lane stayed busy"
+        );
         std::thread::yield_now();
     }
 }
