@@ -99,6 +99,7 @@ mod sched;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod structured;
+pub mod tools;
 
 #[cfg(feature = "cloud")]
 pub use cloud::CloudConfig;
@@ -116,3 +117,4 @@ pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSin
 pub use local::LocalConfig;
 pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};
 pub use structured::ResponseFormat;
+pub use tools::{Tool, ToolCall, ToolChoice};

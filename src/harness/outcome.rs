@@ -149,6 +149,11 @@ pub struct LaneReport {
     pub note: Option<String>,
     /// Its text when it was not the winner (losers, unaccepted answers).
     pub text: Option<String>,
+    /// Why its whole answer was rejected as invalid (not JSON, off the
+    /// request's schema, a call of an undeclared tool or with invalid
+    /// arguments), when it was: validity is part of acceptance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
     /// When it was `unavailable`: how long until its backend tries again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<f64>,
@@ -174,6 +179,7 @@ impl LaneReport {
             cancel: None,
             note: None,
             text: None,
+            rejected: None,
             retry_in_ms: None,
         }
     }

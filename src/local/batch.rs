@@ -19,24 +19,25 @@
 //! every sequence in it is cut back to what it had before the step, the
 //! stopped one finishes and the others decode again next step, so a cancel
 //! takes effect within one compute step whoever else is in the batch.
-//! Greedy sampling reads the argmax of the raw logits, the same whatever
-//! else is in the batch (tested against the lane alone), unless a
-//! `response_format` grammar constrains it.
+//! Greedy sampling reads the argmax of the raw logits (under a grammar:
+//! the first allowed token in rank order, see `pick`), the same whatever
+//! else is in the batch (tested against the lane alone).
 //!
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
 use super::ffi::AbortSignal;
-use super::generate::{build_sampler, emit, Progress, PromptFormat};
+use super::generate::{emit, grammar_for, Progress, PromptFormat};
+use super::pick::{GrammarPass, Picker};
 use super::stop::{StopMatcher, StopState};
+use super::toolcall::{self, CallStyle, ToolJob};
 use super::utf8::Utf8Stream;
 use super::{signals, simd};
 use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
-use crate::lane::{FinishReason, LaneJob, LanePermit};
+use crate::lane::{FinishReason, LaneJob, LanePermit, TokenLogprob, TopLogprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use std::collections::VecDeque;
@@ -52,6 +53,7 @@ pub(super) struct Engine<'m> {
     model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     format: PromptFormat,
+    grammar_pass: GrammarPass,
     batch: LlamaBatch<'static>,
     batch_size: usize,
     /// Tokens one sequence may hold (prompt and answer).
@@ -83,10 +85,12 @@ struct Active {
     prompt_started: Instant,
     /// The sampled token not yet decoded; `None` while the prompt is.
     pending: Option<LlamaToken>,
-    sampler: Option<LlamaSampler>,
+    picker: Picker,
     stops: StopMatcher,
     utf8: Utf8Stream,
     aborted_in_decode: bool,
+    /// What the job's tools mean here, when it has any.
+    tools: Option<ToolJob>,
 }
 
 /// What one sequence put into the current batch.
@@ -102,6 +106,7 @@ struct Entry {
 enum Next {
     Continue(LlamaToken),
     Done(FinishReason),
+    Fail(LocalError),
 }
 
 impl<'m> Engine<'m> {
@@ -109,6 +114,7 @@ impl<'m> Engine<'m> {
         model: &'m LlamaModel,
         ctx: LlamaContext<'m>,
         format: PromptFormat,
+        grammar_pass: GrammarPass,
         batch_size: u32,
         sequences: usize,
     ) -> Self {
@@ -121,6 +127,7 @@ impl<'m> Engine<'m> {
             model,
             ctx,
             format,
+            grammar_pass,
             // A step holds each generating sequence's token and up to
             // `batch_size` prompt tokens besides.
             batch: LlamaBatch::new(batch_size + sequences, 1),
@@ -210,24 +217,37 @@ impl<'m> Engine<'m> {
             .sampling
             .validate()
             .map_err(LocalError::from)
-            .and_then(|()| self.format.render(self.model, &job.messages))
-            .map(|prompt| self.model.vocab().tokenize(prompt.as_bytes(), true, true))
-            .and_then(|tokens| {
+            .and_then(|()| {
+                self.format
+                    .render_job(self.model, &job.messages, &job.sampling)
+            })
+            .map(|(prompt, tools)| {
+                let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
+                (tokens, tools)
+            })
+            .and_then(|(tokens, tools)| {
                 if tokens.is_empty() || tokens.len() >= self.seq_context {
                     Err(LocalError::PromptTooLong {
                         prompt_tokens: tokens.len() as u32,
                         context_size: self.seq_context as u32,
                     })
                 } else {
-                    Ok(tokens)
+                    Ok((tokens, tools))
                 }
             });
-        // A `response_format` adds llama.cpp's grammar sampler (greedy
-        // jobs too); a schema it cannot compile fails the job here.
-        let prepared = prepared.and_then(|tokens| {
-            build_sampler(self.model, &job.sampling).map(|sampler| (tokens, sampler))
+        // A `response_format` or a tool call adds llama.cpp's grammar
+        // (greedy jobs too); one it cannot compile fails the job here.
+        let prepared = prepared.and_then(|(tokens, tools)| {
+            let grammar = grammar_for(&job.sampling, tools.as_ref())?;
+            Picker::new(
+                self.model,
+                &job.sampling,
+                grammar.as_ref(),
+                self.grammar_pass,
+            )
+            .map(|picker| (tokens, tools, picker))
         });
-        let (tokens, sampler) = match prepared {
+        let (tokens, tools, picker) = match prepared {
             Ok(ready) => ready,
             Err(e) => {
                 reply_after(permit, job, progress, reply, Err(e));
@@ -235,7 +255,10 @@ impl<'m> Engine<'m> {
             }
         };
         let out = Progress::new(&job, submitted_at, started, tokens.len());
-        let stops = StopMatcher::new(&job.sampling.stop);
+        let mut stops = StopMatcher::new(&job.sampling.stop);
+        if let Some(held) = tools.as_ref().and_then(ToolJob::held_markers) {
+            stops = stops.holding(held);
+        }
         let mut active = Active {
             job,
             permit,
@@ -245,10 +268,11 @@ impl<'m> Engine<'m> {
             out,
             prompt_started: Instant::now(),
             pending: None,
-            sampler,
+            picker,
             stops,
             utf8: Utf8Stream::default(),
             aborted_in_decode: false,
+            tools,
         };
         if active.job.stop_reason().is_none() {
             active.out.reused = self.reuse_prefix(seq, &active.tokens);
@@ -371,6 +395,7 @@ impl<'m> Engine<'m> {
                     }
                 }
                 Ok(Next::Done(reason)) => self.complete(seq, reason),
+                Ok(Next::Fail(e)) => self.fail(seq, e),
                 Err(panic) => self.fail_after_panic(seq, &*panic),
             }
         }
@@ -429,21 +454,29 @@ impl<'m> Engine<'m> {
         let logits = self.ctx.get_logits_ith(row);
         let pass = simd::scan(logits);
         // Greedy picks the first largest logit, which the signals pass
-        // finds anyway: llama.cpp's sampler (a copy of the whole vocabulary
-        // per token) only runs when sampling is random or a grammar
-        // constrains it (`build_sampler`; the sampler accepts its token).
-        let token = match a.sampler.as_mut() {
-            None => LlamaToken(pass.argmax as i32),
-            Some(sampler) => sampler.sample(&self.ctx, row),
+        // finds anyway; llama.cpp's samplers run only when sampling is
+        // random or a grammar constrains the answer (`pick`).
+        let token = match a.picker.pick(&self.ctx, row, logits, pass.argmax) {
+            Ok(token) => token,
+            Err(e) => return Next::Fail(e),
         };
-        a.out
-            .token_sampled(signals::from_pass(logits, &pass, token.0 as usize));
+        let scan = signals::from_pass(logits, &pass, token.0 as usize);
+        a.out.token_sampled(scan);
         let vocab = self.model.vocab();
         if vocab.is_eog(token) {
             return Next::Done(FinishReason::Stop);
         }
         let mut piece = Vec::with_capacity(32);
         vocab.token_to_piece_into(token, &mut piece, false, None);
+        if let (Some(detail), Some(n)) = (a.out.detail.as_mut(), a.job.sampling.logprobs) {
+            detail.push(token_logprob(
+                self.model,
+                logprob_entry(&piece, scan.logprob),
+                logits,
+                scan.log_sum_exp,
+                n,
+            ));
+        }
         let mut text = String::new();
         a.utf8.push(&piece, &mut text);
         let state = a.stops.push(&text);
@@ -476,6 +509,7 @@ impl<'m> Engine<'m> {
             out,
             stops,
             aborted_in_decode,
+            tools,
             ..
         } = a;
         let finished = catch_unwind(AssertUnwindSafe(|| {
@@ -488,16 +522,24 @@ impl<'m> Engine<'m> {
                     detail: crate::panic_payload::message(&*panic),
                 }
             })
-            // Under a grammar the answer is JSON unless it was cut short
-            // (max_tokens, a stop string): that is a typed error, never a
-            // malformed answer passed on as good. A cancelled or late job
-            // keeps its partial text, as without a format (the harness
-            // does not accept it as an answer anyway).
-            .and_then(|c| match &job.sampling.response_format {
-                Some(f) if matches!(reason, FinishReason::Stop | FinishReason::Length) => {
-                    f.accepts(&c.text).map(|()| c).map_err(LocalError::from)
+            // A whole answer is split into its text and its tool calls,
+            // then checked: under a grammar it is valid unless it was cut
+            // short (max_tokens, a stop string), and that is a typed error,
+            // never a malformed answer passed on as good. A cancelled or
+            // late job keeps its partial text (the harness does not accept
+            // it as an answer anyway).
+            .and_then(|c| {
+                if !reason.is_complete() {
+                    return Ok(c);
                 }
-                _ => Ok(c),
+                let c = match tools.as_ref().filter(|t| t.offered) {
+                    Some(t) => with_tool_calls(c, t.style)?,
+                    None => c,
+                };
+                if job.sampling.constrains_answer() {
+                    job.sampling.check_answer(&c.text, &c.tool_calls)?;
+                }
+                Ok(c)
             });
         reply_after(permit, job, progress, reply, result);
     }
@@ -539,6 +581,54 @@ impl<'m> Engine<'m> {
                 },
             );
         }
+    }
+}
+
+/// The completion with its tool calls parsed out of its text.
+fn with_tool_calls(
+    mut c: LocalCompletion,
+    style: CallStyle,
+) -> Result<LocalCompletion, LocalError> {
+    let (content, calls) = toolcall::parse(style, &c.text)?;
+    c.text = content;
+    c.tool_calls = calls;
+    Ok(c)
+}
+
+/// A token's text and bytes as a log-probability entry.
+fn logprob_entry(piece: &[u8], logprob: f32) -> TopLogprob {
+    TopLogprob {
+        token: String::from_utf8_lossy(piece).into_owned(),
+        logprob,
+        bytes: Some(piece.to_vec()),
+    }
+}
+
+/// The sampled token's entry with the `n` most likely tokens at its
+/// position, all from the raw distribution (the same pass as the
+/// signals'). Alternatives that are control tokens show their text.
+fn token_logprob(
+    model: &LlamaModel,
+    chosen: TopLogprob,
+    logits: &[f32],
+    log_sum_exp: f64,
+    n: u8,
+) -> TokenLogprob {
+    let vocab = model.vocab();
+    let mut piece = Vec::with_capacity(32);
+    let top_logprobs = signals::top_logprobs(logits, log_sum_exp, usize::from(n))
+        .into_iter()
+        .map(|(id, logprob)| {
+            piece.clear();
+            vocab.token_to_piece_into(LlamaToken(id as i32), &mut piece, true, None);
+            logprob_entry(&piece, logprob)
+        })
+        .collect();
+    TokenLogprob {
+        token: chosen.token,
+        logprob: chosen.logprob,
+        bytes: chosen.bytes,
+        top_logprobs,
     }
 }
 

@@ -39,11 +39,14 @@ mod batch;
 pub mod devices;
 mod ffi;
 mod generate;
+mod jinja;
+mod pick;
 pub mod probe;
 mod signals;
 mod simd;
 mod stop;
 mod template;
+mod toolcall;
 mod utf8;
 pub mod wait;
 mod worker;
@@ -59,6 +62,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 pub use crate::cores::physical_cores;
+pub use pick::GrammarPass;
 pub use probe::{ProbeMode, ProbeReport};
 
 /// Not part of the API: the lane's per-token bookkeeping (the passes over
@@ -125,6 +129,11 @@ pub struct LocalConfig {
     /// Where verdicts are kept; default `$XDG_CACHE_HOME/edgecloud/probe`
     /// (or `~/.cache/edgecloud/probe`).
     pub probe_cache_dir: Option<PathBuf>,
+    /// How a constrained answer's grammar is applied: `check` (default:
+    /// the pick is checked, the vocabulary only when it is rejected),
+    /// `full` (the whole vocabulary every token; the reference) or `off`
+    /// (no grammar; the answer is only validated). See [`GrammarPass`].
+    pub grammar_pass: GrammarPass,
 }
 
 impl Default for LocalConfig {
@@ -142,6 +151,7 @@ impl Default for LocalConfig {
             probe_timeout_ms: 120_000,
             probe_cache: true,
             probe_cache_dir: None,
+            grammar_pass: GrammarPass::Check,
         }
     }
 }
@@ -189,6 +199,11 @@ pub struct LocalInfo {
     /// architecture)` (e.g. `gemma (by architecture)`), `NAME (by
     /// vocabulary)` (e.g. `llama3 (by vocabulary)`) or `chatml (fallback)`.
     pub chat_template: String,
+    /// How the model is asked for tool calls: `hermes (template)` (its
+    /// template renders tools and `<tool_call>`), `llama3 (template)`, or
+    /// `hermes (system prompt)` (the template has no tool syntax; the tools
+    /// and the call format go in the system message).
+    pub tool_calls: String,
 }
 
 /// Timings of one local job. Every instant counts from when the job was
@@ -245,6 +260,12 @@ pub struct LocalCompletion {
     /// the raw model distribution, in `[0, 1]`: high when the model was
     /// sure how to start (a strong signal on short answers).
     pub first_token_margin: Option<f32>,
+    /// The tool calls the answer makes, parsed from the model's tool-call
+    /// markup (then `text` is what came before it).
+    pub tool_calls: Vec<crate::tools::ToolCall>,
+    /// Per-token log-probabilities with the most likely alternatives, when
+    /// the job asked for them (`Sampling::logprobs`).
+    pub logprobs: Option<Vec<crate::lane::TokenLogprob>>,
     /// True when cancellation or the deadline stopped a `llama_decode` call
     /// from inside (llama.cpp's abort callback), rather than between calls.
     pub aborted_in_decode: bool,

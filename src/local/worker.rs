@@ -128,13 +128,23 @@ fn run_worker(
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
         chat_template: format.describe(),
+        tool_calls: super::toolcall::ToolTemplate::detect(format.jinja_text())
+            .describe()
+            .to_string(),
         probe: super::probe::ProbeReport::not_run(),
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
     if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
         return;
     }
-    let mut engine = Engine::new(&model, ctx, format, config.batch_size, sequences);
+    let mut engine = Engine::new(
+        &model,
+        ctx,
+        format,
+        config.grammar_pass,
+        config.batch_size,
+        sequences,
+    );
     loop {
         // Idle: wait for a job (or the end of the channel). Busy: take
         // whatever else has arrived, then decode one step.

@@ -32,7 +32,7 @@ fn seeded(max_tokens: u32, seed: u64) -> Sampling {
         top_k: 40,
         seed: Some(seed),
         stop: Vec::new(),
-        response_format: None,
+        ..Sampling::default()
     }
 }
 

@@ -100,7 +100,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         top_k: args.top_k,
         seed: args.seed,
         stop: args.stop.clone(),
-        response_format: None,
+        ..Sampling::default()
     };
     let start = Instant::now();
     let deadline = args

@@ -168,6 +168,10 @@ impl Core {
         rep.error = r.error().cloned();
         rep.cancel = cancel;
         rep.note = r.note.clone();
+        rep.rejected = r
+            .invalid
+            .as_ref()
+            .map(|why| format!("invalid answer: {why}"));
         rep.retry_in_ms = r.retry_in.map(to_ms);
         rep
     }
