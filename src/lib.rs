@@ -53,6 +53,9 @@
 //! - [`bench`](mod@bench): benchmark runs, reports and their comparison.
 //! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
+//! - [`structured`] and [`tools`]: what an answer must be (JSON, a JSON
+//!   schema, a call of a declared tool) and the checks that say whether it
+//!   is.
 //! - [`millis`]: durations as milliseconds, the unit of every report.
 //!
 //! # Cargo features

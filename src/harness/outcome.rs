@@ -149,6 +149,9 @@ pub struct LaneReport {
     pub note: Option<String>,
     /// Its text when it was not the winner (losers, unaccepted answers).
     pub text: Option<String>,
+    /// Its tool calls when it was not the winner and made some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::tools::ToolCall>,
     /// Why its whole answer was rejected as invalid (not JSON, off the
     /// request's schema, a call of an undeclared tool or with invalid
     /// arguments), when it was: validity is part of acceptance.
@@ -179,6 +182,7 @@ impl LaneReport {
             cancel: None,
             note: None,
             text: None,
+            tool_calls: Vec::new(),
             rejected: None,
             retry_in_ms: None,
         }

@@ -512,6 +512,7 @@ impl<'m> Engine<'m> {
             tools,
             ..
         } = a;
+        let grammar_pass = self.grammar_pass;
         let finished = catch_unwind(AssertUnwindSafe(|| {
             out.finish(reason, stops, &mut job, aborted_in_decode)
         }));
@@ -532,11 +533,17 @@ impl<'m> Engine<'m> {
                 if !reason.is_complete() {
                     return Ok(c);
                 }
+                // Without a grammar (`GrammarPass::Off`) the answer is
+                // handed back as the model wrote it, calls parsed where
+                // they parse: judging it is the caller's (the harness
+                // rejects an invalid answer as it would a cloud's).
+                let unconstrained = grammar_pass == GrammarPass::Off;
                 let c = match tools.as_ref().filter(|t| t.offered) {
+                    Some(t) if unconstrained => with_tool_calls(c.clone(), t.style).unwrap_or(c),
                     Some(t) => with_tool_calls(c, t.style)?,
                     None => c,
                 };
-                if job.sampling.constrains_answer() {
+                if job.sampling.constrains_answer() && !unconstrained {
                     job.sampling.check_answer(&c.text, &c.tool_calls)?;
                 }
                 Ok(c)

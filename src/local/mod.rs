@@ -31,7 +31,13 @@
 //!   abort callback), so a long prompt stops within one compute step; the
 //!   job's deadline is watched the same way;
 //! - prompt-prefix reuse: the context keeps the previous job's tokens and
-//!   decodes only what follows the longest common prefix.
+//!   decodes only what follows the longest common prefix;
+//! - structured answers (issue 24): a `response_format` or a tool call
+//!   decoded under llama.cpp's grammar, checked against each picked token
+//!   (`pick`); requests with tools or tool messages rendered by the
+//!   model's own Jinja template (`jinja`), the call parsed into
+//!   [`LocalCompletion::tool_calls`] (`toolcall`); per-token
+//!   log-probabilities with alternatives when asked for.
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
@@ -132,7 +138,8 @@ pub struct LocalConfig {
     /// How a constrained answer's grammar is applied: `check` (default:
     /// the pick is checked, the vocabulary only when it is rejected),
     /// `full` (the whole vocabulary every token; the reference) or `off`
-    /// (no grammar; the answer is only validated). See [`GrammarPass`].
+    /// (no grammar, and the lane does not judge the answer; the harness
+    /// does). See [`GrammarPass`].
     pub grammar_pass: GrammarPass,
 }
 

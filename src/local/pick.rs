@@ -51,8 +51,10 @@ pub enum GrammarPass {
     /// The grammar over the whole vocabulary before every pick, as a
     /// grammar-first llama.cpp sampler chain does: the reference.
     Full,
-    /// No grammar: the model writes what it likes and the answer is only
-    /// validated afterwards (to measure what the grammar buys).
+    /// No grammar: the model writes what it likes, and the lane hands
+    /// the answer back as written (tool calls parsed where they parse)
+    /// without judging it; the harness still rejects an invalid answer.
+    /// To measure what the grammar buys.
     Off,
 }
 

@@ -375,7 +375,10 @@ pub(super) fn parse(
             }),
     };
     let Some(start) = start else {
-        return Ok((text.to_string(), Vec::new()));
+        return Ok(bare_call(style, text).map_or_else(
+            || (text.to_string(), Vec::new()),
+            |call| (String::new(), vec![call]),
+        ));
     };
     let content = text[..start].trim_end().to_string();
     let mut calls = Vec::new();
@@ -405,6 +408,26 @@ pub(super) fn parse(
         }
     }
     Ok((content, calls))
+}
+
+/// An answer that is nothing but a call's JSON object (maybe in a
+/// Markdown code fence), without the family's marker: small models write
+/// that when not held to their syntax, and it is a call all the same.
+fn bare_call(style: CallStyle, text: &str) -> Option<ToolCall> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("```json")
+        .or_else(|| t.strip_prefix("```"))
+        .and_then(|inner| inner.trim_end().strip_suffix("```"))
+        .unwrap_or(t)
+        .trim();
+    let v: Value = serde_json::from_str(t).ok()?;
+    let o = v.as_object()?;
+    let has_args = o.get(style.arguments_key()).is_some_and(Value::is_object)
+        || o.get("arguments").is_some_and(Value::is_object);
+    (o.get("name").is_some_and(Value::is_string) && has_args)
+        .then(|| to_call(style, v).ok())
+        .flatten()
 }
 
 fn to_call(style: CallStyle, v: Value) -> Result<ToolCall, InvalidAnswer> {
@@ -524,6 +547,16 @@ mod tests {
             (content.as_str(), calls[0].function.arguments.as_str()),
             ("", r#"{"city":"Rome"}"#)
         );
+        // A bare call object (maybe fenced) is a call too.
+        for bare in [
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}",
+            "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n```",
+        ] {
+            let (text, calls) = parse(CallStyle::Hermes, bare).unwrap();
+            assert_eq!((text.as_str(), calls.len()), ("", 1), "{bare}");
+        }
+        let (text, none) = parse(CallStyle::Hermes, "{\"answer\": 1}").unwrap();
+        assert_eq!((text.as_str(), none.len()), ("{\"answer\": 1}", 0));
         let (text, none) = parse(CallStyle::Hermes, "It is sunny.").unwrap();
         assert_eq!((text.as_str(), none.len()), ("It is sunny.", 0));
         assert!(parse(CallStyle::Hermes, "<tool_call>{\"name\": ").is_err());

@@ -22,4 +22,5 @@ mod real_model;
 mod serve;
 mod serve_fuzz;
 mod source_rules;
+mod structured;
 mod support;

@@ -167,6 +167,7 @@ fn report(
             "threads": info.threads,
             "context_size": info.context_size,
             "chat_template": info.chat_template,
+            "tool_calls": info.tool_calls,
             "error": Value::Null,
         }))?;
     } else {

@@ -152,6 +152,7 @@ impl Core {
             rep.finish_reason = Some(c.finish_reason);
             if winner != Some(lane) {
                 rep.text = Some(c.text.clone());
+                rep.tool_calls = c.tool_calls.clone();
             }
             if rep.ttft_ms.is_none() {
                 rep.ttft_ms = c.timings.ttft.map(to_ms);
