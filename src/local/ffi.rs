@@ -6,6 +6,8 @@
 //!   `llama_decode` return 2 promptly. We install it through the context
 //!   parameters, before the context exists, so it is in place for the
 //!   context's whole life.
+//! - **Thread count** of a live context (`ThreadControl`), for the
+//!   compute-thread governor.
 //! - **Log callback.** llama.cpp's log goes into `tracing` (target
 //!   `llama.cpp`), and its recent error lines are kept so that an opaque load
 //!   failure can say what llama.cpp complained about.
@@ -19,6 +21,7 @@
 #![allow(unsafe_code)]
 
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_sys_2::llama_context_params;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
@@ -70,9 +73,16 @@ impl AbortSignal {
     }
 
     /// Arms the signal for the jobs of one batch: it fires when any of
-    /// their tokens is cancelled or the earliest of their deadlines passes.
-    pub(crate) fn arm<'a>(&self, jobs: impl IntoIterator<Item = (&'a CancellationToken, Instant)>) {
-        let mut earliest: Option<Instant> = None;
+    /// their tokens is cancelled or the earliest of their deadlines passes,
+    /// or at `budget`, the thread governor's bound on the step (a step
+    /// that runs past it is abandoned and decoded again with fewer
+    /// threads).
+    pub(crate) fn arm<'a>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'a CancellationToken, Instant)>,
+        budget: Option<Instant>,
+    ) {
+        let mut earliest: Option<Instant> = budget;
         {
             let mut tokens = self.cancel.lock().unwrap_or_else(|e| e.into_inner());
             tokens.clear();
@@ -158,6 +168,67 @@ pub(crate) fn with_abort_signal(
     // SAFETY: the reverse of the transmute above; the wrapper holds raw
     // pointers it never frees, so handing it ours is sound.
     unsafe { std::mem::transmute::<llama_context_params, LlamaContextParams>(raw) }
+}
+
+/// The thread count of a live context (`llama_set_n_threads`), which the
+/// safe API of llama-cpp-2 0.1.160 has no setter for.
+///
+/// The wrapper keeps its context pointer crate-private but shows it in its
+/// `Debug` output (`LlamaContext { context: 0x55d0... }`); that is where we
+/// read it, and it is accepted only when the text has exactly that shape and
+/// the pointer answers `llama_n_ctx` as the wrapper's own `n_ctx()` does.
+/// Anything else (a future release printing differently) leaves the lane on
+/// its configured thread count, as before the governor existed.
+#[derive(Debug)]
+pub(crate) struct ThreadControl {
+    ctx: std::ptr::NonNull<llama_cpp_sys_2::llama_context>,
+}
+
+impl ThreadControl {
+    /// Finds `ctx`'s pointer; `None` when it cannot be read safely.
+    ///
+    /// The control must only be used with the same `ctx` (the decode loop
+    /// keeps both in one struct and passes that context to [`Self::set`]).
+    pub(crate) fn of(ctx: &LlamaContext<'_>) -> Option<Self> {
+        let shown = format!("{ctx:?}");
+        let hex = shown
+            .strip_prefix("LlamaContext { context: 0x")?
+            .strip_suffix(" }")?;
+        let addr = usize::from_str_radix(hex, 16).ok()?;
+        let ptr = std::ptr::NonNull::new(std::ptr::with_exposed_provenance_mut::<
+            llama_cpp_sys_2::llama_context,
+        >(addr))?;
+        // SAFETY: the address is the wrapper's own (non-null) context
+        // pointer, printed by its Debug impl, and `ctx` is alive for this
+        // call; llama_n_ctx only reads the context.
+        let n_ctx = unsafe { llama_cpp_sys_2::llama_n_ctx(ptr.as_ptr()) };
+        (n_ctx == ctx.n_ctx()).then_some(Self { ctx: ptr })
+    }
+
+    /// Sets the threads of the next decodes (generation and prompt alike).
+    /// Taking the context mutably ties the call to the loop that owns it:
+    /// no decode is running meanwhile.
+    pub(crate) fn set(&self, ctx: &mut LlamaContext<'_>, threads: usize) {
+        let n = i32::try_from(threads.max(1)).unwrap_or(i32::MAX);
+        debug_assert_eq!(
+            // SAFETY: as below; llama_n_ctx only reads the context.
+            unsafe { llama_cpp_sys_2::llama_n_ctx(self.ctx.as_ptr()) },
+            ctx.n_ctx()
+        );
+        // SAFETY: `self.ctx` is `ctx`'s pointer (see `of`), alive while `ctx`
+        // is; llama_set_n_threads only stores the two counts, and `&mut ctx`
+        // means no other call on this context runs at the same time.
+        unsafe { llama_cpp_sys_2::llama_set_n_threads(self.ctx.as_ptr(), n, n) };
+    }
+
+    /// The generation thread count the context holds now.
+    #[cfg(test)]
+    pub(crate) fn get(&self, ctx: &mut LlamaContext<'_>) -> usize {
+        let _ = ctx;
+        // SAFETY: as in `set`; llama_n_threads only reads a field.
+        let n = unsafe { llama_cpp_sys_2::llama_n_threads(self.ctx.as_ptr()) };
+        usize::try_from(n).unwrap_or(0)
+    }
 }
 
 /// llama.cpp's most recent warning and error lines, oldest first.
@@ -346,13 +417,13 @@ mod tests {
         let signal = AbortSignal::default();
         assert!(!signal.should_abort(), "a disarmed signal never aborts");
         let token = CancellationToken::new();
-        signal.arm([(&token, Instant::now())]);
+        signal.arm([(&token, Instant::now())], None);
         assert!(signal.should_abort(), "a past deadline aborts");
         signal.disarm();
         assert!(!signal.should_abort());
-        signal.arm([(&token, Instant::now() + Duration::from_secs(3600))]);
+        signal.arm([(&token, Instant::now() + Duration::from_secs(3600))], None);
         assert!(!signal.should_abort());
-        signal.arm([]);
+        signal.arm([], None);
         assert!(
             !signal.should_abort(),
             "no job in the batch: nothing to abort"
@@ -360,13 +431,25 @@ mod tests {
     }
 
     #[test]
+    fn a_step_budget_aborts_like_a_deadline() {
+        let signal = AbortSignal::default();
+        let token = CancellationToken::new();
+        let far = Instant::now() + Duration::from_secs(3600);
+        signal.arm([(&token, far)], Some(Instant::now()));
+        assert!(signal.should_abort(), "the budget passed");
+        signal.arm([(&token, far)], Some(far));
+        assert!(!signal.should_abort());
+        signal.disarm();
+    }
+
+    #[test]
     fn one_job_of_a_batch_aborts_the_batch() {
         let signal = AbortSignal::default();
         let later = Instant::now() + Duration::from_secs(3600);
         let (a, b) = (CancellationToken::new(), CancellationToken::new());
-        signal.arm([(&a, later), (&b, Instant::now())]);
+        signal.arm([(&a, later), (&b, Instant::now())], None);
         assert!(signal.should_abort(), "the earliest deadline counts");
-        signal.arm([(&a, later), (&b, later)]);
+        signal.arm([(&a, later), (&b, later)], None);
         b.cancel();
         let cancelled_at = Instant::now();
         while !signal.should_abort() {
@@ -381,7 +464,10 @@ mod tests {
     fn cancellation_is_seen_within_the_poll_interval() {
         let signal = AbortSignal::default();
         let cancel = CancellationToken::new();
-        signal.arm([(&cancel, Instant::now() + Duration::from_secs(3600))]);
+        signal.arm(
+            [(&cancel, Instant::now() + Duration::from_secs(3600))],
+            None,
+        );
         assert!(!signal.should_abort());
         cancel.cancel();
         // Polled the way llama.cpp polls it: over and over. The bound is
