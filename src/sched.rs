@@ -226,13 +226,17 @@ fn parse_schedstat_wait(line: &[u8]) -> Option<u64> {
 /// Cores no other thread is running on right now: the cores this process
 /// may use, less the runnable threads Linux counts in `/proc/loadavg` (its
 /// fourth field, `running/total`) other than the caller. The least of a
-/// few readings (a quiet machine shows a passing kernel thread in about one
-/// reading in six), for a first guess only; `None` where the kernel does
-/// not say.
+/// few readings over about a millisecond (a quiet machine shows a passing
+/// kernel thread in about one reading in six), for a first guess only;
+/// `None` where the kernel does not say.
 pub(crate) fn free_cores() -> Option<usize> {
     const READINGS: usize = 5;
+    const APART: std::time::Duration = std::time::Duration::from_micros(250);
     let running = (0..READINGS)
-        .filter_map(|_| {
+        .filter_map(|i| {
+            if i > 0 {
+                std::thread::sleep(APART);
+            }
             let text = std::fs::read_to_string("/proc/loadavg").ok()?;
             parse_loadavg_running(&text)
         })
