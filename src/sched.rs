@@ -223,26 +223,53 @@ fn parse_schedstat_wait(line: &[u8]) -> Option<u64> {
         .ok()
 }
 
-/// Cores no other thread is running on right now: the cores this process
-/// may use, less the runnable threads Linux counts in `/proc/loadavg` (its
-/// fourth field, `running/total`) other than the caller. The least of a
-/// few readings over about a millisecond (a quiet machine shows a passing
-/// kernel thread in about one reading in six), for a first guess only;
-/// `None` where the kernel does not say.
+/// Cores no other program is running on right now: the cores this
+/// process may use, less the runnable threads Linux counts in
+/// `/proc/loadavg` (its fourth field, `running/total`) that are not this
+/// process's own (its `/proc/self/task/*/stat` in state `R`). The least of
+/// a few readings over about a millisecond (a quiet machine shows a
+/// passing kernel thread in about one reading in six), for a first guess
+/// only; `None` where the kernel does not say.
 pub(crate) fn free_cores() -> Option<usize> {
     const READINGS: usize = 5;
     const APART: std::time::Duration = std::time::Duration::from_micros(250);
-    let running = (0..READINGS)
+    let others = (0..READINGS)
         .filter_map(|i| {
             if i > 0 {
                 std::thread::sleep(APART);
             }
             let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-            parse_loadavg_running(&text)
+            let running = parse_loadavg_running(&text)?;
+            Some(running.saturating_sub(own_running_threads().max(1)))
         })
         .min()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Some(cores.saturating_sub(running.saturating_sub(1)))
+    Some(cores.saturating_sub(others))
+}
+
+/// This process's threads in state `R` (the caller among them).
+fn own_running_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 1;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|stat| stat_state(&stat))
+                == Some('R')
+        })
+        .count()
+}
+
+/// The state letter of a `/proc/.../stat` line: the field after the
+/// command name, which is in parentheses and may hold spaces.
+fn stat_state(stat: &str) -> Option<char> {
+    stat.get(stat.rfind(')')? + 1..)?
+        .trim_start()
+        .chars()
+        .next()
 }
 
 /// The running count of a `/proc/loadavg` line (`0.1 0.2 0.3 2/345 678`).
@@ -258,6 +285,15 @@ fn parse_loadavg_running(text: &str) -> Option<usize> {
 #[cfg(test)]
 mod run_queue_tests {
     use super::*;
+
+    #[test]
+    fn the_state_follows_the_command_name() {
+        assert_eq!(stat_state("1234 (edgecloud-local) R 1 2 3"), Some('R'));
+        assert_eq!(stat_state("1234 (a (weird) name) S 1"), Some('S'));
+        assert_eq!(stat_state("garbage"), None);
+        #[cfg(target_os = "linux")]
+        assert!(own_running_threads() >= 1, "the caller is running");
+    }
 
     #[test]
     fn loadavg_gives_the_running_count() {

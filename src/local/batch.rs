@@ -67,6 +67,9 @@ pub(super) struct Engine<'m> {
     thread_control: Option<ThreadControl>,
     /// The count the context holds now.
     threads_applied: usize,
+    /// Whether the free cores were looked at for the first step (once: a
+    /// lane whose steps are all cut short by deadlines stays "fresh").
+    start_hint_taken: bool,
     /// How long this (the decode) thread waited for a CPU: a step that
     /// waits is contended.
     run_queue: crate::sched::RunQueueWait,
@@ -144,6 +147,7 @@ impl<'m> Engine<'m> {
             governor,
             thread_control,
             threads_applied: threads,
+            start_hint_taken: false,
             run_queue: crate::sched::RunQueueWait::for_current_thread(),
         }
     }
@@ -202,7 +206,8 @@ impl<'m> Engine<'m> {
         }
         let tokens = usize::try_from(self.batch.n_tokens()).unwrap_or(0).max(1);
         let kind = StepKind::of_batch(tokens);
-        if self.governor.is_fresh() {
+        if !self.start_hint_taken && self.governor.is_fresh() {
+            self.start_hint_taken = true;
             if let Some(free) = crate::sched::free_cores() {
                 self.governor.start_on(free);
             }
