@@ -70,9 +70,6 @@ pub(super) struct Engine<'m> {
     /// Whether the free cores were looked at for the first step (once: a
     /// lane whose steps are all cut short by deadlines stays "fresh").
     start_hint_taken: bool,
-    /// How long this (the decode) thread waited for a CPU: a step that
-    /// waits is contended.
-    run_queue: crate::sched::RunQueueWait,
 }
 
 /// One sequence: what its KV cells hold, its waiting jobs, its running one.
@@ -148,7 +145,6 @@ impl<'m> Engine<'m> {
             thread_control,
             threads_applied: threads,
             start_hint_taken: false,
-            run_queue: crate::sched::RunQueueWait::for_current_thread(),
         }
     }
 
@@ -217,7 +213,7 @@ impl<'m> Engine<'m> {
             StepKind::Generate => 1.0,
             StepKind::Prompt => tokens as f64,
         };
-        let waited_before = self.run_queue.waited_ns();
+        let waited_before = signal.waited_ns();
         let started = Instant::now();
         let budget = self
             .governor
@@ -232,11 +228,11 @@ impl<'m> Engine<'m> {
                     .map(|a| (&a.job.cancel, a.job.deadline))
             }),
             budget,
+            self.governor.may_go_down(kind),
         );
         let decoded = self.ctx.decode(&mut self.batch);
         let took = started.elapsed().as_secs_f64();
-        let waited = self
-            .run_queue
+        let waited = signal
             .waited_ns()
             .zip(waited_before)
             .map_or(0, |(after, before)| after.saturating_sub(before));
@@ -271,10 +267,12 @@ impl<'m> Engine<'m> {
             }
             Err(err) => {
                 // Aborted with no job stopped: the step ran past the
-                // governor's budget. The batch is decoded again next step,
-                // with fewer threads.
+                // governor's budget, or waited for a CPU much of the time
+                // with more than the fewest threads. The batch is decoded
+                // again next step, with fewer threads.
+                let contended = signal.stopped_by_contention();
                 let overran = matches!(err, DecodeError::Unknown(DECODE_ABORTED))
-                    && budget.is_some_and(|b| Instant::now() >= b)
+                    && (contended || budget.is_some_and(|b| Instant::now() >= b))
                     && !entries.iter().any(|e| {
                         self.seqs[e.seq]
                             .active
@@ -287,13 +285,22 @@ impl<'m> Engine<'m> {
                         threads,
                         tokens,
                         took_us = (took * 1e6) as u64,
-                        "decode step over its budget: abandoned, decoded again with fewer threads"
+                        contended,
+                        "decode step abandoned (over its budget, or waiting for a CPU): decoded again with fewer threads"
                     );
+                    // A step stopped for waiting is a lower bound of what
+                    // it would have cost: any figure of fewer threads
+                    // beats it.
+                    let cost = if contended {
+                        f64::INFINITY
+                    } else {
+                        took / scale
+                    };
                     self.governor.record(
                         kind,
                         threads,
                         StepFigure {
-                            cost: took / scale,
+                            cost,
                             wait_share: 1.0,
                             overran: true,
                         },

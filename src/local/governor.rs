@@ -330,9 +330,17 @@ impl Governor {
             .then(|| (figure * factor).max(figure + OVERRUN_SLACK_S))
     }
 
+    /// Whether the next step of this kind uses more than the fewest
+    /// threads (so it may be abandoned for waiting and decoded again with
+    /// fewer).
+    pub(crate) fn may_go_down(&self, kind: StepKind) -> bool {
+        self.adaptive && self.threads(kind) > self.ladder[0]
+    }
+
     /// Records a step of `kind` that ran with `threads` threads.
     pub(crate) fn record(&mut self, kind: StepKind, threads: usize, step: StepFigure) {
-        if !self.adaptive || !step.cost.is_finite() || step.cost <= 0.0 {
+        let usable = step.cost > 0.0 && (step.cost.is_finite() || step.overran);
+        if !self.adaptive || !usable {
             return;
         }
         let Some(arm) = self.ladder.iter().position(|&n| n == threads) else {
@@ -361,6 +369,16 @@ impl Governor {
         if arm != s.current {
             return;
         }
+        if step.overran {
+            // Abandoned: not a figure of this arm (its cost may be
+            // unbounded), but the strongest sign that fewer threads do
+            // better now.
+            if s.current > 0 {
+                s.up_won = false;
+                s.start_probe(Direction::Down, step.cost, CONTENDED_WIN_MARGIN);
+            }
+            return;
+        }
         if s.recent.len() == WINDOW {
             s.recent.pop_front();
         }
@@ -369,11 +387,6 @@ impl Governor {
         // Other programs hold cores: fewer threads at once, before the
         // barrier waits cost more steps (the figure to beat is whatever
         // this arm has shown so far).
-        if s.current > 0 && step.overran {
-            s.up_won = false;
-            s.start_probe(Direction::Down, step.cost, CONTENDED_WIN_MARGIN);
-            return;
-        }
         // Contention that lasts: two of the last three steps (a passing
         // program's blip is one step).
         let lasting = step.contended()

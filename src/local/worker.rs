@@ -89,6 +89,8 @@ fn run_worker(
     // Declared before the context so it is dropped after it: the context's
     // abort callback points at it.
     let signal = Arc::new(AbortSignal::default());
+    // This is the decode thread: llama.cpp's thread 0 during every step.
+    signal.bind_decode_thread();
     let loaded = catch_unwind(AssertUnwindSafe(|| {
         load(&config, sequences, validate, &signal)
     }))
