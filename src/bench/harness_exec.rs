@@ -430,6 +430,15 @@ pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
             let mut rec = lane_record(l, o);
             rec.correct = lane_correct(l, o, job);
             rec.signals = lane_signals(l, o);
+            if l.lane == Lane::Local && l.status != LaneStatus::NotStarted {
+                rec.samples = job
+                    .item
+                    .request
+                    .sampling
+                    .consensus
+                    .map(|c| c.samples)
+                    .filter(|&k| k > 1);
+            }
             rec
         })
         .collect();

@@ -40,6 +40,9 @@ pub struct LaneRecord {
     /// (absent for a single answer, where it is `completion_tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled_tokens: Option<u64>,
+    /// Samples the local lane was asked for (a consensus; absent for one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
     /// Prompt processing speed the lane measured (local).
     #[serde(default)]
     pub prompt_tokens_per_s: Option<f64>,
@@ -143,6 +146,7 @@ impl LaneRecord {
             reused_prompt_tokens: None,
             completion_tokens: None,
             sampled_tokens: None,
+            samples: None,
             prompt_tokens_per_s: None,
             gen_tokens_per_s: None,
             provider_prompt_tokens: None,

@@ -13,7 +13,7 @@
 //! | `min_score` | lowest score any candidate needs to be acceptable |
 //! | `hedge_delay_ms`, `hedge_primary` | `hedge`: delay (default adaptive p95) and first lane (`local`) |
 //! | `cascade_threshold`, `local_share` | `cascade`: lowest acceptable local score (0.4), local's share of the deadline (0.5) |
-//! | `escalate_below` | `cascade`: `{ signal = "p10_logprob", value = -1.2 }`: escalate when the local answer's signal (`mean_logprob`, `min_logprob`, `p10_logprob`, `first_token_margin`, `min_window_logprob`: the lowest mean over 16 tokens, `tail_logprob`: the mean of the last 32) is below `value`, in the signal's own units (what `edgecloud bench calibrate` prints); sets the scorer, so it excludes `scorer` and `cascade_threshold` |
+//! | `escalate_below` | `cascade`: `{ signal = "p10_logprob", value = -1.2 }`: escalate when the local answer's signal (`mean_logprob`, `min_logprob`, `p10_logprob`, `first_token_margin`, `min_window_logprob`: the lowest mean over 16 tokens, `tail_logprob`: the mean of the last 32, `answer_agreement`: the share of a consensus's samples agreeing with the majority) is below `value`, in the signal's own units (what `edgecloud bench calibrate` prints); sets the scorer, so it excludes `scorer` and `cascade_threshold` |
 //! | `escalate_early` | `cascade` with `escalate_below` on `min_logprob` or `min_window_logprob`: `true` starts the cloud (and cancels local) as soon as the signal of the tokens generated so far is below `value`, instead of after the whole local answer (same decisions, sooner; see `Route::escalate_early`) |
 //! | `cloud_share` | `fallback`: the cloud's share of the deadline (0.5) |
 //! | `scorer` | `default`, `generic`, `confidence`, `none`, or a name registered with the builder |
