@@ -404,11 +404,14 @@ const TOKENS: &[Column<GroupSummary>] = &[
 ];
 
 fn local_threads(s: &Summary) -> String {
-    s.settings
-        .local
-        .as_ref()
+    let local = s.settings.local.as_ref();
+    let threads = local
         .and_then(|l| l.threads)
-        .map_or("–".into(), |t| t.to_string())
+        .map_or("–".into(), |t| t.to_string());
+    match local.and_then(|l| l.thread_policy.as_deref()) {
+        Some(policy) => format!("{threads} ({policy})"),
+        None => threads,
+    }
 }
 
 /// A row of the machine-and-build table: its key and its value, `None`

@@ -40,8 +40,12 @@ pub struct LocalSetup {
     pub compute_wait: Option<String>,
     /// The model file (as given).
     pub model: String,
-    /// Compute threads used.
+    /// Compute threads used (the most a step used).
     pub threads: Option<usize>,
+    /// How many of them each step used: `adaptive` or `fixed`
+    /// (`edgecloud::local::ThreadPolicy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_policy: Option<String>,
     /// Layers offloaded to a GPU (0: CPU only).
     pub gpu_layers: u32,
     /// Context size in tokens.

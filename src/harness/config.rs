@@ -52,6 +52,7 @@ pub const EXAMPLE_CONFIG: &str = r#"# edgecloud.toml: lanes, default policy, nam
 [local]
 model = "models/SmolLM2-135M-Instruct-Q8_0.gguf"
 threads = 4
+thread_policy = "adaptive"       # fewer threads while other programs hold cores; "fixed" never
 
 [cloud]
 base_url = "https://api.openai.com/v1"

@@ -41,8 +41,9 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
-use super::ffi::AbortSignal;
+use super::ffi::{AbortSignal, ThreadControl};
 use super::generate::{build_sampler, emit, Progress, PromptFormat};
+use super::governor::{Governor, StepFigure, StepKind};
 use super::stop::{StopMatcher, StopState};
 use super::utf8::Utf8Stream;
 use super::LocalSample;
@@ -57,7 +58,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// llama_decode's return value when the abort callback stopped it.
@@ -78,6 +79,15 @@ pub(super) struct Engine<'m> {
     /// The sequence whose prompt goes first into the next batch (turns
     /// rotate so that no long prompt starves another).
     prompt_turn: usize,
+    /// How many compute threads each step uses, and the means to set them
+    /// (`None`: the configured count always).
+    governor: Governor,
+    thread_control: Option<ThreadControl>,
+    /// The count the context holds now.
+    threads_applied: usize,
+    /// Whether the free cores were looked at for the first step (once: a
+    /// lane whose steps are all cut short by deadlines stays "fresh").
+    start_hint_taken: bool,
 }
 
 /// One sequence: what its KV cells hold, its waiting jobs, its running one.
@@ -156,7 +166,10 @@ impl<'m> Engine<'m> {
         batch_size: u32,
         sequences: usize,
         max_samples: usize,
+        threads: usize,
+        governor: Governor,
     ) -> Self {
+        let thread_control = ThreadControl::of(&ctx);
         let batch_size = batch_size.max(1) as usize;
         let sequences = sequences.max(1);
         let max_samples = max_samples.max(1);
@@ -175,7 +188,31 @@ impl<'m> Engine<'m> {
             max_samples,
             seqs: (0..sequences).map(|_| Sequence::default()).collect(),
             prompt_turn: 0,
+            governor,
+            thread_control,
+            threads_applied: threads,
+            start_hint_taken: false,
         }
+    }
+
+    /// Whether the context's thread count can be changed (else the
+    /// governor's choice is never applied).
+    pub(super) fn controls_threads(&self) -> bool {
+        self.thread_control.is_some()
+    }
+
+    /// Sets the context's thread count for a step of this kind; returns
+    /// it.
+    fn apply_threads(&mut self, kind: StepKind) -> usize {
+        let Some(control) = &self.thread_control else {
+            return self.threads_applied;
+        };
+        let threads = self.governor.threads(kind);
+        if threads != self.threads_applied {
+            control.set(&mut self.ctx, threads);
+            self.threads_applied = threads;
+        }
+        threads
     }
 
     /// Whether any job is running or waiting.
@@ -210,17 +247,118 @@ impl<'m> Engine<'m> {
         if entries.is_empty() {
             return;
         }
-        signal.arm(entries.iter().filter_map(|e| {
-            self.seqs[e.seq]
-                .active
-                .as_ref()
-                .map(|a| (&a.job.cancel, a.job.deadline))
-        }));
+        let tokens = usize::try_from(self.batch.n_tokens()).unwrap_or(0).max(1);
+        let kind = StepKind::of_batch(tokens);
+        if !self.start_hint_taken && self.governor.is_fresh() {
+            self.start_hint_taken = true;
+            if let Some(free) = crate::sched::free_cores() {
+                self.governor.start_on(free);
+            }
+        }
+        let threads = self.apply_threads(kind);
+        let scale = match kind {
+            StepKind::Generate => 1.0,
+            StepKind::Prompt => tokens as f64,
+        };
+        let waited_before = signal.waited_ns();
+        let started = Instant::now();
+        let budget = self
+            .governor
+            .budget(kind)
+            .and_then(|b| Duration::try_from_secs_f64(b * scale).ok())
+            .map(|b| started + b);
+        signal.arm(
+            entries.iter().filter_map(|e| {
+                self.seqs[e.seq]
+                    .active
+                    .as_ref()
+                    .map(|a| (&a.job.cancel, a.job.deadline))
+            }),
+            budget,
+            self.governor.may_go_down(kind),
+        );
         let decoded = self.ctx.decode(&mut self.batch);
+        let took = started.elapsed().as_secs_f64();
+        let waited = signal
+            .waited_ns()
+            .zip(waited_before)
+            .map_or(0, |(after, before)| after.saturating_sub(before));
         signal.disarm();
         match decoded {
-            Ok(()) => self.after_decode(entries),
-            Err(err) => self.after_failed_decode(entries, err),
+            Ok(()) => {
+                let cost = took / scale;
+                let wait_share = (waited as f64 * 1e-9 / took).min(1.0);
+                tracing::trace!(
+                    target: "edgecloud::local::threads",
+                    threads,
+                    tokens,
+                    took_us = (took * 1e6) as u64,
+                    waited_us = waited / 1000,
+                    "decode step"
+                );
+                self.governor.record(
+                    kind,
+                    threads,
+                    StepFigure {
+                        cost,
+                        wait_share,
+                        overran: false,
+                    },
+                );
+                for entry in &entries {
+                    if let Some(br) = self.seqs[entry.seq]
+                        .active
+                        .as_mut()
+                        .and_then(|a| a.branches.get_mut(entry.branch))
+                    {
+                        br.out.decoded_with(threads);
+                    }
+                }
+                self.after_decode(entries)
+            }
+            Err(err) => {
+                // Aborted with no job stopped: the step ran past the
+                // governor's budget, or waited for a CPU much of the time
+                // with more than the fewest threads. The batch is decoded
+                // again next step, with fewer threads.
+                let contended = signal.stopped_by_contention();
+                let overran = matches!(err, DecodeError::Unknown(DECODE_ABORTED))
+                    && (contended || budget.is_some_and(|b| Instant::now() >= b))
+                    && !entries.iter().any(|e| {
+                        self.seqs[e.seq]
+                            .active
+                            .as_ref()
+                            .is_some_and(|a| a.job.stop_reason().is_some())
+                    });
+                if overran {
+                    tracing::debug!(
+                        target: "edgecloud::local::threads",
+                        threads,
+                        tokens,
+                        took_us = (took * 1e6) as u64,
+                        contended,
+                        "decode step abandoned (over its budget, or waiting for a CPU): decoded again with fewer threads"
+                    );
+                    // A step stopped for waiting is a lower bound of what
+                    // it would have cost: any figure of fewer threads
+                    // beats it.
+                    let cost = if contended {
+                        f64::INFINITY
+                    } else {
+                        took / scale
+                    };
+                    self.governor.record(
+                        kind,
+                        threads,
+                        StepFigure {
+                            cost,
+                            wait_share: 1.0,
+                            overran: true,
+                        },
+                    );
+                }
+                self.after_failed_decode(entries, err)
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 
 use super::signals;
 use super::template::{self, Origin};
-use super::{LocalCompletion, LocalError, LocalTimings};
+use super::{LocalCompletion, LocalError, LocalTimings, ThreadSteps};
 use crate::lane::{FinishReason, LaneJob};
 use crate::request::ChatMessage;
 use crate::structured::ResponseFormat;
@@ -229,6 +229,7 @@ pub(super) struct Progress {
     pub(super) completion_tokens: usize,
     logprobs: Vec<f32>,
     first_token_margin: Option<f32>,
+    decode_threads: Vec<ThreadSteps>,
 }
 
 impl Progress {
@@ -249,6 +250,20 @@ impl Progress {
             completion_tokens: 0,
             logprobs: Vec::with_capacity(job.sampling.max_tokens.min(4096) as usize),
             first_token_margin: None,
+            decode_threads: Vec::new(),
+        }
+    }
+
+    /// Counts one decode step of this job that used `threads` threads.
+    pub(super) fn decoded_with(&mut self, threads: usize) {
+        match self
+            .decode_threads
+            .binary_search_by_key(&threads, |t| t.threads)
+        {
+            Ok(i) => self.decode_threads[i].steps += 1,
+            Err(i) => self
+                .decode_threads
+                .insert(i, ThreadSteps { threads, steps: 1 }),
         }
     }
 
@@ -305,6 +320,7 @@ impl Progress {
                 generation,
                 gen_tokens_per_s: per_s(self.completion_tokens.saturating_sub(1), generation),
                 total: now - self.submitted_at,
+                decode_threads: self.decode_threads,
             },
         }
     }

@@ -39,6 +39,7 @@ mod batch;
 pub mod devices;
 mod ffi;
 mod generate;
+mod governor;
 pub mod probe;
 mod signals;
 mod simd;
@@ -59,6 +60,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 pub use crate::cores::physical_cores;
+pub use governor::ThreadPolicy;
 pub use probe::{ProbeMode, ProbeReport};
 
 /// Not part of the API: the lane's per-token bookkeeping (the passes over
@@ -81,6 +83,11 @@ pub struct LocalConfig {
     pub model: PathBuf,
     /// Compute threads; `None` means the machine's physical cores.
     pub threads: Option<usize>,
+    /// How many of those threads each decode step uses: `adaptive` (the
+    /// default) follows the measured step time and uses fewer when other
+    /// programs hold cores; `fixed` always uses `threads`, as llama.cpp
+    /// does. See [`ThreadPolicy`] and docs/busy-device.md.
+    pub thread_policy: ThreadPolicy,
     /// Context size in tokens; `None` means the model's training context,
     /// capped at 4096.
     pub context_size: Option<u32>,
@@ -139,6 +146,7 @@ impl Default for LocalConfig {
         Self {
             model: PathBuf::new(),
             threads: None,
+            thread_policy: ThreadPolicy::Adaptive,
             context_size: None,
             batch_size: 128,
             gpu_layers: 0,
@@ -177,8 +185,12 @@ pub struct LocalInfo {
     pub probe: ProbeReport,
     /// Context size in tokens.
     pub context_size: u32,
-    /// Compute threads in use.
+    /// Compute threads in use (the most a step uses).
     pub threads: usize,
+    /// The thread policy in effect: the configured one, or `fixed` when
+    /// the context's thread count cannot be changed (then a warning says
+    /// why).
+    pub thread_policy: ThreadPolicy,
     /// Lanes (sequences) sharing this model and decode loop: 1 for a lane
     /// alone, N for the local lanes of a pool of N.
     pub sequences: usize,
@@ -224,6 +236,18 @@ pub struct LocalTimings {
     /// Submission to the end of the job.
     #[serde(serialize_with = "crate::millis::required::serialize")]
     pub total: Duration,
+    /// The job's decode steps by how many compute threads each used
+    /// (ascending thread counts), as the thread governor chose them.
+    pub decode_threads: Vec<ThreadSteps>,
+}
+
+/// How many of a job's decode steps ran with one thread count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ThreadSteps {
+    /// Compute threads.
+    pub threads: usize,
+    /// Decode steps that used them.
+    pub steps: u32,
 }
 
 /// A finished local job (completed, or cut short by cancel or deadline).

@@ -7,6 +7,7 @@
 use super::batch::Engine;
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
+use super::governor::{Governor, ThreadPolicy};
 use super::{Envelope, LocalConfig, LocalError, LocalInfo};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -88,6 +89,8 @@ fn run_worker(
     // Declared before the context so it is dropped after it: the context's
     // abort callback points at it.
     let signal = Arc::new(AbortSignal::default());
+    // This is the decode thread: llama.cpp's thread 0 during every step.
+    signal.bind_decode_thread();
     let loaded = catch_unwind(AssertUnwindSafe(|| {
         load(&config, sequences, validate, &signal)
     }))
@@ -117,24 +120,7 @@ fn run_worker(
             return;
         }
     };
-    let info = LocalInfo {
-        model: config.model.clone(),
-        load_time: started_at.elapsed(),
-        context_size,
-        threads,
-        sequences,
-        max_samples: samples_of(&config) as u32,
-        compute_wait: super::wait::current().describe(),
-        batch_size: config.batch_size,
-        gpu_layers: config.gpu_layers,
-        parameters: model.n_params(),
-        chat_template: format.describe(),
-        probe: super::probe::ProbeReport::not_run(),
-    };
-    tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
-    if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
-        return;
-    }
+    let chat_template = format.describe();
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -142,7 +128,39 @@ fn run_worker(
         config.batch_size,
         sequences,
         samples_of(&config),
+        threads,
+        Governor::new(threads, config.thread_policy),
     );
+    let thread_policy = if engine.controls_threads() {
+        config.thread_policy
+    } else {
+        if config.thread_policy != ThreadPolicy::Fixed {
+            tracing::warn!(
+                "this llama-cpp-2 release does not show its context pointer as expected: \
+                 the local lane keeps {threads} compute threads (thread policy fixed)"
+            );
+        }
+        ThreadPolicy::Fixed
+    };
+    let info = LocalInfo {
+        model: config.model.clone(),
+        load_time: started_at.elapsed(),
+        context_size,
+        threads,
+        thread_policy,
+        sequences,
+        max_samples: samples_of(&config) as u32,
+        compute_wait: super::wait::current().describe(),
+        batch_size: config.batch_size,
+        gpu_layers: config.gpu_layers,
+        parameters: model.n_params(),
+        chat_template,
+        probe: super::probe::ProbeReport::not_run(),
+    };
+    tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
+    if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
+        return;
+    }
     loop {
         // Idle: wait for a job (or the end of the channel). Busy: take
         // whatever else has arrived, then decode one step.
@@ -234,4 +252,41 @@ fn load(
         .with_n_threads_batch(threads_i32);
     let params = ffi::with_abort_signal(params, signal);
     Ok((Arc::new(model), params, format, threads, context_size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::generate::{write_model, Preset};
+
+    /// The governor's lever: the live context's thread count really
+    /// changes. Fails when a llama-cpp-2 release stops showing its context
+    /// pointer as `ThreadControl::of` reads it (the lane would then quietly
+    /// keep a fixed count).
+    #[test]
+    fn a_live_context_takes_a_new_thread_count() {
+        let dir = std::env::temp_dir().join(format!("edgecloud-threads-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.gguf");
+        write_model(&path, Preset::Tiny, 7).unwrap();
+        let model =
+            LlamaModel::load_from_file(backend(), &path, &LlamaModelParams::default()).unwrap();
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(64))
+            .with_n_threads(2)
+            .with_n_threads_batch(2);
+        let mut ctx = {
+            let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            model.new_context(backend(), params).unwrap()
+        };
+        let control = ffi::ThreadControl::of(&ctx).expect("the context pointer is readable");
+        assert_eq!(control.get(&mut ctx), 2);
+        control.set(&mut ctx, 1);
+        assert_eq!(control.get(&mut ctx), 1);
+        control.set(&mut ctx, 2);
+        assert_eq!(control.get(&mut ctx), 2);
+        drop(ctx);
+        drop(model);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -268,6 +268,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
             (None, l) => l.map(|l| LocalSetup {
                 model: l.model.display().to_string(),
                 threads: Some(l.threads.unwrap_or_else(edgecloud::local::physical_cores)),
+                thread_policy: Some(l.thread_policy.to_string()),
                 gpu_layers: l.gpu_layers,
                 context_size: l.context_size,
                 compute_wait: Some(edgecloud::local::wait::current().describe()),

@@ -6,7 +6,9 @@ use crate::exit;
 use crate::output::JsonArgs;
 use crate::prompt::PromptArgs;
 use edgecloud::local::devices::DeviceError;
-use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode};
+use edgecloud::local::{
+    LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode, ThreadPolicy,
+};
 use edgecloud::millis::to_ms_rounded;
 use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
 use serde_json::{json, Value};
@@ -35,6 +37,12 @@ pub(crate) struct LocalArgs {
     /// Compute threads (default: physical cores).
     #[arg(long, value_name = "N", env = "EDGECLOUD_THREADS")]
     threads: Option<usize>,
+    /// How many of those threads each decode step uses: adaptive (fewer
+    /// when other programs hold cores, from the measured step time) or
+    /// fixed (always --threads, as llama.cpp does).
+    #[arg(long, value_name = "POLICY", env = "EDGECLOUD_THREAD_POLICY",
+          default_value_t = ThreadPolicy::Adaptive)]
+    thread_policy: ThreadPolicy,
     /// Sampling seed, for reproducible output.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
@@ -91,6 +99,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let mut config = LocalConfig {
         model: args.model.clone(),
         threads: args.threads,
+        thread_policy: args.thread_policy,
         context_size: args.context_size,
         batch_size: args.batch_size,
         gpu_layers: args.gpu_layers,
@@ -180,6 +189,8 @@ fn report(
             "deadline_ms": args.deadline_ms,
             "model": info.model,
             "threads": info.threads,
+            "thread_policy": info.thread_policy,
+            "decode_threads": t.decode_threads,
             "context_size": info.context_size,
             "chat_template": info.chat_template,
             "error": Value::Null,
@@ -208,6 +219,16 @@ fn report(
             opt(t.gen_tokens_per_s, " tok/s")
         );
         println!("total            {:.1} ms", to_ms_rounded(t.total));
+        println!(
+            "threads          {} ({}): {}",
+            lane.info().threads,
+            lane.info().thread_policy,
+            t.decode_threads
+                .iter()
+                .map(|s| format!("{} for {} steps", s.threads, s.steps))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let f3 = |v: Option<f32>| v.map_or("-".into(), |v| format!("{v:.3}"));
         println!(
             "logprob          mean {}, min {}, p10 {}; first-token margin {}",
