@@ -152,6 +152,14 @@ struct Entry {
     logits: Option<i32>,
 }
 
+/// The sequence ids of a context: one per lane, and `max_samples - 1`
+/// more per lane for the samples of a consensus.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SeqIds {
+    pub(super) lanes: usize,
+    pub(super) max_samples: usize,
+}
+
 /// How a sampled token left the job.
 enum Next {
     Continue(LlamaToken),
@@ -164,15 +172,14 @@ impl<'m> Engine<'m> {
         ctx: LlamaContext<'m>,
         format: PromptFormat,
         batch_size: u32,
-        sequences: usize,
-        max_samples: usize,
+        ids: SeqIds,
         threads: usize,
         governor: Governor,
     ) -> Self {
         let thread_control = ThreadControl::of(&ctx);
         let batch_size = batch_size.max(1) as usize;
-        let sequences = sequences.max(1);
-        let max_samples = max_samples.max(1);
+        let sequences = ids.lanes.max(1);
+        let max_samples = ids.max_samples.max(1);
         // What llama.cpp made of the requested size (it may round up),
         // shared out: each sequence id may use its part.
         let seq_context = (ctx.n_ctx() as usize / (sequences * max_samples)).max(1);

@@ -4,7 +4,7 @@
 //! one batch. A job that panics is caught and fails alone; a panic outside
 //! any job resets the context, and the worker goes on.
 
-use super::batch::Engine;
+use super::batch::{Engine, SeqIds};
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
 use super::governor::{Governor, ThreadPolicy};
@@ -126,8 +126,10 @@ fn run_worker(
         ctx,
         format,
         config.batch_size,
-        sequences,
-        samples_of(&config),
+        SeqIds {
+            lanes: sequences,
+            max_samples: samples_of(&config),
+        },
         threads,
         Governor::new(threads, config.thread_policy),
     );
