@@ -73,6 +73,7 @@
 //! imply `local`. The binary, the integration tests, the benches and the
 //! examples declare the features they need (`required-features`).
 
+pub mod answer;
 #[cfg(feature = "bench")]
 pub mod bench;
 #[cfg(feature = "cloud")]
@@ -114,5 +115,5 @@ pub use harness::{
 pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSink};
 #[cfg(feature = "local")]
 pub use local::LocalConfig;
-pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};
+pub use request::{ChatMessage, Consensus, InvalidRequest, Request, Role, Sampling};
 pub use structured::ResponseFormat;

@@ -428,6 +428,16 @@ const MACHINE: &[MachineRow] = &[
         ))
     }),
     ("threads used (local)", |s| Some(local_threads(s))),
+    ("local answers", |s| {
+        let l = s.settings.local.as_ref()?;
+        let k = l.samples?;
+        Some(format!(
+            "consensus of {k} samples per item (self-consistency){}",
+            l.sample_temperature
+                .map(|t| format!("; greedy items sampled at temperature {t}"))
+                .unwrap_or_default()
+        ))
+    }),
     ("memory", |s| {
         Some(s.machine.memory_bytes.map_or("unknown".into(), bytes))
     }),

@@ -50,6 +50,13 @@ pub struct LocalSetup {
     pub gpu_layers: u32,
     /// Context size in tokens.
     pub context_size: Option<u32>,
+    /// Samples per item of a local consensus (`--samples`, or the
+    /// workload's own), the most any item asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
+    /// The temperature `--samples` gave greedy items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_temperature: Option<f32>,
 }
 
 /// The cloud lane's settings in a bench (never a key).

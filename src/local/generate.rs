@@ -3,7 +3,6 @@
 //! counters and clocks that become its [`LocalCompletion`].
 
 use super::signals;
-use super::stop::StopMatcher;
 use super::template::{self, Origin};
 use super::{LocalCompletion, LocalError, LocalTimings, ThreadSteps};
 use crate::lane::{FinishReason, LaneJob};
@@ -151,9 +150,14 @@ pub(super) fn emit(job: &mut LaneJob, text: &str) {
 /// argmax of the raw logits (no grammar). A `response_format` puts
 /// llama.cpp's grammar sampler first in the chain, so every token (greedy
 /// ones too) is one the grammar allows; the chain then picks as without it.
+///
+/// `sample` numbers the samples of a consensus job: sample `i` seeds its
+/// random choices with the request's seed plus `i`, so each sample differs
+/// from the others and a seeded request gives the same samples every time.
 pub(super) fn build_sampler(
     model: &LlamaModel,
     sampling: &crate::request::Sampling,
+    sample: u32,
 ) -> Result<Option<LlamaSampler>, LocalError> {
     let grammar = match &sampling.response_format {
         Some(format) => Some(grammar_sampler(model, format)?),
@@ -168,14 +172,17 @@ pub(super) fn build_sampler(
         chain.push(LlamaSampler::greedy());
         return Ok(Some(LlamaSampler::chain_simple(chain)));
     }
-    let seed = sampling.seed.map_or_else(
-        || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        },
-        |s| (s ^ (s >> 32)) as u32,
-    );
+    let seed = sampling
+        .seed
+        .map_or_else(
+            || {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos())
+            },
+            |s| (s ^ (s >> 32)) as u32,
+        )
+        .wrapping_add(sample);
     if sampling.top_k > 0 {
         chain.push(LlamaSampler::top_k(
             sampling.top_k.min(i32::MAX as u32) as i32
@@ -209,7 +216,8 @@ fn grammar_sampler(
     })
 }
 
-/// Counters and clocks of one job.
+/// Counters and clocks of one job (of one sample of a consensus job).
+#[derive(Clone)]
 pub(super) struct Progress {
     submitted_at: Instant,
     started: Instant,
@@ -266,30 +274,31 @@ impl Progress {
         self.logprobs.push(scan.logprob);
     }
 
+    /// The mean log-probability of the tokens sampled so far.
+    pub(super) fn mean_logprob(&self) -> Option<f32> {
+        (!self.logprobs.is_empty()).then(|| {
+            (self.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>() / self.logprobs.len() as f64)
+                as f32
+        })
+    }
+
+    /// The completion of a job that ended with `text` (its stop string
+    /// cut off; the caller has streamed it).
     pub(super) fn finish(
         self,
         reason: FinishReason,
-        mut stops: StopMatcher,
-        job: &mut LaneJob,
+        text: String,
         aborted_in_decode: bool,
     ) -> LocalCompletion {
-        emit(job, stops.release_rest());
         let now = Instant::now();
         let generation = self.first_token_at.map_or(Duration::ZERO, |t| now - t);
         let per_s = |n: usize, d: Duration| {
             (n > 0 && d > Duration::ZERO).then(|| n as f64 / d.as_secs_f64())
         };
-        let (mean, min) = if self.logprobs.is_empty() {
-            (None, None)
-        } else {
-            let sum: f64 = self.logprobs.iter().map(|&l| f64::from(l)).sum();
-            (
-                Some((sum / self.logprobs.len() as f64) as f32),
-                self.logprobs.iter().copied().reduce(f32::min),
-            )
-        };
+        let mean = self.mean_logprob();
+        let min = self.logprobs.iter().copied().reduce(f32::min);
         LocalCompletion {
-            text: stops.into_text(),
+            text,
             finish_reason: reason,
             prompt_tokens: self.prompt_tokens as u32,
             reused_prompt_tokens: self.reused as u32,
@@ -299,6 +308,9 @@ impl Progress {
             p10_logprob: signals::low_quantile(&self.logprobs, 0.1),
             first_token_margin: self.first_token_margin,
             token_logprobs: self.logprobs,
+            samples: Vec::new(),
+            agreement: None,
+            sampled_tokens: self.completion_tokens as u32,
             aborted_in_decode,
             timings: LocalTimings {
                 queued: self.started - self.submitted_at,

@@ -132,6 +132,13 @@ pub struct LocalConfig {
     /// Where verdicts are kept; default `$XDG_CACHE_HOME/edgecloud/probe`
     /// (or `~/.cache/edgecloud/probe`).
     pub probe_cache_dir: Option<PathBuf>,
+    /// Most samples one job may ask for (a request's
+    /// [`consensus`](crate::request::Sampling::consensus)), 1 to
+    /// [`MAX_SAMPLES`](crate::request::MAX_SAMPLES). Each lane gets this
+    /// many sequence ids of `context_size` cells each, so the context
+    /// (and its KV memory) is this many times larger; cells are taken only
+    /// as samples use them.
+    pub max_samples: u32,
 }
 
 impl Default for LocalConfig {
@@ -150,6 +157,7 @@ impl Default for LocalConfig {
             probe_timeout_ms: 120_000,
             probe_cache: true,
             probe_cache_dir: None,
+            max_samples: 1,
         }
     }
 }
@@ -186,6 +194,8 @@ pub struct LocalInfo {
     /// Lanes (sequences) sharing this model and decode loop: 1 for a lane
     /// alone, N for the local lanes of a pool of N.
     pub sequences: usize,
+    /// Most samples one job may ask for ([`LocalConfig::max_samples`]).
+    pub max_samples: u32,
     /// How the compute threads wait for each other ([`wait::current`]),
     /// e.g. `libgomp default (spin 300000)` or `OMP_WAIT_POLICY=passive
     /// (user)`.
@@ -269,11 +279,38 @@ pub struct LocalCompletion {
     /// the raw model distribution, in `[0, 1]`: high when the model was
     /// sure how to start (a strong signal on short answers).
     pub first_token_margin: Option<f32>,
+    /// A consensus job's samples, in order (empty for a single answer).
+    /// The completion's own text and figures are those of the sample that
+    /// stands for the majority (see [`crate::request::Consensus`]).
+    pub samples: Vec<LocalSample>,
+    /// A consensus job's share of samples agreeing with the majority
+    /// answer, in `[0, 1]` (`None` for a single answer): the
+    /// `answer_agreement` signal.
+    pub agreement: Option<f32>,
+    /// Tokens sampled over all samples (`completion_tokens` for a single
+    /// answer): what the answer cost.
+    pub sampled_tokens: u32,
     /// True when cancellation or the deadline stopped a `llama_decode` call
     /// from inside (llama.cpp's abort callback), rather than between calls.
     pub aborted_in_decode: bool,
     /// Timings.
     pub timings: LocalTimings,
+}
+
+/// One sample of a consensus job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct LocalSample {
+    /// Its text (stop string excluded).
+    pub text: String,
+    /// Why it ended.
+    pub finish_reason: crate::lane::FinishReason,
+    /// Tokens it sampled.
+    pub completion_tokens: u32,
+    /// The mean log-probability of its tokens.
+    pub mean_logprob: Option<f32>,
+    /// Its answer as the vote read it (`None`: it gave none).
+    pub answer: Option<String>,
 }
 
 /// Prompt processing progress, reported before each prompt batch is decoded

@@ -4,7 +4,7 @@
 //! one batch. A job that panics is caught and fails alone; a panic outside
 //! any job resets the context, and the worker goes on.
 
-use super::batch::Engine;
+use super::batch::{Engine, SeqIds};
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
 use super::governor::{Governor, ThreadPolicy};
@@ -126,7 +126,10 @@ fn run_worker(
         ctx,
         format,
         config.batch_size,
-        sequences,
+        SeqIds {
+            lanes: sequences,
+            max_samples: samples_of(&config),
+        },
         threads,
         Governor::new(threads, config.thread_policy),
     );
@@ -148,6 +151,7 @@ fn run_worker(
         threads,
         thread_policy,
         sequences,
+        max_samples: samples_of(&config) as u32,
         compute_wait: super::wait::current().describe(),
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
@@ -177,6 +181,11 @@ fn run_worker(
             engine.reset_all(&crate::panic_payload::message(&*p));
         }
     }
+}
+
+/// Sequence ids per lane: [`LocalConfig::max_samples`] within its bounds.
+fn samples_of(config: &LocalConfig) -> usize {
+    config.max_samples.clamp(1, crate::request::MAX_SAMPLES) as usize
 }
 
 type Loaded = (
@@ -223,19 +232,19 @@ fn load(
     let context_size = config
         .context_size
         .unwrap_or_else(|| model.n_ctx_train().clamp(1, 4096));
-    // A step holds one token of each generating sequence besides up to
+    // Sequence ids: every lane's own, and its samples' (see `batch`).
+    let ids = (sequences * samples_of(config)) as u32;
+    // A step holds one token of each generating sample besides up to
     // `batch_size` prompt tokens.
-    let batch = config.batch_size.max(1) + sequences as u32 - 1;
+    let batch = config.batch_size.max(1) + ids - 1;
     let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
     let params = LlamaContextParams::default()
         // One unified cache of `context_size` cells per sequence: every
         // sequence may use its whole context, and a step's tokens of all
         // sequences go into one micro-batch (per-sequence streams would
         // split a step into one micro-batch per run of sequence ids).
-        .with_n_ctx(NonZeroU32::new(
-            context_size.saturating_mul(sequences as u32),
-        ))
-        .with_n_seq_max(sequences as u32)
+        .with_n_ctx(NonZeroU32::new(context_size.saturating_mul(ids)))
+        .with_n_seq_max(ids)
         .with_kv_unified(true)
         .with_n_batch(batch)
         // One micro-batch per decode call: an abort then leaves no partial

@@ -33,6 +33,7 @@ fn seeded(max_tokens: u32, seed: u64) -> Sampling {
         seed: Some(seed),
         stop: Vec::new(),
         response_format: None,
+        consensus: None,
     }
 }
 

@@ -58,6 +58,16 @@ pub(crate) struct LocalArgs {
     /// Stop before this string (repeatable).
     #[arg(long, value_name = "TEXT")]
     stop: Vec<String>,
+    /// Answer by a consensus of N samples (self-consistency): N parallel
+    /// sequences sharing the prompt's KV cells; the answer is the first
+    /// sample giving the majority answer, printed whole when all are done,
+    /// with the share agreeing. Needs a temperature above 0.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    samples: u32,
+    /// How the samples' answers are read for the vote: number, choice or
+    /// text.
+    #[arg(long, value_name = "KIND", default_value = "text")]
+    answer: edgecloud::answer::AnswerKind,
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long, value_name = "N", env = "EDGECLOUD_CONTEXT_SIZE")]
     context_size: Option<u32>,
@@ -94,6 +104,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         batch_size: args.batch_size,
         gpu_layers: args.gpu_layers,
         probe: args.probe,
+        max_samples: args.samples.clamp(1, edgecloud::request::MAX_SAMPLES),
         ..LocalConfig::new(&args.model)
     };
     crate::modelref::apply(&mut config, crate::modelref::Download::Allowed)?;
@@ -110,6 +121,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         stop: args.stop.clone(),
         response_format: None,
+        consensus: (args.samples > 1).then(|| edgecloud::Consensus::new(args.samples, args.answer)),
     };
     let start = Instant::now();
     let deadline = args
@@ -171,6 +183,9 @@ fn report(
             "min_logprob": done.min_logprob,
             "p10_logprob": done.p10_logprob,
             "first_token_margin": done.first_token_margin,
+            "answer_agreement": done.agreement,
+            "sampled_tokens": done.sampled_tokens,
+            "samples": done.samples,
             "deadline_ms": args.deadline_ms,
             "model": info.model,
             "threads": info.threads,
@@ -222,6 +237,19 @@ fn report(
             f3(done.p10_logprob),
             f3(done.first_token_margin)
         );
+        if let Some(share) = done.agreement {
+            let answers: Vec<&str> = done
+                .samples
+                .iter()
+                .map(|s| s.answer.as_deref().unwrap_or("-"))
+                .collect();
+            println!(
+                "consensus        {} samples, {} tokens in all; agreement {share:.3} (answers: {})",
+                done.samples.len(),
+                done.sampled_tokens,
+                answers.join(", ")
+            );
+        }
     }
     if status == "completed" {
         return Ok(exit::code(exit::OK));

@@ -5,6 +5,7 @@
 //! decision reason, `stages` the rules of admission, preparation,
 //! streaming and settlement.
 
+mod early;
 mod policies;
 mod reasons;
 mod stages;
@@ -44,6 +45,7 @@ pub(super) fn setup(policy: Policy) -> CoreSetup {
         min_score: None,
         callback_budget: Duration::from_millis(10),
         cancel_grace: Duration::from_millis(5),
+        early: None,
     }
 }
 
