@@ -11,7 +11,8 @@
 //! at least 1000 runs where both lanes overrun, alone and with four
 //! harnesses at once; with `--local`, also with the real local lane
 //! (bench-135m, generated into `target/bench-models/` unless
-//! `EDGECLOUD_BENCH_MODEL` names a file; threads: `EDGECLOUD_BENCH_THREADS`,
+//! `EDGECLOUD_BENCH_MODEL` names a file; threads: `EDGECLOUD_BENCH_THREADS`
+//! (their policy: `EDGECLOUD_THREAD_POLICY`, adaptive unless set),
 //! default 2; `EDGECLOUD_BENCH_NICE` and `EDGECLOUD_BENCH_BATCH` override
 //! the harness's nice and batch defaults) decoding a long prompt when the
 //! deadline hits, and aborting runs inside a ~2000-token prompt's decode
@@ -236,6 +237,7 @@ fn local_figures() {
         // Unset: the harness's defaults (what users get).
         nice: env_num("EDGECLOUD_BENCH_NICE"),
         batch_size: env_num("EDGECLOUD_BENCH_BATCH").unwrap_or(defaults.batch_size),
+        thread_policy: env_num("EDGECLOUD_THREAD_POLICY").unwrap_or(defaults.thread_policy),
         ..defaults
     })
     .expect("bench-135m loads");

@@ -194,6 +194,10 @@ pub struct TopLogprob {
 /// continues the previous one; the concatenation is the completion's text.
 pub type TokenSink = Box<dyn FnMut(&str) + Send + 'static>;
 
+/// Receives the log-probability of each token a lane samples, as it
+/// samples it (see [`LaneJob::on_logprob`]).
+pub type LogprobSink = Box<dyn FnMut(f32) + Send + 'static>;
+
 /// One request for one lane: what to generate, and until when.
 pub struct LaneJob {
     /// The conversation, oldest first.
@@ -206,6 +210,13 @@ pub struct LaneJob {
     pub cancel: CancellationToken,
     /// Optional streaming sink.
     pub on_token: Option<TokenSink>,
+    /// Optional sink for each sampled token's log-probability under the
+    /// raw model distribution, in order, as the answer is generated: how a
+    /// cascade reads a confidence before the answer is finished. Lanes
+    /// that have no log-probabilities (the cloud lane) never call it, nor
+    /// does the local lane for a consensus job (its answer is known only
+    /// at the end).
+    pub on_logprob: Option<LogprobSink>,
     /// The lane's admission slot, if the caller holds one. The lane drops it
     /// when the work really ends (on every path) and *before* it hands back
     /// the result, so a caller that has the result can admit the next job.
@@ -224,6 +235,7 @@ impl LaneJob {
             deadline,
             cancel: CancellationToken::new(),
             on_token: None,
+            on_logprob: None,
             permit: None,
         }
     }
@@ -237,6 +249,12 @@ impl LaneJob {
     /// Sets the streaming sink.
     pub fn with_sink(mut self, sink: impl FnMut(&str) + Send + 'static) -> Self {
         self.on_token = Some(Box::new(sink));
+        self
+    }
+
+    /// Sets the log-probability sink; see [`LaneJob::on_logprob`].
+    pub fn with_logprob_sink(mut self, sink: impl FnMut(f32) + Send + 'static) -> Self {
+        self.on_logprob = Some(Box::new(sink));
         self
     }
 
@@ -266,6 +284,7 @@ impl fmt::Debug for LaneJob {
             .field("deadline", &self.deadline)
             .field("cancelled", &self.cancel.is_cancelled())
             .field("streaming", &self.on_token.is_some())
+            .field("watching_logprobs", &self.on_logprob.is_some())
             .field("holds_permit", &self.permit.is_some())
             .finish()
     }

@@ -76,6 +76,7 @@
 //! imply `local`. The binary, the integration tests, the benches and the
 //! examples declare the features they need (`required-features`).
 
+pub mod answer;
 #[cfg(feature = "bench")]
 pub mod bench;
 #[cfg(feature = "cloud")]
@@ -118,6 +119,6 @@ pub use harness::{
 pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSink};
 #[cfg(feature = "local")]
 pub use local::LocalConfig;
-pub use request::{ChatMessage, InvalidRequest, Request, Role, Sampling};
+pub use request::{ChatMessage, Consensus, InvalidRequest, Request, Role, Sampling};
 pub use structured::ResponseFormat;
 pub use tools::{Tool, ToolCall, ToolChoice};

@@ -138,6 +138,38 @@ pub struct Sampling {
     /// likely alternatives per token (0-20); `None`: not asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<u8>,
+    /// Self-consistency: the local lane answers `samples` times at once
+    /// (parallel sequences sharing the prompt's KV cells), the samples
+    /// vote, and the answer is the first sample giving the majority
+    /// answer, with the share that agrees as its `answer_agreement`
+    /// signal. `None` (or one sample): one answer. The cloud lane answers
+    /// once whatever this says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consensus: Option<Consensus>,
+}
+
+/// Most samples one request may ask of the local lane.
+pub const MAX_SAMPLES: u32 = 16;
+
+/// How many local samples vote on an answer, and how their answers are
+/// read (see [`Sampling::consensus`]). Sample `i` samples with the seed
+/// `seed + i`, so a seeded request gives the same samples every time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Consensus {
+    /// Samples, 1 to [`MAX_SAMPLES`]; more than one needs a temperature
+    /// above 0 (greedy samples are all the same answer).
+    pub samples: u32,
+    /// How each sample's answer is read for the vote.
+    #[serde(default)]
+    pub answer: crate::answer::AnswerKind,
+}
+
+impl Consensus {
+    /// `samples` samples voting on answers read as `answer`.
+    pub fn new(samples: u32, answer: crate::answer::AnswerKind) -> Self {
+        Self { samples, answer }
+    }
 }
 
 impl Default for Sampling {
@@ -153,6 +185,7 @@ impl Default for Sampling {
             tools: Vec::new(),
             tool_choice: None,
             logprobs: None,
+            consensus: None,
         }
     }
 }
@@ -184,6 +217,20 @@ impl Sampling {
             return Err(InvalidRequest::new(format!(
                 "top_logprobs must be at most {MAX_TOP_LOGPROBS}"
             )));
+        }
+        if let Some(c) = &self.consensus {
+            if !(1..=MAX_SAMPLES).contains(&c.samples) {
+                return Err(InvalidRequest::new(format!(
+                    "consensus.samples must be 1 to {MAX_SAMPLES}, got {}",
+                    c.samples
+                )));
+            }
+            if c.samples > 1 && self.temperature <= 0.0 {
+                return Err(InvalidRequest::new(
+                    "consensus.samples above 1 needs a temperature above 0 \
+                     (greedy samples all give the same answer)",
+                ));
+            }
         }
         Ok(())
     }

@@ -178,3 +178,151 @@ mod tests {
         .unwrap();
     }
 }
+
+/// How long the calling thread has waited for a CPU while runnable: the
+/// second field of Linux's `/proc/thread-self/schedstat` (nanoseconds),
+/// read through a file kept open (one `pread`, under a microsecond). The
+/// local lane reads it around each decode step: a thread that waits a
+/// good part of a step shares its core with other programs.
+pub(crate) struct RunQueueWait {
+    file: Option<std::fs::File>,
+}
+
+impl RunQueueWait {
+    /// For the calling thread (the file is bound to it when opened);
+    /// `None` readings where the kernel keeps no such figure.
+    pub(crate) fn for_current_thread() -> Self {
+        Self {
+            file: std::fs::File::open("/proc/thread-self/schedstat").ok(),
+        }
+    }
+
+    /// Nanoseconds waited so far.
+    pub(crate) fn waited_ns(&self) -> Option<u64> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            let mut buf = [0u8; 96];
+            let n = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
+            parse_schedstat_wait(&buf[..n])
+        }
+        #[cfg(not(unix))]
+        {
+            None
+        }
+    }
+}
+
+/// The run-queue wait of a schedstat line (`run_ns wait_ns slices`).
+fn parse_schedstat_wait(line: &[u8]) -> Option<u64> {
+    std::str::from_utf8(line)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Cores no other program is running on right now: the cores this
+/// process may use, less the runnable threads Linux counts in
+/// `/proc/loadavg` (its fourth field, `running/total`) that are not this
+/// process's own (its `/proc/self/task/*/stat` in state `R`). The least of
+/// a few readings over about a millisecond (a quiet machine shows a
+/// passing kernel thread in about one reading in six), for a first guess
+/// only; `None` where the kernel does not say.
+pub(crate) fn free_cores() -> Option<usize> {
+    const READINGS: usize = 5;
+    const APART: std::time::Duration = std::time::Duration::from_micros(250);
+    let others = (0..READINGS)
+        .filter_map(|i| {
+            if i > 0 {
+                std::thread::sleep(APART);
+            }
+            let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+            let running = parse_loadavg_running(&text)?;
+            Some(running.saturating_sub(own_running_threads().max(1)))
+        })
+        .min()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(cores.saturating_sub(others))
+}
+
+/// This process's threads in state `R` (the caller among them).
+fn own_running_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 1;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|stat| stat_state(&stat))
+                == Some('R')
+        })
+        .count()
+}
+
+/// The state letter of a `/proc/.../stat` line: the field after the
+/// command name, which is in parentheses and may hold spaces.
+fn stat_state(stat: &str) -> Option<char> {
+    stat.get(stat.rfind(')')? + 1..)?
+        .trim_start()
+        .chars()
+        .next()
+}
+
+/// The running count of a `/proc/loadavg` line (`0.1 0.2 0.3 2/345 678`).
+fn parse_loadavg_running(text: &str) -> Option<usize> {
+    text.split_ascii_whitespace()
+        .nth(3)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod run_queue_tests {
+    use super::*;
+
+    #[test]
+    fn the_state_follows_the_command_name() {
+        assert_eq!(stat_state("1234 (edgecloud-local) R 1 2 3"), Some('R'));
+        assert_eq!(stat_state("1234 (a (weird) name) S 1"), Some('S'));
+        assert_eq!(stat_state("garbage"), None);
+        #[cfg(target_os = "linux")]
+        assert!(own_running_threads() >= 1, "the caller is running");
+    }
+
+    #[test]
+    fn loadavg_gives_the_running_count() {
+        assert_eq!(
+            parse_loadavg_running("0.52 0.58 0.59 3/467 12345\n"),
+            Some(3)
+        );
+        assert_eq!(parse_loadavg_running("0.52 0.58 0.59"), None);
+        #[cfg(target_os = "linux")]
+        assert!(free_cores().is_some());
+    }
+
+    #[test]
+    fn the_wait_is_the_second_field() {
+        assert_eq!(
+            parse_schedstat_wait(b"36578495 7539297 19\n"),
+            Some(7539297)
+        );
+        assert_eq!(parse_schedstat_wait(b"36578495\n"), None);
+        assert_eq!(parse_schedstat_wait(b""), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_calling_thread_has_a_figure_that_never_goes_back() {
+        let clock = RunQueueWait::for_current_thread();
+        let a = clock.waited_ns().expect("Linux keeps schedstat");
+        std::thread::yield_now();
+        let b = clock.waited_ns().unwrap();
+        assert!(b >= a);
+    }
+}

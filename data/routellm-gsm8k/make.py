@@ -23,7 +23,8 @@ from pathlib import Path
 
 SYSTEM = ("Solve the math problem step by step. "
           "End with the final answer as: The answer is N.")
-MAX_TOKENS = 128
+# Chain of thought runs 200-300 tokens on these questions: room for it.
+MAX_TOKENS = 512
 
 
 def main():

@@ -59,6 +59,57 @@ pub struct PairedItem {
     pub cloud_correct: bool,
     /// The local-only run's latency.
     pub local_ms: f64,
+    /// Tokens the local lane sampled for the item (all samples of a
+    /// consensus), when recorded.
+    #[serde(default)]
+    pub local_tokens: Option<u64>,
+    /// Tokens of the local answer itself (the chosen sample's).
+    #[serde(default)]
+    pub answer_tokens: Option<u64>,
+    /// Samples the local lane drew (1 without a consensus).
+    #[serde(default = "one")]
+    pub samples: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// What the local-only runs cost per item: what every signal of this
+/// calibration was paid with (see [`Calibration::cost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LocalCost {
+    /// Samples per item (the most any item drew).
+    pub samples: u32,
+    /// Tokens sampled per item, mean (all samples).
+    pub tokens_mean: Option<f64>,
+    /// Tokens of the answer itself per item, mean (one sample).
+    pub answer_tokens_mean: Option<f64>,
+    /// Local-only latency per item, median (nearest rank).
+    pub ms_p50: f64,
+    /// Local-only latency per item, mean.
+    pub ms_mean: f64,
+}
+
+impl LocalCost {
+    /// The cost of `items`' local-only runs.
+    pub fn of(items: &[PairedItem]) -> Self {
+        let mean_of =
+            |v: Vec<u64>| (!v.is_empty()).then(|| v.iter().sum::<u64>() as f64 / v.len() as f64);
+        let mut ms: Vec<f64> = items.iter().map(|i| i.local_ms).collect();
+        ms.sort_by(f64::total_cmp);
+        let ms_p50 = ms
+            .get(((ms.len() as f64 * 0.5).ceil() as usize).max(1) - 1)
+            .copied()
+            .unwrap_or(0.0);
+        Self {
+            samples: items.iter().map(|i| i.samples).max().unwrap_or(1),
+            tokens_mean: mean_of(items.iter().filter_map(|i| i.local_tokens).collect()),
+            answer_tokens_mean: mean_of(items.iter().filter_map(|i| i.answer_tokens).collect()),
+            ms_p50,
+            ms_mean: ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+        }
+    }
 }
 
 /// One point of a simulated cascade.
@@ -138,6 +189,11 @@ pub struct Calibration {
     /// The figures on fresh items (`--eval`), fitted on all the items.
     #[serde(default)]
     pub fresh: Option<HeldOut>,
+    /// What the local-only runs cost per item: the price of every signal
+    /// here (the log-probability signals are read off the answer's own
+    /// tokens; `answer_agreement` needs all the samples).
+    #[serde(default)]
+    pub cost: Option<LocalCost>,
     /// Plain advice from the figures (the held-out ones).
     pub advice: String,
 }
@@ -243,12 +299,17 @@ pub fn pair_items(
                 }
             }
         }
+        let lane = l.lane(Lane::Local);
+        let answer_tokens = lane.and_then(|x| x.completion_tokens);
         items.push(PairedItem {
             item: l.item.clone(),
             signals,
             local_correct: lc,
             cloud_correct: cc,
             local_ms: l.elapsed_ms,
+            local_tokens: lane.and_then(|x| x.sampled_tokens).or(answer_tokens),
+            answer_tokens,
+            samples: lane.and_then(|x| x.samples).unwrap_or(1),
         });
     }
     if items.len() < 2 {
@@ -452,6 +513,7 @@ pub fn calibrate(
         choice,
         cross_validated: Some(cv),
         fresh,
+        cost: Some(LocalCost::of(&items)),
         advice: String::new(),
     };
     c.advice = advice(&c);
@@ -660,6 +722,9 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
         }
         let _ = writeln!(md);
     }
+    if let Some(cost) = &c.cost {
+        render_cost(&mut md, c, cost);
+    }
     let _ = writeln!(md, "## Accuracy at a given cloud share\n");
     let mut head = String::from("| cloud share |");
     let mut rule = String::from("|---:|");
@@ -734,6 +799,42 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
     md
 }
 
+/// What each signal cost the local lane in these runs.
+fn render_cost(md: &mut String, c: &Calibration, cost: &LocalCost) {
+    let tokens = |v: Option<f64>| v.map_or("–".into(), |t| format!("{t:.0}"));
+    let time = format!("{} / {}", num(Some(cost.ms_p50)), num(Some(cost.ms_mean)));
+    let _ = writeln!(md, "## What the signals cost\n");
+    let _ = writeln!(
+        md,
+        "Local lane per item in the local-only runs: {} sample(s), {} tokens sampled (the \
+         answer's own: {}), latency p50 / mean {time} ms. The log-probability signals are \
+         read off the answer's own tokens (one pass over the logits per token, no decoding \
+         beyond the answer); `answer_agreement` needs every sample.\n",
+        cost.samples,
+        tokens(cost.tokens_mean),
+        tokens(cost.answer_tokens_mean),
+    );
+    let _ = writeln!(
+        md,
+        "| signal | local samples per item | local tokens per item (mean) | local ms per item p50 / mean |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|");
+    for k in &c.curves {
+        let row = if k.signal == Signal::AnswerAgreement || cost.samples == 1 {
+            format!("{} | {} | {time}", cost.samples, tokens(cost.tokens_mean))
+        } else {
+            // Read from the chosen sample: one answer's tokens; its time
+            // alone was not measured (it decoded with the others).
+            format!(
+                "1 | {} | – (decoded with the other samples)",
+                tokens(cost.answer_tokens_mean)
+            )
+        };
+        let _ = writeln!(md, "| `{}` | {row} |", k.signal);
+    }
+    let _ = writeln!(md);
+}
+
 /// A config snippet with the chosen threshold: the `[harness]` table (what
 /// `edgecloud bench --config` and `run` use); the same keys work in a
 /// `[routes.NAME]` table.
@@ -770,7 +871,7 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
          # The simulation assumes the local lane answers: its slowest local-only run took\n\
          # {} ms ({} of the deadline).\n\
          local_share = {local_share}\n\
-         escalate_below = {{ signal = \"{}\", value = {} }}\n",
+         escalate_below = {{ signal = \"{}\", value = {} }}\n{}",
         c.items,
         c.deadline_ms,
         pct(c.local_accuracy),
@@ -779,7 +880,25 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
         num(Some(c.local_max_ms)),
         pct(share_needed),
         ch.signal,
-        fmt_threshold(threshold)
+        fmt_threshold(threshold),
+        if ch.signal.is_streamable() {
+            format!(
+                "# `{}` only falls as tokens come: with the next line the cloud starts as soon as\n\
+                 # it is below the value, while local still generates (the same decisions, sooner;\n\
+                 # an escalated request then keeps no local answer if the cloud fails).\n\
+                 # escalate_early = true\n",
+                ch.signal
+            )
+        } else if ch.signal == Signal::AnswerAgreement {
+            format!(
+                "# `answer_agreement` needs every request to ask the local lane for a consensus\n\
+                 # of {} samples (Sampling::consensus; `edgecloud bench --samples {}`).\n",
+                c.cost.map_or(1, |k| k.samples),
+                c.cost.map_or(1, |k| k.samples),
+            )
+        } else {
+            String::new()
+        }
     ))
 }
 
@@ -833,6 +952,9 @@ mod tests {
             local_correct: local,
             cloud_correct: cloud,
             local_ms: 10.0,
+            local_tokens: Some(20),
+            answer_tokens: Some(20),
+            samples: 1,
         }
     }
 
@@ -932,6 +1054,7 @@ mod tests {
             choice,
             cross_validated: None,
             fresh: None,
+            cost: Some(LocalCost::of(&items)),
             advice: String::new(),
         };
         c.advice = advice(&c);
@@ -946,7 +1069,77 @@ mod tests {
         );
         let md = render_markdown(&c, "dir");
         assert!(md.contains("| random routing |"));
+        assert!(
+            md.contains("| `p10_logprob` | 1 | 20 | 10.0 / 10.0 |"),
+            "{md}"
+        );
         assert!(render_chart(&c).contains("random routing"));
+        // A streamable signal's snippet offers early escalation, and the
+        // line, uncommented, is a valid config.
+        let mut w = c.clone();
+        w.choice = Some(Choice {
+            signal: Signal::MinWindowLogprob,
+            ..c.choice.unwrap()
+        });
+        let toml = config_snippet(&w, "dir").unwrap();
+        assert!(toml.contains("# escalate_early = true"), "{toml}");
+        let on = toml.replace("# escalate_early = true", "escalate_early = true");
+        crate::harness::HarnessConfig::from_toml_str(&on).expect("early escalation parses");
+        // The agreement signal's snippet says what requests must ask for.
+        w.choice = Some(Choice {
+            signal: Signal::AnswerAgreement,
+            ..c.choice.unwrap()
+        });
+        w.cost = Some(LocalCost {
+            samples: 4,
+            ..LocalCost::of(&items)
+        });
+        assert!(config_snippet(&w, "dir")
+            .unwrap()
+            .contains("consensus\n# of 4 samples"));
+    }
+
+    #[test]
+    fn the_cost_of_a_consensus_run_is_every_sample() {
+        let mut items = four();
+        for (i, it) in items.iter_mut().enumerate() {
+            it.samples = 4;
+            it.local_tokens = Some(400 + 40 * i as u64);
+            it.answer_tokens = Some(100);
+            it.local_ms = 1000.0 * (i + 1) as f64;
+            it.signals.insert(Signal::AnswerAgreement, 0.25 * i as f64);
+        }
+        let cost = LocalCost::of(&items);
+        assert_eq!(cost.samples, 4);
+        assert_eq!(cost.tokens_mean, Some(460.0));
+        assert_eq!(cost.answer_tokens_mean, Some(100.0));
+        assert_eq!((cost.ms_p50, cost.ms_mean), (2000.0, 2500.0));
+        let curves = vec![
+            curve(&items, Signal::P10Logprob),
+            curve(&items, Signal::AnswerAgreement),
+        ];
+        let c = Calibration {
+            deadline_ms: 1000,
+            items: 4,
+            local_accuracy: 0.5,
+            cloud_accuracy: 0.75,
+            local_max_ms: 4000.0,
+            choice: choose(&curves[1], Target::Cpt80),
+            curves,
+            cross_validated: None,
+            fresh: None,
+            cost: Some(cost),
+            advice: String::new(),
+        };
+        let md = render_markdown(&c, "dir");
+        assert!(
+            md.contains("| `answer_agreement` | 4 | 460 | 2000 / 2500 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `p10_logprob` | 1 | 100 | – (decoded with the other samples) |"),
+            "{md}"
+        );
     }
 
     /// The advice and the config quote the held-out figures once there
@@ -977,6 +1170,7 @@ mod tests {
             choice,
             cross_validated: Some(cv),
             fresh: None,
+            cost: None,
             advice: String::new(),
         };
         c.advice = advice(&c);

@@ -1,6 +1,8 @@
 //! Graders: whether one answer is right, given a workload item's reference
 //! and how it is graded ([`Grader`]). Pure functions of two strings; this
-//! module must not run anything nor know about lanes.
+//! module must not run anything nor know about lanes. Answers are read by
+//! `crate::answer`, as the local lane's vote between samples reads them
+//! ([`Grader::answer_kind`]).
 //!
 //! | grader | the answer is right when |
 //! |---|---|
@@ -21,6 +23,7 @@
 //! when it is the whole reply (so the article "a" is never read as a
 //! choice).
 
+use crate::answer::{final_number, normalise, picked_letter, reference_letter};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -73,6 +76,25 @@ impl Grader {
             Grader::JsonValid => "json_valid",
             Grader::JsonSchema => "json_schema",
             Grader::ToolCall => "tool_call",
+        }
+    }
+
+    /// How the local lane reads this grader's answers when several samples
+    /// vote (self-consistency): `number` and `choice` by their own kind,
+    /// the others by the normalised text.
+    pub fn answer_kind(self) -> crate::answer::AnswerKind {
+        use crate::answer::AnswerKind;
+        match self {
+            Grader::Number => AnswerKind::Number,
+            Grader::Choice => AnswerKind::Choice,
+            // JSON and calls vote on their normalised text too (the same
+            // call written the same way agrees).
+            Grader::Contains
+            | Grader::Exact
+            | Grader::Regex
+            | Grader::JsonValid
+            | Grader::JsonSchema
+            | Grader::ToolCall => AnswerKind::Text,
         }
     }
 
@@ -214,114 +236,6 @@ fn loosely_equal(a: &Value, b: &Value) -> bool {
         }
         _ => a == b,
     }
-}
-
-/// Lower case, whitespace collapsed, surrounding quotes/brackets and final
-/// punctuation stripped.
-fn normalise(text: &str) -> String {
-    let lower = text.to_lowercase();
-    let collapsed = lower.split_whitespace().collect::<Vec<_>>().join(" ");
-    let strip: &[char] = &[
-        '"', '\'', '`', '(', ')', '[', ']', '{', '}', '*', '.', ',', ';', ':', '!', '?', ' ',
-        '\u{201c}', '\u{201d}', '\u{2018}', '\u{2019}',
-    ];
-    collapsed.trim_matches(strip).to_string()
-}
-
-/// The final number of `text`: after the last `####` if present, else the
-/// last number anywhere. Commas between digit groups, a leading `$` or a
-/// trailing `%` or period do not stop a number from being read.
-pub(crate) fn final_number(text: &str) -> Option<f64> {
-    let tail = match text.rfind("####") {
-        Some(at) => &text[at + 4..],
-        None => text,
-    };
-    let numbers = numbers_in(tail);
-    // After `####` the first number is the answer; elsewhere the last.
-    if text.contains("####") {
-        numbers.first().copied()
-    } else {
-        numbers.last().copied()
-    }
-}
-
-/// Every number in `text`, in order.
-fn numbers_in(text: &str) -> Vec<f64> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let starts_digit = chars[i].is_ascii_digit();
-        let starts_signed = (chars[i] == '-' || chars[i] == '.')
-            && chars.get(i + 1).is_some_and(|c| c.is_ascii_digit())
-            && (i == 0 || !chars[i - 1].is_ascii_alphanumeric());
-        if !(starts_digit || starts_signed) {
-            i += 1;
-            continue;
-        }
-        let mut s = String::new();
-        if chars[i] == '-' {
-            s.push('-');
-            i += 1;
-        }
-        let mut seen_point = false;
-        while i < chars.len() {
-            let c = chars[i];
-            let next_digit = chars.get(i + 1).is_some_and(|c| c.is_ascii_digit());
-            if c.is_ascii_digit() {
-                s.push(c);
-            } else if c == ',' && next_digit && !seen_point {
-                // A thousands separator: `1,234`.
-            } else if c == '.' && next_digit && !seen_point {
-                seen_point = true;
-                s.push('.');
-            } else {
-                break;
-            }
-            i += 1;
-        }
-        if let Ok(v) = s.parse::<f64>() {
-            out.push(v);
-        }
-    }
-    out
-}
-
-/// The reference of a `choice` item: one letter A-H, optionally in
-/// brackets or followed by punctuation.
-fn reference_letter(reference: &str) -> Option<char> {
-    let t = reference
-        .trim()
-        .trim_matches(|c: char| "()[]. :".contains(c));
-    let mut it = t.chars();
-    match (it.next(), it.next()) {
-        (Some(c), None) if ('A'..='H').contains(&c.to_ascii_uppercase()) => {
-            Some(c.to_ascii_uppercase())
-        }
-        _ => None,
-    }
-}
-
-/// The letter a reply picks (see the module docs).
-fn picked_letter(answer: &str) -> Option<char> {
-    if let Some(c) = reference_letter(answer) {
-        return Some(c);
-    }
-    let lower = answer.to_lowercase();
-    let scope = match lower.rfind("answer") {
-        Some(at) => &answer[at + "answer".len()..],
-        None => answer,
-    };
-    let letters = |text: &str| {
-        text.split(|c: char| !c.is_alphanumeric()).find_map(|w| {
-            let mut it = w.chars();
-            match (it.next(), it.next()) {
-                (Some(c), None) if ('A'..='H').contains(&c) => Some(c),
-                _ => None,
-            }
-        })
-    };
-    letters(scope).or_else(|| letters(answer))
 }
 
 #[cfg(test)]

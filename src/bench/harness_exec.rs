@@ -402,6 +402,11 @@ fn lane_record(r: &LaneReport, o: &Outcome) -> LaneRecord {
     l.total_ms = r.total_ms;
     l.prompt_tokens = r.prompt_tokens;
     l.completion_tokens = r.completion_tokens;
+    // Only a consensus samples more than the answer it gives.
+    l.sampled_tokens = r
+        .tokens
+        .local_sampled
+        .filter(|&n| Some(n) != r.tokens.local_completion);
     l.reused_prompt_tokens = r.tokens.local_reused_prompt;
     l.provider_prompt_tokens = r.tokens.provider_prompt;
     l.provider_completion_tokens = r.tokens.provider_completion;
@@ -434,6 +439,15 @@ pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
                 && l.status == LaneStatus::Completed)
                 .then_some(l.rejected.is_none());
             rec.signals = lane_signals(l, o);
+            if l.lane == Lane::Local && l.status != LaneStatus::NotStarted {
+                rec.samples = job
+                    .item
+                    .request
+                    .sampling
+                    .consensus
+                    .map(|c| c.samples)
+                    .filter(|&k| k > 1);
+            }
             rec
         })
         .collect();

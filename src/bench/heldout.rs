@@ -391,6 +391,9 @@ mod tests {
             local_correct: local,
             cloud_correct: cloud,
             local_ms: 1.0,
+            local_tokens: None,
+            answer_tokens: None,
+            samples: 1,
         }
     }
 

@@ -36,6 +36,13 @@ pub struct LaneRecord {
     /// Completion tokens (provider's count, else the local tokenizer's).
     #[serde(default)]
     pub completion_tokens: Option<u64>,
+    /// Tokens the local lane sampled over all samples of a consensus
+    /// (absent for a single answer, where it is `completion_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_tokens: Option<u64>,
+    /// Samples the local lane was asked for (a consensus; absent for one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
     /// Prompt processing speed the lane measured (local).
     #[serde(default)]
     pub prompt_tokens_per_s: Option<f64>,
@@ -93,6 +100,9 @@ pub struct LaneSignals {
     /// Mean log-probability of the answer's last tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail_logprob: Option<f64>,
+    /// Share of the local samples agreeing with the majority answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_agreement: Option<f64>,
 }
 
 impl LaneSignals {
@@ -105,6 +115,7 @@ impl LaneSignals {
             Signal::FirstTokenMargin => self.first_token_margin,
             Signal::MinWindowLogprob => self.min_window_logprob,
             Signal::TailLogprob => self.tail_logprob,
+            Signal::AnswerAgreement => self.answer_agreement,
         }
         .filter(|v| v.is_finite())
     }
@@ -118,6 +129,7 @@ impl LaneSignals {
             Signal::FirstTokenMargin => &mut self.first_token_margin,
             Signal::MinWindowLogprob => &mut self.min_window_logprob,
             Signal::TailLogprob => &mut self.tail_logprob,
+            Signal::AnswerAgreement => &mut self.answer_agreement,
         };
         *slot = value.filter(|v| v.is_finite());
     }
@@ -139,6 +151,8 @@ impl LaneRecord {
             prompt_tokens: None,
             reused_prompt_tokens: None,
             completion_tokens: None,
+            sampled_tokens: None,
+            samples: None,
             prompt_tokens_per_s: None,
             gen_tokens_per_s: None,
             provider_prompt_tokens: None,

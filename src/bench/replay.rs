@@ -237,10 +237,12 @@ impl Backend for Replay {
                 sent += 1;
             }
             // A call-only answer still takes its time to first token.
-            if sent == 0 && reason == FinishReason::Stop && !recorded.tool_calls.is_empty() {
-                if !wait(this.ttft).await {
-                    reason = job.stop_reason().unwrap_or(FinishReason::Deadline);
-                }
+            if sent == 0
+                && reason == FinishReason::Stop
+                && !recorded.tool_calls.is_empty()
+                && !wait(this.ttft).await
+            {
+                reason = job.stop_reason().unwrap_or(FinishReason::Deadline);
             }
             let mut c = Candidate::new(text, reason);
             if reason == FinishReason::Stop {

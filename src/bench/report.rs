@@ -432,11 +432,14 @@ const TOKENS: &[Column<GroupSummary>] = &[
 ];
 
 fn local_threads(s: &Summary) -> String {
-    s.settings
-        .local
-        .as_ref()
+    let local = s.settings.local.as_ref();
+    let threads = local
         .and_then(|l| l.threads)
-        .map_or("–".into(), |t| t.to_string())
+        .map_or("–".into(), |t| t.to_string());
+    match local.and_then(|l| l.thread_policy.as_deref()) {
+        Some(policy) => format!("{threads} ({policy})"),
+        None => threads,
+    }
 }
 
 /// A row of the machine-and-build table: its key and its value, `None`
@@ -453,6 +456,16 @@ const MACHINE: &[MachineRow] = &[
         ))
     }),
     ("threads used (local)", |s| Some(local_threads(s))),
+    ("local answers", |s| {
+        let l = s.settings.local.as_ref()?;
+        let k = l.samples?;
+        Some(format!(
+            "consensus of {k} samples per item (self-consistency){}",
+            l.sample_temperature
+                .map(|t| format!("; greedy items sampled at temperature {t}"))
+                .unwrap_or_default()
+        ))
+    }),
     ("memory", |s| {
         Some(s.machine.memory_bytes.map_or("unknown".into(), bytes))
     }),

@@ -40,12 +40,23 @@ pub struct LocalSetup {
     pub compute_wait: Option<String>,
     /// The model file (as given).
     pub model: String,
-    /// Compute threads used.
+    /// Compute threads used (the most a step used).
     pub threads: Option<usize>,
+    /// How many of them each step used: `adaptive` or `fixed`
+    /// (`edgecloud::local::ThreadPolicy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_policy: Option<String>,
     /// Layers offloaded to a GPU (0: CPU only).
     pub gpu_layers: u32,
     /// Context size in tokens.
     pub context_size: Option<u32>,
+    /// Samples per item of a local consensus (`--samples`, or the
+    /// workload's own), the most any item asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
+    /// The temperature `--samples` gave greedy items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_temperature: Option<f32>,
 }
 
 /// The cloud lane's settings in a bench (never a key).

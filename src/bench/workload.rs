@@ -89,6 +89,14 @@ pub struct Workload {
     pub items: Vec<WorkloadItem>,
 }
 
+/// A seed made from an item's id (FNV-1a, 64 bits): the same on every
+/// machine and every run.
+fn seed_of(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// The keys of edgecloud's own format on a line (the rest of the line is
 /// an OpenAI chat-completion body, read by `crate::openai`).
 #[derive(Deserialize)]
@@ -336,6 +344,36 @@ impl Workload {
             name: name.to_string(),
             items,
         })
+    }
+
+    /// The same workload answered locally by a consensus of `samples`
+    /// samples per item (self-consistency; see
+    /// [`Consensus`](crate::request::Consensus)): each item votes on answers
+    /// read as its grader reads them ([`Grader::answer_kind`]); an item
+    /// that samples greedily gets `temperature` (the samples would all be
+    /// the same answer otherwise); an item without a seed gets one made
+    /// from its id, so a rerun draws the same samples. An item that already
+    /// asks for a consensus keeps its own. `samples` 1 leaves items as
+    /// they are.
+    pub fn with_consensus(mut self, samples: u32, temperature: f32) -> Self {
+        if samples <= 1 {
+            return self;
+        }
+        for item in &mut self.items {
+            let s = &mut item.request.sampling;
+            if s.consensus.is_some() {
+                continue;
+            }
+            s.consensus = Some(crate::request::Consensus::new(
+                samples,
+                item.grader.answer_kind(),
+            ));
+            if s.temperature <= 0.0 {
+                s.temperature = temperature;
+            }
+            s.seed.get_or_insert_with(|| seed_of(&item.id));
+        }
+        self
     }
 
     /// Writes the workload back as JSON Lines (the format [`Workload::parse`]
@@ -655,6 +693,41 @@ mod tests {
             );
             assert!(b.len() > a.len());
         }
+    }
+
+    #[test]
+    fn a_consensus_reads_answers_as_the_grader_does_and_is_seeded() {
+        let text = "{\"id\": \"q\", \"prompt\": \"2+2?\", \"expected\": \"4\", \"grader\": \"number\", \"sampling\": {\"temperature\": 0}}\n\
+                    {\"id\": \"c\", \"prompt\": \"Pick\", \"expected\": \"B\", \"grader\": \"choice\", \"sampling\": {\"temperature\": 0.3, \"seed\": 5}}\n\
+                    {\"id\": \"own\", \"prompt\": \"x\", \"sampling\": {\"temperature\": 1, \"consensus\": {\"samples\": 2, \"answer\": \"text\"}}}\n";
+        let w = Workload::parse("t", text).unwrap();
+        assert_eq!(w.clone().with_consensus(1, 0.7), w, "one sample: as it is");
+        let k = w.clone().with_consensus(4, 0.7);
+        let s = |i: usize| &k.items[i].request.sampling;
+        use crate::answer::AnswerKind;
+        assert_eq!(
+            s(0).consensus,
+            Some(crate::request::Consensus::new(4, AnswerKind::Number))
+        );
+        assert_eq!(s(0).temperature, 0.7, "a greedy item gets the temperature");
+        assert_eq!(s(0).seed, Some(seed_of("q")));
+        assert_ne!(seed_of("q"), seed_of("c"));
+        assert_eq!(s(1).consensus.map(|c| c.answer), Some(AnswerKind::Choice));
+        assert_eq!(
+            (s(1).temperature, s(1).seed),
+            (0.3, Some(5)),
+            "its own are kept"
+        );
+        assert_eq!(
+            s(2).consensus.map(|c| c.samples),
+            Some(2),
+            "its own consensus"
+        );
+        for item in &k.items {
+            item.request.validate().unwrap();
+        }
+        // Same workload, same samples: the seeds do not depend on the run.
+        assert_eq!(k, w.with_consensus(4, 0.7));
     }
 
     #[test]

@@ -107,6 +107,11 @@ pub struct TokenCounts {
     pub local_reused_prompt: Option<u64>,
     /// Completion tokens counted by the local model's tokenizer.
     pub local_completion: Option<u64>,
+    /// Tokens the local lane sampled for this answer over all its samples
+    /// (a consensus of k samples; `local_completion` is the chosen
+    /// sample's): what the answer cost the device.
+    #[serde(default)]
+    pub local_sampled: Option<u64>,
     /// The prompt before compression, as the compressor estimated it.
     pub compressor_before: Option<u64>,
     /// The prompt after compression, as the compressor estimated it.
@@ -174,6 +179,10 @@ pub struct TokenSignals {
     /// `[0, 1]` (needs the whole distribution: the local lane has it).
     #[serde(default)]
     pub first_token_margin: Option<f32>,
+    /// The share of k samples of the same request whose answers agree with
+    /// the majority, in `[0, 1]` (a consensus job of the local lane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agreement: Option<f32>,
 }
 
 impl TokenSignals {
@@ -202,6 +211,7 @@ impl TokenSignals {
             min_logprob: min,
             p10_logprob: p10,
             first_token_margin: None,
+            agreement: None,
         }
     }
 }

@@ -13,7 +13,8 @@
 //! | `min_score` | lowest score any candidate needs to be acceptable |
 //! | `hedge_delay_ms`, `hedge_primary` | `hedge`: delay (default adaptive p95) and first lane (`local`) |
 //! | `cascade_threshold`, `local_share` | `cascade`: lowest acceptable local score (0.4), local's share of the deadline (0.5) |
-//! | `escalate_below` | `cascade`: `{ signal = "p10_logprob", value = -1.2 }`: escalate when the local answer's signal (`mean_logprob`, `min_logprob`, `p10_logprob`, `first_token_margin`, `min_window_logprob`: the lowest mean over 16 tokens, `tail_logprob`: the mean of the last 32) is below `value`, in the signal's own units (what `edgecloud bench calibrate` prints); sets the scorer, so it excludes `scorer` and `cascade_threshold` |
+//! | `escalate_below` | `cascade`: `{ signal = "p10_logprob", value = -1.2 }`: escalate when the local answer's signal (`mean_logprob`, `min_logprob`, `p10_logprob`, `first_token_margin`, `min_window_logprob`: the lowest mean over 16 tokens, `tail_logprob`: the mean of the last 32, `answer_agreement`: the share of a consensus's samples agreeing with the majority) is below `value`, in the signal's own units (what `edgecloud bench calibrate` prints); sets the scorer, so it excludes `scorer` and `cascade_threshold` |
+//! | `escalate_early` | `cascade` with `escalate_below` on `min_logprob` or `min_window_logprob`: `true` starts the cloud (and cancels local) as soon as the signal of the tokens generated so far is below `value`, instead of after the whole local answer (same decisions, sooner; see `Route::escalate_early`) |
 //! | `cloud_share` | `fallback`: the cloud's share of the deadline (0.5) |
 //! | `scorer` | `default`, `generic`, `confidence`, `none`, or a name registered with the builder |
 //! | `arbiter` | `highest` (built-in) or a registered name |
@@ -51,6 +52,7 @@ pub const EXAMPLE_CONFIG: &str = r#"# edgecloud.toml: lanes, default policy, nam
 [local]
 model = "models/SmolLM2-135M-Instruct-Q8_0.gguf"
 threads = 4
+thread_policy = "adaptive"       # fewer threads while other programs hold cores; "fixed" never
 
 [cloud]
 base_url = "https://api.openai.com/v1"
@@ -146,6 +148,9 @@ pub struct RouteConfig {
     /// in the signal's own units (instead of `cascade_threshold` on a
     /// score).
     pub escalate_below: Option<EscalateBelow>,
+    /// `cascade` with `escalate_below` on a streamable signal: escalate as
+    /// soon as the signal of the tokens so far is below the value.
+    pub escalate_early: Option<bool>,
     /// `fallback`: the cloud lane's share of the deadline (default 0.5).
     pub cloud_share: Option<f64>,
     /// `default`, `generic`, `confidence`, `none`, or a registered name.
@@ -282,7 +287,7 @@ impl RouteConfig {
     /// The policy this table sets, with its parameters; `key` names the
     /// table in errors (`harness`, `routes.NAME`).
     pub fn resolved_policy(&self, key: &str) -> Result<Option<Policy>, ConfigError> {
-        let params: [(&str, bool, PolicyKind); 7] = [
+        let params: [(&str, bool, PolicyKind); 8] = [
             (
                 "hedge_delay_ms",
                 self.hedge_delay_ms.is_some(),
@@ -309,6 +314,11 @@ impl RouteConfig {
                 PolicyKind::Cascade,
             ),
             (
+                "escalate_early",
+                self.escalate_early.is_some(),
+                PolicyKind::Cascade,
+            ),
+            (
                 "cloud_share",
                 self.cloud_share.is_some(),
                 PolicyKind::Fallback,
@@ -331,33 +341,55 @@ impl RouteConfig {
         if let Some((p, _, k)) = params.iter().find(|(_, set, k)| *set && *k != kind) {
             return Err(invalid(key, p, format!("applies to `{k}`, not `{kind}`")));
         }
-        let policy = match kind {
-            PolicyKind::Hedge => Policy::Hedge {
-                primary: self.hedge_primary.unwrap_or(Lane::Local),
-                delay: self.hedge_delay_ms.map(Duration::from_millis),
-            },
-            PolicyKind::Cascade => {
-                let threshold = match (self.escalate_below, self.cascade_threshold) {
-                    (Some(_), Some(_)) => {
-                        return Err(invalid(
-                            key,
-                            "escalate_below",
-                            "give either `escalate_below` or `cascade_threshold`, not both",
-                        ))
+        let policy =
+            match kind {
+                PolicyKind::Hedge => Policy::Hedge {
+                    primary: self.hedge_primary.unwrap_or(Lane::Local),
+                    delay: self.hedge_delay_ms.map(Duration::from_millis),
+                },
+                PolicyKind::Cascade => {
+                    let threshold = match (self.escalate_below, self.cascade_threshold) {
+                        (Some(_), Some(_)) => {
+                            return Err(invalid(
+                                key,
+                                "escalate_below",
+                                "give either `escalate_below` or `cascade_threshold`, not both",
+                            ))
+                        }
+                        (Some(e), None) => e.value,
+                        (None, t) => t.unwrap_or(DEFAULT_CASCADE_THRESHOLD),
+                    };
+                    if self.escalate_early == Some(true) {
+                        match self.escalate_below {
+                            None => return Err(invalid(
+                                key,
+                                "escalate_early",
+                                "needs `escalate_below` (the signal read while local generates)",
+                            )),
+                            Some(e) if !e.signal.is_streamable() => {
+                                return Err(invalid(
+                                    key,
+                                    "escalate_early",
+                                    format!(
+                                        "`{}` can rise again as tokens come; early escalation \
+                                     needs min_logprob or min_window_logprob",
+                                        e.signal
+                                    ),
+                                ))
+                            }
+                            Some(_) => {}
+                        }
                     }
-                    (Some(e), None) => e.value,
-                    (None, t) => t.unwrap_or(DEFAULT_CASCADE_THRESHOLD),
-                };
-                Policy::Cascade {
-                    threshold,
-                    local_share: self.local_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
+                    Policy::Cascade {
+                        threshold,
+                        local_share: self.local_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
+                    }
                 }
-            }
-            PolicyKind::Fallback => Policy::Fallback {
-                cloud_share: self.cloud_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
-            },
-            k => Policy::from_kind(k),
-        };
+                PolicyKind::Fallback => Policy::Fallback {
+                    cloud_share: self.cloud_share.unwrap_or(DEFAULT_PRIMARY_SHARE),
+                },
+                k => Policy::from_kind(k),
+            };
         policy.validate().map_err(|d| invalid(key, "policy", d))?;
         Ok(Some(policy))
     }
@@ -374,6 +406,7 @@ impl RouteConfig {
             self.cascade_threshold = None;
             self.local_share = None;
             self.escalate_below = None;
+            self.escalate_early = None;
         }
         if kind != PolicyKind::Fallback {
             self.cloud_share = None;
@@ -410,6 +443,11 @@ impl RouteConfig {
                 ));
             }
             r.set_arc_scorer(Some(Arc::new(SignalScorer(e.signal))), true);
+            r.escalate_early = match self.escalate_early {
+                Some(true) => Some(Some(e.signal)),
+                Some(false) => Some(None),
+                None => None,
+            };
         }
         if let Some(s) = &self.scorer {
             match s.as_str() {
@@ -556,6 +594,41 @@ mod tests {
             .to_route("harness", &Named::default())
             .unwrap_err();
         assert!(e.to_string().contains("drop `scorer`"), "{e}");
+    }
+
+    #[test]
+    fn escalate_early_needs_a_streamable_escalate_below() {
+        let cfg = HarnessConfig::from_toml_str(
+            "[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"min_window_logprob\", value = -1.5 }\nescalate_early = true\n",
+        )
+        .expect("valid");
+        let r = cfg
+            .harness
+            .to_route("harness", &Named::default())
+            .expect("valid");
+        assert_eq!(r.escalate_early, Some(Some(Signal::MinWindowLogprob)));
+        let err = |t: &str| HarnessConfig::from_toml_str(t).unwrap_err().to_string();
+        assert!(
+            err("[harness]\npolicy = \"cascade\"\nescalate_early = true")
+                .contains("needs `escalate_below`")
+        );
+        let e = err("[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"mean_logprob\", value = -1 }\nescalate_early = true");
+        assert!(
+            e.contains("escalate_early") && e.contains("mean_logprob"),
+            "{e}"
+        );
+        assert!(err("[harness]\npolicy = \"race\"\nescalate_early = true")
+            .contains("applies to `cascade`"));
+        // Off: the route says so, overriding an inherited `true`.
+        let off = HarnessConfig::from_toml_str(
+            "[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"min_logprob\", value = -3 }\nescalate_early = false\n",
+        )
+        .expect("valid");
+        let r = off
+            .harness
+            .to_route("harness", &Named::default())
+            .expect("valid");
+        assert_eq!(r.escalate_early, Some(None));
     }
 
     #[test]

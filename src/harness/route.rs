@@ -16,7 +16,7 @@
 use super::callbacks::{Arbiter, Compressor, PreScore, Scorer};
 use super::compression::KeepRecent;
 use super::policy::{CommitMode, Policy};
-use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer};
+use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer, Signal, SignalScorer};
 use std::any::TypeId;
 use std::fmt;
 use std::sync::Arc;
@@ -53,6 +53,7 @@ fn is_builtin<T: 'static>() -> bool {
         || t == TypeId::of::<DefaultScorer>()
         || t == TypeId::of::<GenericScorer>()
         || t == TypeId::of::<ConfidenceScorer>()
+        || t == TypeId::of::<SignalScorer>()
 }
 
 macro_rules! cb {
@@ -85,6 +86,7 @@ pub struct Route {
     pub(crate) arbiter: Option<Option<Cb<dyn Arbiter>>>,
     pub(crate) callback_budget: Option<Duration>,
     pub(crate) cancel_grace: Option<Duration>,
+    pub(crate) escalate_early: Option<Option<Signal>>,
 }
 
 impl fmt::Debug for Route {
@@ -98,6 +100,7 @@ impl fmt::Debug for Route {
             .field("compressor", &self.compressor.as_ref().map(Option::is_some))
             .field("scorer", &self.scorer.as_ref().map(Option::is_some))
             .field("arbiter", &self.arbiter.as_ref().map(Option::is_some))
+            .field("escalate_early", &self.escalate_early)
             .finish()
     }
 }
@@ -196,6 +199,29 @@ impl Route {
         self
     }
 
+    /// A cascade on this route judges the local answer by `signal` (the
+    /// scorer becomes [`SignalScorer`]`(signal)`, so the cascade's
+    /// threshold is in the signal's units) and escalates *while the local
+    /// lane is still generating*: as soon as the signal read from the
+    /// tokens so far is below the threshold, the cloud starts and the local
+    /// lane is cancelled once the cloud is admitted. `signal` must be
+    /// streamable ([`Signal::is_streamable`]: `min_logprob`,
+    /// `min_window_logprob`), which only falls as tokens come, so every
+    /// decision is the one the cascade would make at the end, sooner.
+    /// The price: an escalated run keeps no local answer to fall back on
+    /// if the cloud then fails. Other policies ignore it.
+    pub fn escalate_early(mut self, signal: Signal) -> Self {
+        self.escalate_early = Some(Some(signal));
+        self.scorer = Some(Some(cb!(SignalScorer(signal), SignalScorer, Scorer)));
+        self
+    }
+
+    /// Decisions on this route wait for the whole local answer.
+    pub fn without_early_escalation(mut self) -> Self {
+        self.escalate_early = Some(None);
+        self
+    }
+
     pub(crate) fn set_arc_pre_score(&mut self, p: Option<Arc<dyn PreScore>>) {
         self.pre_score = Some(p.map(|f| Cb { f, inline: false }));
     }
@@ -225,6 +251,7 @@ impl Route {
             arbiter: self.arbiter.clone().or_else(|| base.arbiter.clone()),
             callback_budget: self.callback_budget.or(base.callback_budget),
             cancel_grace: self.cancel_grace.or(base.cancel_grace),
+            escalate_early: self.escalate_early.or(base.escalate_early),
         }
     }
 
@@ -235,6 +262,14 @@ impl Route {
         if let Some(Some(m)) = self.min_score {
             if !m.is_finite() {
                 return Err("min_score must be a finite number".into());
+            }
+        }
+        if let Some(Some(s)) = self.escalate_early {
+            if !s.is_streamable() {
+                return Err(format!(
+                    "escalate_early needs a signal that only falls as tokens come \
+                     (min_logprob or min_window_logprob), not {s}"
+                ));
             }
         }
         Ok(RouteSettings {
@@ -252,6 +287,7 @@ impl Route {
             arbiter: self.arbiter.clone().flatten(),
             callback_budget: self.callback_budget.unwrap_or(DEFAULT_CALLBACK_BUDGET),
             cancel_grace: self.cancel_grace.unwrap_or(DEFAULT_CANCEL_GRACE),
+            escalate_early: self.escalate_early.flatten(),
         })
     }
 }
@@ -270,6 +306,8 @@ pub(crate) struct RouteSettings {
     pub(crate) arbiter: Option<Cb<dyn Arbiter>>,
     pub(crate) callback_budget: Duration,
     pub(crate) cancel_grace: Duration,
+    /// The signal a cascade reads early (see [`Route::escalate_early`]).
+    pub(crate) escalate_early: Option<Signal>,
 }
 
 #[cfg(test)]

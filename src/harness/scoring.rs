@@ -151,17 +151,23 @@ pub enum Signal {
     /// Mean log-probability of the last [`CONFIDENCE_TAIL`] tokens
     /// (DeepConf's tail confidence).
     TailLogprob,
+    /// The share of k samples of the same request whose answers agree with
+    /// the majority answer (`[0, 1]`; self-consistency): needs a request
+    /// with a [`consensus`](crate::request::Sampling::consensus) of more
+    /// than one sample, and costs k answers of local time and tokens.
+    AnswerAgreement,
 }
 
 impl Signal {
     /// Every signal, in documentation order.
-    pub const ALL: [Signal; 6] = [
+    pub const ALL: [Signal; 7] = [
         Signal::MeanLogprob,
         Signal::MinLogprob,
         Signal::P10Logprob,
         Signal::FirstTokenMargin,
         Signal::MinWindowLogprob,
         Signal::TailLogprob,
+        Signal::AnswerAgreement,
     ];
 
     /// The snake-case name (`p10_logprob`).
@@ -173,6 +179,7 @@ impl Signal {
             Signal::FirstTokenMargin => "first_token_margin",
             Signal::MinWindowLogprob => "min_window_logprob",
             Signal::TailLogprob => "tail_logprob",
+            Signal::AnswerAgreement => "answer_agreement",
         }
     }
 
@@ -180,8 +187,20 @@ impl Signal {
     pub fn unit(self) -> &'static str {
         match self {
             Signal::FirstTokenMargin => "probability",
+            Signal::AnswerAgreement => "share of samples",
             _ => "log-probability (nats)",
         }
+    }
+
+    /// Whether the signal can be read while the answer is still being
+    /// generated, and means then what it will mean at the end once it is
+    /// below a threshold: it only ever falls as tokens come (the lowest
+    /// token log-probability; the lowest window mean once a whole window
+    /// is in). A cascade on such a signal can escalate early
+    /// ([`Route::escalate_early`](super::Route::escalate_early)) with the
+    /// same decisions it would make at the end.
+    pub fn is_streamable(self) -> bool {
+        matches!(self, Signal::MinLogprob | Signal::MinWindowLogprob)
     }
 
     /// The candidate's value of this signal, when it has one.
@@ -199,8 +218,61 @@ impl Signal {
             Signal::FirstTokenMargin => s.first_token_margin.map(f64::from),
             Signal::MinWindowLogprob => lowest_window_mean(&s.token_logprobs, CONFIDENCE_WINDOW),
             Signal::TailLogprob => tail_mean(&s.token_logprobs, CONFIDENCE_TAIL),
+            Signal::AnswerAgreement => s.agreement.map(f64::from),
         }
         .filter(|v| v.is_finite())
+    }
+}
+
+/// A streamable signal ([`Signal::is_streamable`]) read token by token:
+/// after each token, the most the finished answer's value can be, once
+/// that is known (from the first token for `min_logprob`, from the
+/// [`CONFIDENCE_WINDOW`]-th for `min_window_logprob`: with fewer tokens the
+/// finished value is the mean of them all, which can still rise).
+#[derive(Debug, Clone)]
+pub(crate) struct RunningSignal {
+    signal: Signal,
+    /// The last window's finite values (`min_window_logprob`).
+    window: std::collections::VecDeque<f64>,
+    sum: f64,
+    low: Option<f64>,
+}
+
+impl RunningSignal {
+    /// A reader of `signal`; `None` when it cannot be read early.
+    pub(crate) fn new(signal: Signal) -> Option<Self> {
+        signal.is_streamable().then(|| Self {
+            signal,
+            window: std::collections::VecDeque::with_capacity(CONFIDENCE_WINDOW),
+            sum: 0.0,
+            low: None,
+        })
+    }
+
+    /// Takes the next sampled token's log-probability; returns the bound
+    /// so far. Non-finite values are skipped, as the finished signal
+    /// skips them.
+    pub(crate) fn push(&mut self, logprob: f32) -> Option<f64> {
+        if !logprob.is_finite() {
+            return self.low;
+        }
+        let v = f64::from(logprob);
+        let next = match self.signal {
+            Signal::MinLogprob => Some(v),
+            _ => {
+                self.window.push_back(v);
+                self.sum += v;
+                if self.window.len() > CONFIDENCE_WINDOW {
+                    self.sum -= self.window.pop_front().unwrap_or(0.0);
+                }
+                (self.window.len() == CONFIDENCE_WINDOW)
+                    .then(|| self.sum / CONFIDENCE_WINDOW as f64)
+            }
+        };
+        if let Some(x) = next {
+            self.low = Some(self.low.map_or(x, |l| l.min(x)));
+        }
+        self.low
     }
 }
 
@@ -214,7 +286,7 @@ impl fmt::Display for Signal {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown signal `{0}`; expected mean_logprob, min_logprob, p10_logprob, first_token_margin, \
-     min_window_logprob or tail_logprob"
+     min_window_logprob, tail_logprob or answer_agreement"
 )]
 pub struct UnknownSignal(pub String);
 
@@ -370,6 +442,7 @@ fn confidence_part(candidate: &Candidate, score: &mut Score) -> f64 {
         ("first_token_margin", first_token_margin(candidate)),
         ("min_window_logprob", min_window_logprob(candidate)),
         ("tail_logprob", tail_logprob(candidate)),
+        ("answer_agreement", Signal::AnswerAgreement.of(candidate)),
     ] {
         if let Some(v) = v {
             score.signals.insert(name.into(), v);
@@ -525,6 +598,47 @@ mod tests {
             "min-window-logprob".parse::<Signal>(),
             Ok(Signal::MinWindowLogprob)
         );
+    }
+
+    #[test]
+    fn running_signals_bound_the_finished_value_and_end_on_it() {
+        assert!(RunningSignal::new(Signal::MeanLogprob).is_none());
+        assert!(RunningSignal::new(Signal::AnswerAgreement).is_none());
+        let mut x = 7u64;
+        let lp: Vec<f32> = (0..90)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if i == 40 {
+                    f32::NEG_INFINITY
+                } else {
+                    -((x % 300) as f32) / 100.0
+                }
+            })
+            .collect();
+        for sig in [Signal::MinLogprob, Signal::MinWindowLogprob] {
+            let mut r = RunningSignal::new(sig).unwrap();
+            let mut last = None;
+            for n in 1..=lp.len() {
+                let bound = r.push(lp[n - 1]);
+                let finished = sig
+                    .of_signals(&TokenSignals::from_logprobs(lp[..n].to_vec()))
+                    .unwrap();
+                if let Some(b) = bound {
+                    // Never above what the answer so far gives, and never
+                    // rising.
+                    assert!(
+                        (b - finished).abs() < 1e-9,
+                        "{sig} n={n}: {b} vs {finished}"
+                    );
+                    assert!(last.is_none_or(|l: f64| b <= l));
+                    last = Some(b);
+                } else {
+                    assert!(sig == Signal::MinWindowLogprob && n < CONFIDENCE_WINDOW);
+                }
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,22 @@
 //!
 //! Each sequence keeps what a lane alone keeps: its own positions and KV
 //! cells (`seq_id`), its prefix reuse, its sampler, stop strings, UTF-8
-//! stream and per-token signals, its cancellation and deadline. A job that
+//! stream and per-token signals, its cancellation and deadline.
+//!
+//! A job that asks for a consensus of k samples (self-consistency) decodes
+//! its prompt once on its sequence; then the prompt's cells are shared with
+//! k - 1 more sequence ids (`llama_memory_seq_cp`: in the unified cache the
+//! cells gain the other ids, nothing is copied), every sample takes its
+//! first token from the prompt's one row of logits with its own sampler
+//! (seed + i), and the k samples decode side by side in the same batch,
+//! each one row per step, until every one has ended. The samples then vote
+//! (`crate::answer::majority`): the answer is the first sample giving the
+//! majority answer, whole (a consensus job streams nothing before it
+//! ends), and the share agreeing is its `agreement`. The other ids' cells
+//! are dropped when the job ends. Sample ids of lane `s` of `n`:
+//! `n + s * (max_samples - 1) + i - 1` for sample `i >= 1`.
+//!
+//! A job that
 //! stops mid-decode aborts the whole batch (llama.cpp's abort callback);
 //! every sequence in it is cut back to what it had before the step, the
 //! stopped one finishes and the others decode again next step, so a cancel
@@ -26,12 +41,14 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
-use super::ffi::AbortSignal;
+use super::ffi::{AbortSignal, ThreadControl};
 use super::generate::{emit, grammar_for, Progress, PromptFormat};
+use super::governor::{Governor, StepFigure, StepKind};
 use super::pick::{GrammarPass, Picker};
 use super::stop::{StopMatcher, StopState};
 use super::toolcall::{self, CallStyle, ToolJob};
 use super::utf8::Utf8Stream;
+use super::LocalSample;
 use super::{signals, simd};
 use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob, LanePermit, TokenLogprob, TopLogprob};
@@ -42,7 +59,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// llama_decode's return value when the abort callback stopped it.
@@ -58,10 +75,21 @@ pub(super) struct Engine<'m> {
     batch_size: usize,
     /// Tokens one sequence may hold (prompt and answer).
     seq_context: usize,
+    /// Most samples one job may ask for (sequence ids per lane).
+    max_samples: usize,
     seqs: Vec<Sequence>,
     /// The sequence whose prompt goes first into the next batch (turns
     /// rotate so that no long prompt starves another).
     prompt_turn: usize,
+    /// How many compute threads each step uses, and the means to set them
+    /// (`None`: the configured count always).
+    governor: Governor,
+    thread_control: Option<ThreadControl>,
+    /// The count the context holds now.
+    threads_applied: usize,
+    /// Whether the free cores were looked at for the first step (once: a
+    /// lane whose steps are all cut short by deadlines stays "fresh").
+    start_hint_taken: bool,
 }
 
 /// One sequence: what its KV cells hold, its waiting jobs, its running one.
@@ -81,25 +109,59 @@ struct Active {
     progress: Option<ProgressSink>,
     reply: oneshot::Sender<Result<LocalCompletion, LocalError>>,
     tokens: Vec<LlamaToken>,
-    out: Progress,
     prompt_started: Instant,
-    /// The sampled token not yet decoded; `None` while the prompt is.
-    pending: Option<LlamaToken>,
-    picker: Picker,
-    stops: StopMatcher,
-    utf8: Utf8Stream,
+    /// Whether the prompt is decoded (the answers are being generated).
+    prompt_done: bool,
+    /// Samples the job asks for (1 without a consensus).
+    samples: usize,
+    /// The answers being generated: the lane's own sequence's from the
+    /// start, the other samples' once the prompt is decoded.
+    branches: Vec<Branch>,
     aborted_in_decode: bool,
     /// What the job's tools mean here, when it has any.
     tools: Option<ToolJob>,
 }
 
-/// What one sequence put into the current batch.
+/// One answer being generated, on one sequence id.
+struct Branch {
+    seq_id: i32,
+    /// Cells this id holds: positions 0..len.
+    len: usize,
+    out: Progress,
+    /// The sampled token not yet decoded; `None` while the prompt is, or
+    /// once the branch has ended.
+    pending: Option<LlamaToken>,
+    picker: Picker,
+    stops: StopMatcher,
+    utf8: Utf8Stream,
+    /// Why it ended, once it has (a sample waiting for the others).
+    ended: Option<FinishReason>,
+}
+
+impl Active {
+    /// Whether the job's answer streams token by token (a consensus job's
+    /// answer is known only when every sample has ended).
+    fn streams(&self) -> bool {
+        self.samples == 1
+    }
+}
+
+/// What one branch of a sequence put into the current batch.
 struct Entry {
     seq: usize,
+    branch: usize,
     /// Tokens added (one when generating, a chunk of the prompt otherwise).
     tokens: Vec<LlamaToken>,
     /// Batch row of the logits to sample from after the step, if any.
     logits: Option<i32>,
+}
+
+/// The sequence ids of a context: one per lane, and `max_samples - 1`
+/// more per lane for the samples of a consensus.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SeqIds {
+    pub(super) lanes: usize,
+    pub(super) max_samples: usize,
 }
 
 /// How a sampled token left the job.
@@ -114,28 +176,62 @@ impl<'m> Engine<'m> {
         model: &'m LlamaModel,
         ctx: LlamaContext<'m>,
         format: PromptFormat,
-        grammar_pass: GrammarPass,
         batch_size: u32,
-        sequences: usize,
+        ids: SeqIds,
+        threads: usize,
+        governor: Governor,
     ) -> Self {
+        let thread_control = ThreadControl::of(&ctx);
         let batch_size = batch_size.max(1) as usize;
-        let sequences = sequences.max(1);
+        let sequences = ids.lanes.max(1);
+        let max_samples = ids.max_samples.max(1);
         // What llama.cpp made of the requested size (it may round up),
-        // shared out: each sequence may use its part.
-        let seq_context = (ctx.n_ctx() as usize / sequences).max(1);
+        // shared out: each sequence id may use its part.
+        let seq_context = (ctx.n_ctx() as usize / (sequences * max_samples)).max(1);
         Self {
             model,
             ctx,
             format,
-            grammar_pass,
-            // A step holds each generating sequence's token and up to
+            grammar_pass: GrammarPass::default(),
+            // A step holds each generating sample's token and up to
             // `batch_size` prompt tokens besides.
-            batch: LlamaBatch::new(batch_size + sequences, 1),
+            batch: LlamaBatch::new(batch_size + sequences * max_samples, 1),
             batch_size,
             seq_context,
+            max_samples,
             seqs: (0..sequences).map(|_| Sequence::default()).collect(),
             prompt_turn: 0,
+            governor,
+            thread_control,
+            threads_applied: threads,
+            start_hint_taken: false,
         }
+    }
+
+    /// How a constrained answer's grammar is applied (see `pick`).
+    pub(super) fn with_grammar_pass(mut self, pass: GrammarPass) -> Self {
+        self.grammar_pass = pass;
+        self
+    }
+
+    /// Whether the context's thread count can be changed (else the
+    /// governor's choice is never applied).
+    pub(super) fn controls_threads(&self) -> bool {
+        self.thread_control.is_some()
+    }
+
+    /// Sets the context's thread count for a step of this kind; returns
+    /// it.
+    fn apply_threads(&mut self, kind: StepKind) -> usize {
+        let Some(control) = &self.thread_control else {
+            return self.threads_applied;
+        };
+        let threads = self.governor.threads(kind);
+        if threads != self.threads_applied {
+            control.set(&mut self.ctx, threads);
+            self.threads_applied = threads;
+        }
+        threads
     }
 
     /// Whether any job is running or waiting.
@@ -170,17 +266,118 @@ impl<'m> Engine<'m> {
         if entries.is_empty() {
             return;
         }
-        signal.arm(entries.iter().filter_map(|e| {
-            self.seqs[e.seq]
-                .active
-                .as_ref()
-                .map(|a| (&a.job.cancel, a.job.deadline))
-        }));
+        let tokens = usize::try_from(self.batch.n_tokens()).unwrap_or(0).max(1);
+        let kind = StepKind::of_batch(tokens);
+        if !self.start_hint_taken && self.governor.is_fresh() {
+            self.start_hint_taken = true;
+            if let Some(free) = crate::sched::free_cores() {
+                self.governor.start_on(free);
+            }
+        }
+        let threads = self.apply_threads(kind);
+        let scale = match kind {
+            StepKind::Generate => 1.0,
+            StepKind::Prompt => tokens as f64,
+        };
+        let waited_before = signal.waited_ns();
+        let started = Instant::now();
+        let budget = self
+            .governor
+            .budget(kind)
+            .and_then(|b| Duration::try_from_secs_f64(b * scale).ok())
+            .map(|b| started + b);
+        signal.arm(
+            entries.iter().filter_map(|e| {
+                self.seqs[e.seq]
+                    .active
+                    .as_ref()
+                    .map(|a| (&a.job.cancel, a.job.deadline))
+            }),
+            budget,
+            self.governor.may_go_down(kind),
+        );
         let decoded = self.ctx.decode(&mut self.batch);
+        let took = started.elapsed().as_secs_f64();
+        let waited = signal
+            .waited_ns()
+            .zip(waited_before)
+            .map_or(0, |(after, before)| after.saturating_sub(before));
         signal.disarm();
         match decoded {
-            Ok(()) => self.after_decode(entries),
-            Err(err) => self.after_failed_decode(entries, err),
+            Ok(()) => {
+                let cost = took / scale;
+                let wait_share = (waited as f64 * 1e-9 / took).min(1.0);
+                tracing::trace!(
+                    target: "edgecloud::local::threads",
+                    threads,
+                    tokens,
+                    took_us = (took * 1e6) as u64,
+                    waited_us = waited / 1000,
+                    "decode step"
+                );
+                self.governor.record(
+                    kind,
+                    threads,
+                    StepFigure {
+                        cost,
+                        wait_share,
+                        overran: false,
+                    },
+                );
+                for entry in &entries {
+                    if let Some(br) = self.seqs[entry.seq]
+                        .active
+                        .as_mut()
+                        .and_then(|a| a.branches.get_mut(entry.branch))
+                    {
+                        br.out.decoded_with(threads);
+                    }
+                }
+                self.after_decode(entries)
+            }
+            Err(err) => {
+                // Aborted with no job stopped: the step ran past the
+                // governor's budget, or waited for a CPU much of the time
+                // with more than the fewest threads. The batch is decoded
+                // again next step, with fewer threads.
+                let contended = signal.stopped_by_contention();
+                let overran = matches!(err, DecodeError::Unknown(DECODE_ABORTED))
+                    && (contended || budget.is_some_and(|b| Instant::now() >= b))
+                    && !entries.iter().any(|e| {
+                        self.seqs[e.seq]
+                            .active
+                            .as_ref()
+                            .is_some_and(|a| a.job.stop_reason().is_some())
+                    });
+                if overran {
+                    tracing::debug!(
+                        target: "edgecloud::local::threads",
+                        threads,
+                        tokens,
+                        took_us = (took * 1e6) as u64,
+                        contended,
+                        "decode step abandoned (over its budget, or waiting for a CPU): decoded again with fewer threads"
+                    );
+                    // A step stopped for waiting is a lower bound of what
+                    // it would have cost: any figure of fewer threads
+                    // beats it.
+                    let cost = if contended {
+                        f64::INFINITY
+                    } else {
+                        took / scale
+                    };
+                    self.governor.record(
+                        kind,
+                        threads,
+                        StepFigure {
+                            cost,
+                            wait_share: 1.0,
+                            overran: true,
+                        },
+                    );
+                }
+                self.after_failed_decode(entries, err)
+            }
         }
     }
 
@@ -235,17 +432,29 @@ impl<'m> Engine<'m> {
                     Ok((tokens, tools))
                 }
             });
+        // More samples than the lane has sequence ids for is the
+        // caller's mistake, told as such.
+        let samples = job.sampling.consensus.map_or(1, |c| c.samples as usize);
+        let prepared = prepared.and_then(|ready| {
+            if samples > self.max_samples {
+                Err(LocalError::InvalidRequest(
+                    crate::request::InvalidRequest::new(format!(
+                        "consensus.samples {samples} is more than this lane's max_samples \
+                         {} (LocalConfig::max_samples)",
+                        self.max_samples
+                    )),
+                ))
+            } else {
+                Ok(ready)
+            }
+        });
         // A `response_format` or a tool call adds llama.cpp's grammar
         // (greedy jobs too); one it cannot compile fails the job here.
+        let grammar_pass = self.grammar_pass;
         let prepared = prepared.and_then(|(tokens, tools)| {
             let grammar = grammar_for(&job.sampling, tools.as_ref())?;
-            Picker::new(
-                self.model,
-                &job.sampling,
-                grammar.as_ref(),
-                self.grammar_pass,
-            )
-            .map(|picker| (tokens, tools, picker))
+            Picker::new(self.model, &job.sampling, grammar.as_ref(), grammar_pass, 0)
+                .map(|picker| (tokens, tools, picker))
         });
         let (tokens, tools, picker) = match prepared {
             Ok(ready) => ready,
@@ -255,30 +464,40 @@ impl<'m> Engine<'m> {
             }
         };
         let out = Progress::new(&job, submitted_at, started, tokens.len());
-        let mut stops = StopMatcher::new(&job.sampling.stop);
-        if let Some(held) = tools.as_ref().and_then(ToolJob::held_markers) {
-            stops = stops.holding(held);
-        }
+        let stops = stops_for(&job, tools.as_ref());
         let mut active = Active {
             job,
             permit,
             progress,
             reply,
             tokens,
-            out,
             prompt_started: Instant::now(),
-            pending: None,
-            picker,
-            stops,
-            utf8: Utf8Stream::default(),
+            prompt_done: false,
+            samples,
+            branches: vec![Branch {
+                seq_id: seq as i32,
+                len: 0,
+                out,
+                pending: None,
+                picker,
+                stops,
+                utf8: Utf8Stream::default(),
+                ended: None,
+            }],
             aborted_in_decode: false,
             tools,
         };
         if active.job.stop_reason().is_none() {
-            active.out.reused = self.reuse_prefix(seq, &active.tokens);
+            active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
         }
+        active.branches[0].len = self.seqs[seq].cached.len();
         active.prompt_started = Instant::now();
         self.seqs[seq].active = Some(active);
+    }
+
+    /// The sequence id of sample `i >= 1` of lane `seq`.
+    fn sample_id(&self, seq: usize, i: usize) -> i32 {
+        (self.seqs.len() + seq * (self.max_samples - 1) + i - 1) as i32
     }
 
     /// Keeps the longest common prefix of the sequence's cache and
@@ -316,25 +535,30 @@ impl<'m> Engine<'m> {
         false
     }
 
-    /// Puts every generating sequence's pending token into the batch, then
+    /// Puts every generating branch's pending token into the batch, then
     /// prompt chunks, in turn, up to `batch_size` prompt tokens.
     fn fill_batch(&mut self) -> Vec<Entry> {
         self.batch.clear();
         let mut entries = Vec::new();
         for seq in 0..self.seqs.len() {
-            let s = &self.seqs[seq];
-            let Some(token) = s.active.as_ref().and_then(|a| a.pending) else {
+            let Some(a) = self.seqs[seq].active.as_ref() else {
                 continue;
             };
-            let row = self.batch.n_tokens();
-            self.batch
-                .add(token, s.cached.len() as i32, &[seq as i32], true)
-                .expect("the batch has a row for every sequence's token");
-            entries.push(Entry {
-                seq,
-                tokens: vec![token],
-                logits: Some(row),
-            });
+            for (branch, br) in a.branches.iter().enumerate() {
+                let Some(token) = br.pending else {
+                    continue;
+                };
+                let row = self.batch.n_tokens();
+                self.batch
+                    .add(token, br.len as i32, &[br.seq_id], true)
+                    .expect("the batch has a row for every sample's token");
+                entries.push(Entry {
+                    seq,
+                    branch,
+                    tokens: vec![token],
+                    logits: Some(row),
+                });
+            }
         }
         let mut budget = self.batch_size;
         let n = self.seqs.len();
@@ -344,7 +568,7 @@ impl<'m> Engine<'m> {
             }
             let seq = (self.prompt_turn + turn) % n;
             let s = &mut self.seqs[seq];
-            let Some(active) = s.active.as_mut().filter(|a| a.pending.is_none()) else {
+            let Some(active) = s.active.as_mut().filter(|a| !a.prompt_done) else {
                 continue;
             };
             let done = s.cached.len();
@@ -372,6 +596,7 @@ impl<'m> Engine<'m> {
             budget -= take;
             entries.push(Entry {
                 seq,
+                branch: 0,
                 logits: last.then(|| first_row + take as i32 - 1),
                 tokens: chunk,
             });
@@ -381,23 +606,137 @@ impl<'m> Engine<'m> {
     }
 
     fn after_decode(&mut self, entries: Vec<Entry>) {
+        for entry in &entries {
+            let s = &mut self.seqs[entry.seq];
+            if entry.branch == 0 {
+                s.cached.extend_from_slice(&entry.tokens);
+            }
+            if let Some(br) = s
+                .active
+                .as_mut()
+                .and_then(|a| a.branches.get_mut(entry.branch))
+            {
+                br.len += entry.tokens.len();
+            }
+        }
         for entry in entries {
             let seq = entry.seq;
-            self.seqs[seq].cached.extend_from_slice(&entry.tokens);
             let Some(row) = entry.logits else {
                 continue;
             };
-            let sampled = catch_unwind(AssertUnwindSafe(|| self.sample(seq, row)));
-            match sampled {
-                Ok(Next::Continue(token)) => {
-                    if let Some(a) = self.seqs[seq].active.as_mut() {
-                        a.pending = Some(token);
-                    }
+            // A sequence failed earlier in this loop (a panic) is gone.
+            if self.seqs[seq].active.is_none() {
+                continue;
+            }
+            let stepped = catch_unwind(AssertUnwindSafe(|| {
+                if self.seqs[seq]
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| !a.prompt_done)
+                {
+                    self.prompt_decoded(seq, row)
+                } else {
+                    let next = self.sample(seq, entry.branch, row);
+                    self.advance(seq, entry.branch, next);
+                    Ok(())
                 }
-                Ok(Next::Done(reason)) => self.complete(seq, reason),
-                Ok(Next::Fail(e)) => self.fail(seq, e),
+            }));
+            match stepped {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.fail(seq, e),
                 Err(panic) => self.fail_after_panic(seq, &*panic),
             }
+        }
+    }
+
+    /// The prompt's last row of logits is in: the prompt's figures, the
+    /// other samples' sequences (sharing the prompt's cells), and every
+    /// sample's first token from that one row.
+    fn prompt_decoded(&mut self, seq: usize, row: i32) -> Result<(), LocalError> {
+        let cached = self.seqs[seq].cached.len();
+        let ids: Vec<i32> = {
+            let a = self.seqs[seq]
+                .active
+                .as_ref()
+                .expect("checked by the caller");
+            (1..a.samples).map(|i| self.sample_id(seq, i)).collect()
+        };
+        for &id in &ids {
+            // Nothing of an earlier job may be left on these ids.
+            let _ = self.ctx.kv_cache_seq_rm(id, None, None);
+            self.ctx
+                .kv_cache_seq_cp(seq as i32, id, Some(0), Some(cached as u32))
+                .map_err(|e| LocalError::Decode {
+                    detail: format!("sharing the prompt's cells with a sample: {e}"),
+                })?;
+        }
+        let model = self.model;
+        let a = self.seqs[seq]
+            .active
+            .as_mut()
+            .expect("checked by the caller");
+        a.prompt_done = true;
+        let first = &mut a.branches[0];
+        first.out.prompt_eval = a.prompt_started.elapsed();
+        first.out.prompt_decoded = cached.saturating_sub(first.out.reused);
+        if let Some(report) = a.progress.as_mut() {
+            let total = a.tokens.len() as u32;
+            report(PromptProgress { done: total, total });
+        }
+        let grammar = if ids.is_empty() {
+            None
+        } else {
+            grammar_for(&a.job.sampling, a.tools.as_ref())?
+        };
+        for (i, &id) in ids.iter().enumerate() {
+            let picker = Picker::new(
+                model,
+                &a.job.sampling,
+                grammar.as_ref(),
+                self.grammar_pass,
+                i as u32 + 1,
+            )?;
+            let out = a.branches[0].out.clone();
+            a.branches.push(Branch {
+                seq_id: id,
+                len: cached,
+                out,
+                pending: None,
+                picker,
+                stops: stops_for(&a.job, a.tools.as_ref()),
+                utf8: Utf8Stream::default(),
+                ended: None,
+            });
+        }
+        for branch in 0..a.branches.len() {
+            let next = self.sample(seq, branch, row);
+            self.advance(seq, branch, next);
+            if self.seqs[seq].active.is_none() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a branch's sampled outcome: its next token, or its end (the
+    /// job's end once every branch has ended).
+    fn advance(&mut self, seq: usize, branch: usize, next: Next) {
+        let Some(a) = self.seqs[seq].active.as_mut() else {
+            return;
+        };
+        match next {
+            Next::Continue(token) => a.branches[branch].pending = Some(token),
+            Next::Done(reason) => {
+                let br = &mut a.branches[branch];
+                br.pending = None;
+                br.ended = Some(reason);
+                let all_ended =
+                    a.branches.len() == a.samples && a.branches.iter().all(|b| b.ended.is_some());
+                if all_ended {
+                    self.complete(seq, reason);
+                }
+            }
+            Next::Fail(e) => self.fail(seq, e),
         }
     }
 
@@ -405,13 +744,22 @@ impl<'m> Engine<'m> {
     /// cut back to what it held before; those whose job stopped finish,
     /// the others decode again next step, unless llama.cpp failed.
     fn after_failed_decode(&mut self, entries: Vec<Entry>, err: DecodeError) {
+        let mut broken = Vec::new();
         for entry in &entries {
-            let from = self.seqs[entry.seq].cached.len();
-            self.cut(entry.seq, from);
+            if !self.cut_branch(entry.seq, entry.branch) {
+                broken.push(entry.seq);
+            }
         }
         let aborted = matches!(err, DecodeError::Unknown(DECODE_ABORTED));
+        let mut seen = Vec::new();
         for entry in entries {
             let seq = entry.seq;
+            // One verdict per job, however many of its samples were in
+            // the batch.
+            if seen.contains(&seq) {
+                continue;
+            }
+            seen.push(seq);
             let stopped = self.seqs[seq]
                 .active
                 .as_ref()
@@ -422,6 +770,23 @@ impl<'m> Engine<'m> {
                         a.aborted_in_decode = true;
                     }
                     self.complete(seq, reason);
+                }
+                // A sample's cells could not be cut back: it cannot go on.
+                (true, None)
+                    if broken.contains(&seq)
+                        && self.seqs[seq]
+                            .active
+                            .as_ref()
+                            .is_some_and(|a| a.samples > 1) =>
+                {
+                    self.fail(
+                        seq,
+                        LocalError::Decode {
+                            detail:
+                                "an aborted step left a sample's cells that could not be removed"
+                                    .into(),
+                        },
+                    );
                 }
                 // Another job of the batch stopped it: decode again.
                 (true, None) => {}
@@ -435,40 +800,62 @@ impl<'m> Engine<'m> {
         }
     }
 
-    /// Samples the sequence's next token from batch row `row`, streams its
-    /// text, and says whether the job goes on.
-    fn sample(&mut self, seq: usize, row: i32) -> Next {
-        let cached = self.seqs[seq].cached.len();
+    /// Cuts a branch's id back to the cells it held before the step.
+    /// Returns false when a sample's tail could not be cut (the lane's own
+    /// sequence then starts over, as `cut` says).
+    fn cut_branch(&mut self, seq: usize, branch: usize) -> bool {
+        if branch == 0 {
+            let from = self.seqs[seq].cached.len();
+            self.cut(seq, from);
+            return true;
+        }
+        let Some(br) = self.seqs[seq]
+            .active
+            .as_ref()
+            .and_then(|a| a.branches.get(branch))
+        else {
+            return true;
+        };
+        let (id, from) = (br.seq_id, br.len);
+        self.ctx
+            .kv_cache_seq_rm(id, Some(from as u32), None)
+            .is_ok()
+    }
+
+    /// Samples a branch's next token from batch row `row`, streams its
+    /// text (a lone answer only), and says whether the branch goes on.
+    fn sample(&mut self, seq: usize, branch: usize, row: i32) -> Next {
         let a = self.seqs[seq]
             .active
             .as_mut()
             .expect("only running jobs put logits rows in the batch");
-        if a.out.completion_tokens == 0 {
-            a.out.prompt_eval = a.prompt_started.elapsed();
-            a.out.prompt_decoded = cached.saturating_sub(a.out.reused);
-            if let Some(report) = a.progress.as_mut() {
-                let total = a.tokens.len() as u32;
-                report(PromptProgress { done: total, total });
-            }
-        }
+        let streams = a.streams();
+        let br = &mut a.branches[branch];
+        let cached = br.len;
         let logits = self.ctx.get_logits_ith(row);
         let pass = simd::scan(logits);
         // Greedy picks the first largest logit, which the signals pass
         // finds anyway; llama.cpp's samplers run only when sampling is
         // random or a grammar constrains the answer (`pick`).
-        let token = match a.picker.pick(&self.ctx, row, logits, pass.argmax) {
+        let token = match br.picker.pick(&self.ctx, row, logits, pass.argmax) {
             Ok(token) => token,
             Err(e) => return Next::Fail(e),
         };
         let scan = signals::from_pass(logits, &pass, token.0 as usize);
-        a.out.token_sampled(scan);
+        br.out.token_sampled(scan);
+        if streams {
+            if let Some(watch) = a.job.on_logprob.as_mut() {
+                watch(scan.logprob);
+            }
+        }
+        let br = &mut a.branches[branch];
         let vocab = self.model.vocab();
         if vocab.is_eog(token) {
             return Next::Done(FinishReason::Stop);
         }
         let mut piece = Vec::with_capacity(32);
         vocab.token_to_piece_into(token, &mut piece, false, None);
-        if let (Some(detail), Some(n)) = (a.out.detail.as_mut(), a.job.sampling.logprobs) {
+        if let (Some(detail), Some(n)) = (br.out.detail.as_mut(), a.job.sampling.logprobs) {
             detail.push(token_logprob(
                 self.model,
                 logprob_entry(&piece, scan.logprob),
@@ -478,43 +865,52 @@ impl<'m> Engine<'m> {
             ));
         }
         let mut text = String::new();
-        a.utf8.push(&piece, &mut text);
-        let state = a.stops.push(&text);
-        emit(&mut a.job, a.stops.releasable());
+        br.utf8.push(&piece, &mut text);
+        let state = br.stops.push(&text);
+        if streams {
+            emit(&mut a.job, a.branches[branch].stops.releasable());
+        }
+        let br = &mut a.branches[branch];
         if state == StopState::Stopped {
             return Next::Done(FinishReason::Stop);
         }
-        if a.out.completion_tokens >= a.job.sampling.max_tokens as usize
+        if br.out.completion_tokens >= a.job.sampling.max_tokens as usize
             || cached + 1 >= self.seq_context
         {
             text.clear();
-            a.utf8.finish(&mut text);
-            a.stops.push(&text);
+            br.utf8.finish(&mut text);
+            br.stops.push(&text);
             return Next::Done(FinishReason::Length);
         }
         Next::Continue(token)
     }
 
-    /// Ends the sequence's job with what it has. Its pending token was
-    /// never decoded, so the cache already matches `cached`.
+    /// Ends the sequence's job with what it has: a lone answer, or the
+    /// samples' vote (`reason` is the job's when it was stopped; each
+    /// sample that ended keeps its own). Pending tokens were never
+    /// decoded, so the cache already matches `cached`; the other samples'
+    /// cells go.
     fn complete(&mut self, seq: usize, reason: FinishReason) {
         let Some(a) = self.seqs[seq].active.take() else {
             return;
         };
+        for br in a.branches.iter().skip(1) {
+            let _ = self.ctx.kv_cache_seq_rm(br.seq_id, None, None);
+        }
         let Active {
             mut job,
             permit,
             progress,
             reply,
-            out,
-            stops,
+            branches,
             aborted_in_decode,
+            samples,
             tools,
             ..
         } = a;
         let grammar_pass = self.grammar_pass;
         let finished = catch_unwind(AssertUnwindSafe(|| {
-            out.finish(reason, stops, &mut job, aborted_in_decode)
+            finish_job(&mut job, branches, samples, reason, aborted_in_decode)
         }));
         let result = finished
             .map_err(|panic| {
@@ -530,7 +926,7 @@ impl<'m> Engine<'m> {
             // late job keeps its partial text (the harness does not accept
             // it as an answer anyway).
             .and_then(|c| {
-                if !reason.is_complete() {
+                if !c.finish_reason.is_complete() {
                     return Ok(c);
                 }
                 // Without a grammar (`GrammarPass::Off`) the answer is
@@ -553,6 +949,9 @@ impl<'m> Engine<'m> {
 
     fn fail(&mut self, seq: usize, error: LocalError) {
         if let Some(a) = self.seqs[seq].active.take() {
+            for br in a.branches.iter().skip(1) {
+                let _ = self.ctx.kv_cache_seq_rm(br.seq_id, None, None);
+            }
             reply_after(a.permit, a.job, a.progress, a.reply, Err(error));
         }
     }
@@ -588,6 +987,75 @@ impl<'m> Engine<'m> {
                 },
             );
         }
+    }
+}
+
+/// The job's completion from its branches: a lone answer as it is; for a
+/// consensus, every sample's text voted on, the first sample giving the
+/// majority answer as the answer, emitted whole to the job's sink.
+fn finish_job(
+    job: &mut LaneJob,
+    branches: Vec<Branch>,
+    samples: usize,
+    reason: FinishReason,
+    aborted_in_decode: bool,
+) -> LocalCompletion {
+    if samples == 1 {
+        let br = branches
+            .into_iter()
+            .next()
+            .expect("a job has its first branch from the start");
+        let mut stops = br.stops;
+        emit(job, stops.release_rest());
+        let reason = br.ended.unwrap_or(reason);
+        return br.out.finish(reason, stops.into_text(), aborted_in_decode);
+    }
+    let kind = job.sampling.consensus.map(|c| c.answer).unwrap_or_default();
+    // A job stopped before its prompt was decoded has one branch.
+    let finished: Vec<(Progress, String, FinishReason)> = branches
+        .into_iter()
+        .map(|br| {
+            let reason = br.ended.unwrap_or(reason);
+            (br.out, br.stops.into_text(), reason)
+        })
+        .collect();
+    let texts: Vec<&str> = finished.iter().map(|(_, t, _)| t.as_str()).collect();
+    let vote = crate::answer::majority(kind, &texts);
+    let sampled: usize = finished.iter().map(|(p, _, _)| p.completion_tokens).sum();
+    let sample_list: Vec<LocalSample> = finished
+        .iter()
+        .map(|(p, text, r)| LocalSample {
+            text: text.clone(),
+            finish_reason: *r,
+            completion_tokens: p.completion_tokens as u32,
+            mean_logprob: p.mean_logprob(),
+            answer: kind.extract(text),
+        })
+        .collect();
+    let (out, text, reason) = finished
+        .into_iter()
+        .nth(vote.chosen)
+        .expect("the chosen sample is one of them");
+    emit(job, &text);
+    let mut c = out.finish(reason, text, aborted_in_decode);
+    c.agreement = Some(vote.share() as f32);
+    c.samples = sample_list;
+    c.sampled_tokens = sampled as u32;
+    // Generation speed of the job: every sample's tokens after its first,
+    // over the time the samples took together.
+    let n = c.samples.len();
+    let took = c.timings.generation.as_secs_f64();
+    c.timings.gen_tokens_per_s = (sampled > n && took > 0.0).then(|| (sampled - n) as f64 / took);
+    c
+}
+
+/// A job's stop strings, holding back its model's tool-call markup from
+/// the stream when it may call tools.
+fn stops_for(job: &LaneJob, tools: Option<&ToolJob>) -> StopMatcher {
+    let stops = StopMatcher::new(&job.sampling.stop);
+    match tools.and_then(ToolJob::held_markers) {
+        Some(held) => stops.holding(held),
+        None => stops,
     }
 }
 

@@ -6,6 +6,8 @@
 //!   `llama_decode` return 2 promptly. We install it through the context
 //!   parameters, before the context exists, so it is in place for the
 //!   context's whole life.
+//! - **Thread count** of a live context (`ThreadControl`), for the
+//!   compute-thread governor.
 //! - **Log callback.** llama.cpp's log goes into `tracing` (target
 //!   `llama.cpp`), and its recent error lines are kept so that an opaque load
 //!   failure can say what llama.cpp complained about.
@@ -19,10 +21,11 @@
 #![allow(unsafe_code)]
 
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_sys_2::llama_context_params;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -48,10 +51,29 @@ pub(crate) struct AbortSignal {
     token_checked_ns: AtomicU64,
     epoch: Instant,
     cancel: Mutex<Vec<CancellationToken>>,
+    /// The decode thread's run-queue wait (set once, on that thread).
+    run_queue: OnceLock<crate::sched::RunQueueWait>,
+    /// Whether this step is watched for contention (more than the fewest
+    /// threads), and from what wait and time.
+    watch: AtomicBool,
+    watch_from_wait_ns: AtomicU64,
+    watch_from_ns: AtomicU64,
+    watch_checked_ns: AtomicU64,
+    /// The watch stopped the step.
+    contended: AtomicBool,
 }
 
 /// How often the abort callback looks at the cancellation token at most.
 pub(crate) const TOKEN_POLL_INTERVAL: Duration = Duration::from_micros(100);
+/// How often it looks at the decode thread's run-queue wait during a
+/// watched step, at most (one `pread`, about a microsecond).
+const WATCH_POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// A watched step is stopped once the decode thread has waited for a CPU
+/// this long in it ...
+const WATCH_MIN_WAIT: Duration = Duration::from_millis(3);
+/// ... and for more than this share of the step so far (a passing blip in
+/// a long quiet step is neither).
+const WATCH_SHARE: f64 = 0.25;
 
 impl Default for AbortSignal {
     fn default() -> Self {
@@ -60,6 +82,12 @@ impl Default for AbortSignal {
             token_checked_ns: AtomicU64::new(0),
             epoch: Instant::now(),
             cancel: Mutex::new(Vec::new()),
+            run_queue: OnceLock::new(),
+            watch: AtomicBool::new(false),
+            watch_from_wait_ns: AtomicU64::new(0),
+            watch_from_ns: AtomicU64::new(0),
+            watch_checked_ns: AtomicU64::new(0),
+            contended: AtomicBool::new(false),
         }
     }
 }
@@ -69,10 +97,44 @@ impl AbortSignal {
         u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// Binds the signal to the calling thread's run-queue wait: call it
+    /// on the decode thread, once (later calls are ignored).
+    pub(crate) fn bind_decode_thread(&self) {
+        let _ = self
+            .run_queue
+            .set(crate::sched::RunQueueWait::for_current_thread());
+    }
+
+    /// How long the decode thread has waited for a CPU so far, in
+    /// nanoseconds; `None` before `bind_decode_thread` or where the kernel
+    /// keeps no figure.
+    pub(crate) fn waited_ns(&self) -> Option<u64> {
+        self.run_queue.get()?.waited_ns()
+    }
+
     /// Arms the signal for the jobs of one batch: it fires when any of
-    /// their tokens is cancelled or the earliest of their deadlines passes.
-    pub(crate) fn arm<'a>(&self, jobs: impl IntoIterator<Item = (&'a CancellationToken, Instant)>) {
-        let mut earliest: Option<Instant> = None;
+    /// their tokens is cancelled or the earliest of their deadlines passes,
+    /// or at `budget`, the thread governor's bound on the step, or, with
+    /// `watch_contention`, once the decode thread has waited for a CPU for
+    /// a good part of the step (a step with more threads than the fewest
+    /// that other programs' work makes wait: it is abandoned and decoded
+    /// again with fewer threads, see [`Self::stopped_by_contention`]).
+    pub(crate) fn arm<'a>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'a CancellationToken, Instant)>,
+        budget: Option<Instant>,
+        watch_contention: bool,
+    ) {
+        let waited = self.waited_ns().filter(|_| watch_contention);
+        self.contended.store(false, Ordering::Relaxed);
+        if let Some(waited) = waited {
+            let now = self.nanos(Instant::now());
+            self.watch_from_wait_ns.store(waited, Ordering::Relaxed);
+            self.watch_from_ns.store(now, Ordering::Relaxed);
+            self.watch_checked_ns.store(now, Ordering::Relaxed);
+        }
+        self.watch.store(waited.is_some(), Ordering::Release);
+        let mut earliest: Option<Instant> = budget;
         {
             let mut tokens = self.cancel.lock().unwrap_or_else(|e| e.into_inner());
             tokens.clear();
@@ -88,7 +150,13 @@ impl AbortSignal {
         );
     }
 
+    /// Whether the last armed step was stopped by the contention watch.
+    pub(crate) fn stopped_by_contention(&self) -> bool {
+        self.contended.load(Ordering::Acquire)
+    }
+
     pub(crate) fn disarm(&self) {
+        self.watch.store(false, Ordering::Release);
         self.deadline_ns.store(u64::MAX, Ordering::Release);
         self.cancel
             .lock()
@@ -99,6 +167,10 @@ impl AbortSignal {
     pub(crate) fn should_abort(&self) -> bool {
         let now = self.nanos(Instant::now());
         if now >= self.deadline_ns.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.watch.load(Ordering::Acquire) && self.contention_seen(now) {
+            self.contended.store(true, Ordering::Release);
             return true;
         }
         let interval = TOKEN_POLL_INTERVAL.as_nanos() as u64;
@@ -112,6 +184,31 @@ impl AbortSignal {
             .iter()
             .any(CancellationToken::is_cancelled)
     }
+}
+
+impl AbortSignal {
+    /// The watched step's wait so far is over both bounds (looked at once
+    /// per `WATCH_POLL_INTERVAL` at most).
+    fn contention_seen(&self, now: u64) -> bool {
+        let checked = self.watch_checked_ns.load(Ordering::Relaxed);
+        if now.saturating_sub(checked) < WATCH_POLL_INTERVAL.as_nanos() as u64 {
+            return false;
+        }
+        self.watch_checked_ns.store(now, Ordering::Relaxed);
+        let Some(waited) = self.waited_ns() else {
+            return false;
+        };
+        let waited = waited.saturating_sub(self.watch_from_wait_ns.load(Ordering::Relaxed));
+        let elapsed = now.saturating_sub(self.watch_from_ns.load(Ordering::Relaxed));
+        contention_over(waited, elapsed)
+    }
+}
+
+/// Whether `waited_ns` of run-queue wait in a step `elapsed_ns` old stops
+/// it: long (a blip is not contention) and a large share of the step.
+fn contention_over(waited_ns: u64, elapsed_ns: u64) -> bool {
+    waited_ns > WATCH_MIN_WAIT.as_nanos() as u64
+        && waited_ns as f64 > elapsed_ns as f64 * WATCH_SHARE
 }
 
 unsafe extern "C" fn abort_trampoline(data: *mut c_void) -> bool {
@@ -158,6 +255,67 @@ pub(crate) fn with_abort_signal(
     // SAFETY: the reverse of the transmute above; the wrapper holds raw
     // pointers it never frees, so handing it ours is sound.
     unsafe { std::mem::transmute::<llama_context_params, LlamaContextParams>(raw) }
+}
+
+/// The thread count of a live context (`llama_set_n_threads`), which the
+/// safe API of llama-cpp-2 0.1.160 has no setter for.
+///
+/// The wrapper keeps its context pointer crate-private but shows it in its
+/// `Debug` output (`LlamaContext { context: 0x55d0... }`); that is where we
+/// read it, and it is accepted only when the text has exactly that shape and
+/// the pointer answers `llama_n_ctx` as the wrapper's own `n_ctx()` does.
+/// Anything else (a future release printing differently) leaves the lane on
+/// its configured thread count, as before the governor existed.
+#[derive(Debug)]
+pub(crate) struct ThreadControl {
+    ctx: std::ptr::NonNull<llama_cpp_sys_2::llama_context>,
+}
+
+impl ThreadControl {
+    /// Finds `ctx`'s pointer; `None` when it cannot be read safely.
+    ///
+    /// The control must only be used with the same `ctx` (the decode loop
+    /// keeps both in one struct and passes that context to [`Self::set`]).
+    pub(crate) fn of(ctx: &LlamaContext<'_>) -> Option<Self> {
+        let shown = format!("{ctx:?}");
+        let hex = shown
+            .strip_prefix("LlamaContext { context: 0x")?
+            .strip_suffix(" }")?;
+        let addr = usize::from_str_radix(hex, 16).ok()?;
+        let ptr = std::ptr::NonNull::new(std::ptr::with_exposed_provenance_mut::<
+            llama_cpp_sys_2::llama_context,
+        >(addr))?;
+        // SAFETY: the address is the wrapper's own (non-null) context
+        // pointer, printed by its Debug impl, and `ctx` is alive for this
+        // call; llama_n_ctx only reads the context.
+        let n_ctx = unsafe { llama_cpp_sys_2::llama_n_ctx(ptr.as_ptr()) };
+        (n_ctx == ctx.n_ctx()).then_some(Self { ctx: ptr })
+    }
+
+    /// Sets the threads of the next decodes (generation and prompt alike).
+    /// Taking the context mutably ties the call to the loop that owns it:
+    /// no decode is running meanwhile.
+    pub(crate) fn set(&self, ctx: &mut LlamaContext<'_>, threads: usize) {
+        let n = i32::try_from(threads.max(1)).unwrap_or(i32::MAX);
+        debug_assert_eq!(
+            // SAFETY: as below; llama_n_ctx only reads the context.
+            unsafe { llama_cpp_sys_2::llama_n_ctx(self.ctx.as_ptr()) },
+            ctx.n_ctx()
+        );
+        // SAFETY: `self.ctx` is `ctx`'s pointer (see `of`), alive while `ctx`
+        // is; llama_set_n_threads only stores the two counts, and `&mut ctx`
+        // means no other call on this context runs at the same time.
+        unsafe { llama_cpp_sys_2::llama_set_n_threads(self.ctx.as_ptr(), n, n) };
+    }
+
+    /// The generation thread count the context holds now.
+    #[cfg(test)]
+    pub(crate) fn get(&self, ctx: &mut LlamaContext<'_>) -> usize {
+        let _ = ctx;
+        // SAFETY: as in `set`; llama_n_threads only reads a field.
+        let n = unsafe { llama_cpp_sys_2::llama_n_threads(self.ctx.as_ptr()) };
+        usize::try_from(n).unwrap_or(0)
+    }
 }
 
 /// llama.cpp's most recent warning and error lines, oldest first.
@@ -346,13 +504,17 @@ mod tests {
         let signal = AbortSignal::default();
         assert!(!signal.should_abort(), "a disarmed signal never aborts");
         let token = CancellationToken::new();
-        signal.arm([(&token, Instant::now())]);
+        signal.arm([(&token, Instant::now())], None, false);
         assert!(signal.should_abort(), "a past deadline aborts");
         signal.disarm();
         assert!(!signal.should_abort());
-        signal.arm([(&token, Instant::now() + Duration::from_secs(3600))]);
+        signal.arm(
+            [(&token, Instant::now() + Duration::from_secs(3600))],
+            None,
+            false,
+        );
         assert!(!signal.should_abort());
-        signal.arm([]);
+        signal.arm([], None, false);
         assert!(
             !signal.should_abort(),
             "no job in the batch: nothing to abort"
@@ -360,13 +522,53 @@ mod tests {
     }
 
     #[test]
+    fn a_step_budget_aborts_like_a_deadline() {
+        let signal = AbortSignal::default();
+        let token = CancellationToken::new();
+        let far = Instant::now() + Duration::from_secs(3600);
+        signal.arm([(&token, far)], Some(Instant::now()), false);
+        assert!(signal.should_abort(), "the budget passed");
+        signal.arm([(&token, far)], Some(far), false);
+        assert!(!signal.should_abort());
+        signal.disarm();
+    }
+
+    #[test]
+    fn a_watched_step_stops_when_the_wait_is_both_long_and_large() {
+        let ms = |n: u64| n * 1_000_000;
+        assert!(
+            !contention_over(ms(2), ms(4)),
+            "2 ms is a blip, however large"
+        );
+        assert!(contention_over(ms(4), ms(8)));
+        assert!(!contention_over(ms(4), ms(400)), "1% of a long step");
+        assert!(contention_over(ms(120), ms(400)));
+    }
+
+    #[test]
+    fn an_unwatched_or_unbound_step_never_stops_for_contention() {
+        let signal = AbortSignal::default();
+        let token = CancellationToken::new();
+        let far = Instant::now() + Duration::from_secs(3600);
+        // Not bound to a thread: nothing to watch.
+        signal.arm([(&token, far)], None, true);
+        assert!(!signal.should_abort());
+        assert!(!signal.stopped_by_contention());
+        signal.bind_decode_thread();
+        signal.arm([(&token, far)], None, false);
+        assert!(!signal.should_abort());
+        assert!(!signal.stopped_by_contention());
+        signal.disarm();
+    }
+
+    #[test]
     fn one_job_of_a_batch_aborts_the_batch() {
         let signal = AbortSignal::default();
         let later = Instant::now() + Duration::from_secs(3600);
         let (a, b) = (CancellationToken::new(), CancellationToken::new());
-        signal.arm([(&a, later), (&b, Instant::now())]);
+        signal.arm([(&a, later), (&b, Instant::now())], None, false);
         assert!(signal.should_abort(), "the earliest deadline counts");
-        signal.arm([(&a, later), (&b, later)]);
+        signal.arm([(&a, later), (&b, later)], None, false);
         b.cancel();
         let cancelled_at = Instant::now();
         while !signal.should_abort() {
@@ -381,7 +583,11 @@ mod tests {
     fn cancellation_is_seen_within_the_poll_interval() {
         let signal = AbortSignal::default();
         let cancel = CancellationToken::new();
-        signal.arm([(&cancel, Instant::now() + Duration::from_secs(3600))]);
+        signal.arm(
+            [(&cancel, Instant::now() + Duration::from_secs(3600))],
+            None,
+            false,
+        );
         assert!(!signal.should_abort());
         cancel.cancel();
         // Polled the way llama.cpp polls it: over and over. The bound is

@@ -4,10 +4,9 @@
 
 use super::pick::GrammarSpec;
 use super::signals;
-use super::stop::StopMatcher;
 use super::template::{self, Origin};
 use super::toolcall::{self, ToolJob, ToolTemplate};
-use super::{LocalCompletion, LocalError, LocalTimings};
+use super::{LocalCompletion, LocalError, LocalTimings, ThreadSteps};
 use crate::lane::{FinishReason, LaneJob, TokenLogprob};
 use crate::request::ChatMessage;
 use crate::request::Sampling;
@@ -220,7 +219,8 @@ pub(super) fn grammar_text(format: &ResponseFormat) -> Result<String, LocalError
     })
 }
 
-/// Counters and clocks of one job.
+/// Counters and clocks of one job (of one sample of a consensus job).
+#[derive(Clone)]
 pub(super) struct Progress {
     submitted_at: Instant,
     started: Instant,
@@ -234,6 +234,7 @@ pub(super) struct Progress {
     first_token_margin: Option<f32>,
     /// Per-token detail, when the job asked for log-probabilities.
     pub(super) detail: Option<Vec<TokenLogprob>>,
+    decode_threads: Vec<ThreadSteps>,
 }
 
 impl Progress {
@@ -255,6 +256,20 @@ impl Progress {
             logprobs: Vec::with_capacity(job.sampling.max_tokens.min(4096) as usize),
             first_token_margin: None,
             detail: job.sampling.logprobs.map(|_| Vec::new()),
+            decode_threads: Vec::new(),
+        }
+    }
+
+    /// Counts one decode step of this job that used `threads` threads.
+    pub(super) fn decoded_with(&mut self, threads: usize) {
+        match self
+            .decode_threads
+            .binary_search_by_key(&threads, |t| t.threads)
+        {
+            Ok(i) => self.decode_threads[i].steps += 1,
+            Err(i) => self
+                .decode_threads
+                .insert(i, ThreadSteps { threads, steps: 1 }),
         }
     }
 
@@ -265,30 +280,31 @@ impl Progress {
         self.logprobs.push(scan.logprob);
     }
 
+    /// The mean log-probability of the tokens sampled so far.
+    pub(super) fn mean_logprob(&self) -> Option<f32> {
+        (!self.logprobs.is_empty()).then(|| {
+            (self.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>() / self.logprobs.len() as f64)
+                as f32
+        })
+    }
+
+    /// The completion of a job that ended with `text` (its stop string
+    /// cut off; the caller has streamed it).
     pub(super) fn finish(
         self,
         reason: FinishReason,
-        mut stops: StopMatcher,
-        job: &mut LaneJob,
+        text: String,
         aborted_in_decode: bool,
     ) -> LocalCompletion {
-        emit(job, stops.release_rest());
         let now = Instant::now();
         let generation = self.first_token_at.map_or(Duration::ZERO, |t| now - t);
         let per_s = |n: usize, d: Duration| {
             (n > 0 && d > Duration::ZERO).then(|| n as f64 / d.as_secs_f64())
         };
-        let (mean, min) = if self.logprobs.is_empty() {
-            (None, None)
-        } else {
-            let sum: f64 = self.logprobs.iter().map(|&l| f64::from(l)).sum();
-            (
-                Some((sum / self.logprobs.len() as f64) as f32),
-                self.logprobs.iter().copied().reduce(f32::min),
-            )
-        };
+        let mean = self.mean_logprob();
+        let min = self.logprobs.iter().copied().reduce(f32::min);
         LocalCompletion {
-            text: stops.into_text(),
+            text,
             finish_reason: reason,
             prompt_tokens: self.prompt_tokens as u32,
             reused_prompt_tokens: self.reused as u32,
@@ -300,6 +316,9 @@ impl Progress {
             token_logprobs: self.logprobs,
             tool_calls: Vec::new(),
             logprobs: self.detail,
+            samples: Vec::new(),
+            agreement: None,
+            sampled_tokens: self.completion_tokens as u32,
             aborted_in_decode,
             timings: LocalTimings {
                 queued: self.started - self.submitted_at,
@@ -309,6 +328,7 @@ impl Progress {
                 generation,
                 gen_tokens_per_s: per_s(self.completion_tokens.saturating_sub(1), generation),
                 total: now - self.submitted_at,
+                decode_threads: self.decode_threads,
             },
         }
     }

@@ -45,6 +45,7 @@ mod batch;
 pub mod devices;
 mod ffi;
 mod generate;
+mod governor;
 mod jinja;
 mod pick;
 pub mod probe;
@@ -68,6 +69,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 pub use crate::cores::physical_cores;
+pub use governor::ThreadPolicy;
 pub use pick::GrammarPass;
 pub use probe::{ProbeMode, ProbeReport};
 
@@ -91,6 +93,11 @@ pub struct LocalConfig {
     pub model: PathBuf,
     /// Compute threads; `None` means the machine's physical cores.
     pub threads: Option<usize>,
+    /// How many of those threads each decode step uses: `adaptive` (the
+    /// default) follows the measured step time and uses fewer when other
+    /// programs hold cores; `fixed` always uses `threads`, as llama.cpp
+    /// does. See [`ThreadPolicy`] and docs/busy-device.md.
+    pub thread_policy: ThreadPolicy,
     /// Context size in tokens; `None` means the model's training context,
     /// capped at 4096.
     pub context_size: Option<u32>,
@@ -141,6 +148,13 @@ pub struct LocalConfig {
     /// (no grammar, and the lane does not judge the answer; the harness
     /// does). See [`GrammarPass`].
     pub grammar_pass: GrammarPass,
+    /// Most samples one job may ask for (a request's
+    /// [`consensus`](crate::request::Sampling::consensus)), 1 to
+    /// [`MAX_SAMPLES`](crate::request::MAX_SAMPLES). Each lane gets this
+    /// many sequence ids of `context_size` cells each, so the context
+    /// (and its KV memory) is this many times larger; cells are taken only
+    /// as samples use them.
+    pub max_samples: u32,
 }
 
 impl Default for LocalConfig {
@@ -148,6 +162,7 @@ impl Default for LocalConfig {
         Self {
             model: PathBuf::new(),
             threads: None,
+            thread_policy: ThreadPolicy::Adaptive,
             context_size: None,
             batch_size: 128,
             gpu_layers: 0,
@@ -159,6 +174,7 @@ impl Default for LocalConfig {
             probe_cache: true,
             probe_cache_dir: None,
             grammar_pass: GrammarPass::Check,
+            max_samples: 1,
         }
     }
 }
@@ -186,11 +202,17 @@ pub struct LocalInfo {
     pub probe: ProbeReport,
     /// Context size in tokens.
     pub context_size: u32,
-    /// Compute threads in use.
+    /// Compute threads in use (the most a step uses).
     pub threads: usize,
+    /// The thread policy in effect: the configured one, or `fixed` when
+    /// the context's thread count cannot be changed (then a warning says
+    /// why).
+    pub thread_policy: ThreadPolicy,
     /// Lanes (sequences) sharing this model and decode loop: 1 for a lane
     /// alone, N for the local lanes of a pool of N.
     pub sequences: usize,
+    /// Most samples one job may ask for ([`LocalConfig::max_samples`]).
+    pub max_samples: u32,
     /// How the compute threads wait for each other ([`wait::current`]),
     /// e.g. `libgomp default (spin 300000)` or `OMP_WAIT_POLICY=passive
     /// (user)`.
@@ -236,6 +258,18 @@ pub struct LocalTimings {
     /// Submission to the end of the job.
     #[serde(serialize_with = "crate::millis::required::serialize")]
     pub total: Duration,
+    /// The job's decode steps by how many compute threads each used
+    /// (ascending thread counts), as the thread governor chose them.
+    pub decode_threads: Vec<ThreadSteps>,
+}
+
+/// How many of a job's decode steps ran with one thread count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ThreadSteps {
+    /// Compute threads.
+    pub threads: usize,
+    /// Decode steps that used them.
+    pub steps: u32,
 }
 
 /// A finished local job (completed, or cut short by cancel or deadline).
@@ -273,11 +307,38 @@ pub struct LocalCompletion {
     /// Per-token log-probabilities with the most likely alternatives, when
     /// the job asked for them (`Sampling::logprobs`).
     pub logprobs: Option<Vec<crate::lane::TokenLogprob>>,
+    /// A consensus job's samples, in order (empty for a single answer).
+    /// The completion's own text and figures are those of the sample that
+    /// stands for the majority (see [`crate::request::Consensus`]).
+    pub samples: Vec<LocalSample>,
+    /// A consensus job's share of samples agreeing with the majority
+    /// answer, in `[0, 1]` (`None` for a single answer): the
+    /// `answer_agreement` signal.
+    pub agreement: Option<f32>,
+    /// Tokens sampled over all samples (`completion_tokens` for a single
+    /// answer): what the answer cost.
+    pub sampled_tokens: u32,
     /// True when cancellation or the deadline stopped a `llama_decode` call
     /// from inside (llama.cpp's abort callback), rather than between calls.
     pub aborted_in_decode: bool,
     /// Timings.
     pub timings: LocalTimings,
+}
+
+/// One sample of a consensus job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct LocalSample {
+    /// Its text (stop string excluded).
+    pub text: String,
+    /// Why it ended.
+    pub finish_reason: crate::lane::FinishReason,
+    /// Tokens it sampled.
+    pub completion_tokens: u32,
+    /// The mean log-probability of its tokens.
+    pub mean_logprob: Option<f32>,
+    /// Its answer as the vote read it (`None`: it gave none).
+    pub answer: Option<String>,
 }
 
 /// Prompt processing progress, reported before each prompt batch is decoded

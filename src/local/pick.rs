@@ -88,11 +88,17 @@ pub(super) struct Picker {
 impl Picker {
     /// The picker `sampling` asks for, constrained by `grammar` unless the
     /// pass is [`GrammarPass::Off`].
+    ///
+    /// `sample` numbers the samples of a consensus job: sample `i` seeds
+    /// its random choices with the request's seed plus `i`, so each sample
+    /// differs from the others and a seeded request gives the same samples
+    /// every time.
     pub(super) fn new(
         model: &LlamaModel,
         sampling: &Sampling,
         grammar: Option<&GrammarSpec>,
         pass: GrammarPass,
+        sample: u32,
     ) -> Result<Self, LocalError> {
         let grammar = match grammar {
             Some(spec) if pass != GrammarPass::Off => Some(grammar_sampler(model, spec)?),
@@ -101,7 +107,7 @@ impl Picker {
         Ok(Self {
             grammar,
             full_pass: pass == GrammarPass::Full,
-            chain: random_chain(sampling),
+            chain: random_chain(sampling, sample),
             top_k: sampling.top_k as usize,
             scratch: LlamaTokenDataArray::new(Vec::new(), false),
             order: Vec::new(),
@@ -266,18 +272,21 @@ fn allowed(d: &LlamaTokenData) -> bool {
 }
 
 /// Top-k, top-p, temperature and a seeded draw; `None` for greedy.
-fn random_chain(sampling: &Sampling) -> Option<LlamaSampler> {
+fn random_chain(sampling: &Sampling, sample: u32) -> Option<LlamaSampler> {
     if sampling.temperature <= 0.0 {
         return None;
     }
-    let seed = sampling.seed.map_or_else(
-        || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        },
-        |s| (s ^ (s >> 32)) as u32,
-    );
+    let seed = sampling
+        .seed
+        .map_or_else(
+            || {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos())
+            },
+            |s| (s ^ (s >> 32)) as u32,
+        )
+        .wrapping_add(sample);
     let mut chain = Vec::new();
     if sampling.top_k > 0 {
         chain.push(LlamaSampler::top_k(

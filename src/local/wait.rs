@@ -11,19 +11,16 @@
 //! a busy loop per core). Sleeping at once (`OMP_WAIT_POLICY=passive`)
 //! fixes the loaded case and costs a third of the quiet speed.
 //!
-//! What edgecloud does about it, measured (`scripts/busy-device`, the
-//! 2-core VM, 2026-12-02, medians of 3; docs/busy-device.md): no libgomp
-//! setting gets the fair share in every case. Passive waiting is the best
-//! with one busy loop (47 against 36 tokens/s) and costs 2.6x on a quiet
-//! machine (39 against 103); bounded spins (`GOMP_SPINCOUNT` 2000, 20000)
-//! keep the quiet speed and are no steadier than libgomp's default under
-//! load. So the default stays libgomp's own, and the choice is the user's,
-//! made before the process starts (libgomp reads its settings once, when it
-//! is loaded): `OMP_WAIT_POLICY=passive` for a device that is always busy.
-//! [`current`] says what the process runs with, for `doctor`, the lane's
-//! info and bench reports. The lever that would reach the fair share, a
-//! thread count that follows the measured step time, needs
-//! `llama_set_n_threads`, which llama-cpp-2 0.1.160 does not expose.
+//! No libgomp setting holds a fair share in every load (measured with
+//! `scripts/busy-device`: passive waiting costs 2-3x on a quiet machine,
+//! bounded spins are no steadier than the default), so libgomp keeps its
+//! own default and the lane changes the *number* of threads instead, step
+//! by step (`super::governor`, thread policy `adaptive`): with fewer
+//! threads than free cores nothing waits at a barrier for a descheduled
+//! partner. What the process runs with is still reported ([`current`]: for
+//! `doctor`, the lane's info and bench reports), and a user who wants
+//! passive waiting sets `OMP_WAIT_POLICY=passive` before the process
+//! starts (libgomp reads it once, when it is loaded).
 //!
 //! This module only reads the environment; it must not change it.
 

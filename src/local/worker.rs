@@ -4,9 +4,10 @@
 //! one batch. A job that panics is caught and fails alone; a panic outside
 //! any job resets the context, and the worker goes on.
 
-use super::batch::Engine;
+use super::batch::{Engine, SeqIds};
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
+use super::governor::{Governor, ThreadPolicy};
 use super::{Envelope, LocalConfig, LocalError, LocalInfo};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -88,6 +89,8 @@ fn run_worker(
     // Declared before the context so it is dropped after it: the context's
     // abort callback points at it.
     let signal = Arc::new(AbortSignal::default());
+    // This is the decode thread: llama.cpp's thread 0 during every step.
+    signal.bind_decode_thread();
     let loaded = catch_unwind(AssertUnwindSafe(|| {
         load(&config, sequences, validate, &signal)
     }))
@@ -117,34 +120,54 @@ fn run_worker(
             return;
         }
     };
+    let chat_template = format.describe();
+    let tool_calls = super::toolcall::ToolTemplate::detect(format.jinja_text())
+        .describe()
+        .to_string();
+    let mut engine = Engine::new(
+        &model,
+        ctx,
+        format,
+        config.batch_size,
+        SeqIds {
+            lanes: sequences,
+            max_samples: samples_of(&config),
+        },
+        threads,
+        Governor::new(threads, config.thread_policy),
+    )
+    .with_grammar_pass(config.grammar_pass);
+    let thread_policy = if engine.controls_threads() {
+        config.thread_policy
+    } else {
+        if config.thread_policy != ThreadPolicy::Fixed {
+            tracing::warn!(
+                "this llama-cpp-2 release does not show its context pointer as expected: \
+                 the local lane keeps {threads} compute threads (thread policy fixed)"
+            );
+        }
+        ThreadPolicy::Fixed
+    };
     let info = LocalInfo {
         model: config.model.clone(),
         load_time: started_at.elapsed(),
         context_size,
         threads,
+        thread_policy,
         sequences,
+        max_samples: samples_of(&config) as u32,
         compute_wait: super::wait::current().describe(),
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
-        chat_template: format.describe(),
-        tool_calls: super::toolcall::ToolTemplate::detect(format.jinja_text())
-            .describe()
-            .to_string(),
+        chat_template,
+        tool_calls,
         probe: super::probe::ProbeReport::not_run(),
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
     if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
         return;
     }
-    let mut engine = Engine::new(
-        &model,
-        ctx,
-        format,
-        config.grammar_pass,
-        config.batch_size,
-        sequences,
-    );
     loop {
         // Idle: wait for a job (or the end of the channel). Busy: take
         // whatever else has arrived, then decode one step.
@@ -163,6 +186,11 @@ fn run_worker(
             engine.reset_all(&crate::panic_payload::message(&*p));
         }
     }
+}
+
+/// Sequence ids per lane: [`LocalConfig::max_samples`] within its bounds.
+fn samples_of(config: &LocalConfig) -> usize {
+    config.max_samples.clamp(1, crate::request::MAX_SAMPLES) as usize
 }
 
 type Loaded = (
@@ -209,19 +237,19 @@ fn load(
     let context_size = config
         .context_size
         .unwrap_or_else(|| model.n_ctx_train().clamp(1, 4096));
-    // A step holds one token of each generating sequence besides up to
+    // Sequence ids: every lane's own, and its samples' (see `batch`).
+    let ids = (sequences * samples_of(config)) as u32;
+    // A step holds one token of each generating sample besides up to
     // `batch_size` prompt tokens.
-    let batch = config.batch_size.max(1) + sequences as u32 - 1;
+    let batch = config.batch_size.max(1) + ids - 1;
     let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
     let params = LlamaContextParams::default()
         // One unified cache of `context_size` cells per sequence: every
         // sequence may use its whole context, and a step's tokens of all
         // sequences go into one micro-batch (per-sequence streams would
         // split a step into one micro-batch per run of sequence ids).
-        .with_n_ctx(NonZeroU32::new(
-            context_size.saturating_mul(sequences as u32),
-        ))
-        .with_n_seq_max(sequences as u32)
+        .with_n_ctx(NonZeroU32::new(context_size.saturating_mul(ids)))
+        .with_n_seq_max(ids)
         .with_kv_unified(true)
         .with_n_batch(batch)
         // One micro-batch per decode call: an abort then leaves no partial
@@ -231,4 +259,41 @@ fn load(
         .with_n_threads_batch(threads_i32);
     let params = ffi::with_abort_signal(params, signal);
     Ok((Arc::new(model), params, format, threads, context_size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::generate::{write_model, Preset};
+
+    /// The governor's lever: the live context's thread count really
+    /// changes. Fails when a llama-cpp-2 release stops showing its context
+    /// pointer as `ThreadControl::of` reads it (the lane would then quietly
+    /// keep a fixed count).
+    #[test]
+    fn a_live_context_takes_a_new_thread_count() {
+        let dir = std::env::temp_dir().join(format!("edgecloud-threads-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.gguf");
+        write_model(&path, Preset::Tiny, 7).unwrap();
+        let model =
+            LlamaModel::load_from_file(backend(), &path, &LlamaModelParams::default()).unwrap();
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(64))
+            .with_n_threads(2)
+            .with_n_threads_batch(2);
+        let mut ctx = {
+            let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            model.new_context(backend(), params).unwrap()
+        };
+        let control = ffi::ThreadControl::of(&ctx).expect("the context pointer is readable");
+        assert_eq!(control.get(&mut ctx), 2);
+        control.set(&mut ctx, 1);
+        assert_eq!(control.get(&mut ctx), 1);
+        control.set(&mut ctx, 2);
+        assert_eq!(control.get(&mut ctx), 2);
+        drop(ctx);
+        drop(model);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

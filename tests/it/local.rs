@@ -149,10 +149,20 @@ fn stop_string_cuts_the_text_and_is_never_streamed() {
     assert_eq!(*streamed.lock().unwrap(), expected);
 }
 
+/// The same thread count in every step of both lanes: from 512 cache
+/// cells llama.cpp's attention result depends in its last bits on the
+/// thread count, and this test compares two runs bit for bit.
+fn fixed_threads() -> LocalConfig {
+    LocalConfig {
+        thread_policy: edgecloud::local::ThreadPolicy::Fixed,
+        ..config()
+    }
+}
+
 #[test]
 fn prefix_reuse_gives_the_same_output_as_a_cold_context() {
-    let warm = LocalLane::start(config()).unwrap();
-    let cold = LocalLane::start(config()).unwrap();
+    let warm = LocalLane::start(fixed_threads()).unwrap();
+    let cold = LocalLane::start(fixed_threads()).unwrap();
     let system = ChatMessage::system(long_user_text(150));
     let first = vec![system.clone(), ChatMessage::user("First question?")];
     let second = vec![system, ChatMessage::user("Second question?")];
@@ -184,7 +194,7 @@ fn cancel_inside_prompt_decode_aborts_llama_decode_and_the_lane_recovers() {
     // after the lane's own between-batch check has passed.
     let lane = LocalLane::start(LocalConfig {
         batch_size: 2048,
-        ..config()
+        ..fixed_threads()
     })
     .unwrap();
     let messages = chat(&long_user_text(400));
@@ -213,7 +223,7 @@ fn cancel_inside_prompt_decode_aborts_llama_decode_and_the_lane_recovers() {
     let after = lane
         .generate(LaneJob::new(messages.clone(), seeded(12, 4), far()))
         .unwrap();
-    let fresh = LocalLane::start(config())
+    let fresh = LocalLane::start(fixed_threads())
         .unwrap()
         .generate(LaneJob::new(messages, seeded(12, 4), far()))
         .unwrap();
@@ -401,4 +411,76 @@ fn malformed_files_are_refused_before_llama_cpp_and_the_process_survives() {
     assert!(shared_lane()
         .generate(LaneJob::new(chat("ok?"), seeded(2, 1), far()))
         .is_ok());
+}
+
+/// Contract point 14's lever: the thread governor may change how many
+/// threads a step uses at any step. Under 512 cache cells llama.cpp's CPU
+/// kernels give the same numbers whatever the thread count (from 512 on,
+/// a single-token step splits attention across the threads, which moves
+/// the last bits: docs/busy-device.md), so there the same greedy request
+/// with one thread, two, and the adaptive policy gives the same tokens and
+/// log-probabilities. The adaptive lane says it governs (it could not if
+/// the context's thread count were out of reach), and every step of a job
+/// is counted under the thread count it used.
+#[test]
+fn answers_do_not_depend_on_the_thread_count_and_each_step_is_counted() {
+    use edgecloud::local::ThreadPolicy;
+    let greedy = Sampling {
+        temperature: 0.0,
+        ..seeded(40, 1)
+    };
+    let run = |threads: usize, thread_policy: ThreadPolicy| {
+        let lane = LocalLane::start(LocalConfig {
+            threads: Some(threads),
+            thread_policy,
+            ..config()
+        })
+        .unwrap();
+        let info = lane.info().clone();
+        let done = lane
+            .generate(LaneJob::new(
+                chat(&long_user_text(25)),
+                greedy.clone(),
+                far(),
+            ))
+            .unwrap();
+        assert!(done.prompt_tokens + done.completion_tokens < 256);
+        (info, done)
+    };
+    let (one_info, one) = run(1, ThreadPolicy::Fixed);
+    let (_, two) = run(2, ThreadPolicy::Fixed);
+    let (info, adaptive) = run(2, ThreadPolicy::Adaptive);
+    assert_eq!(one.text, two.text);
+    assert_eq!(one.token_logprobs, two.token_logprobs);
+    assert_eq!(adaptive.text, two.text);
+    assert_eq!(adaptive.token_logprobs, two.token_logprobs);
+
+    assert_eq!(one_info.thread_policy, ThreadPolicy::Fixed);
+    assert_eq!(info.thread_policy, ThreadPolicy::Adaptive);
+    let used = |c: &edgecloud::local::LocalCompletion| {
+        c.timings
+            .decode_threads
+            .iter()
+            .map(|s| (s.threads, s.steps))
+            .collect::<Vec<_>>()
+    };
+    // Every step: the prompt's (one per batch of up to 128 tokens) and
+    // one per generated token but the last (sampled, never decoded).
+    let steps = |c: &edgecloud::local::LocalCompletion| {
+        c.prompt_tokens.div_ceil(128) + c.completion_tokens - 1
+    };
+    assert_eq!(used(&one), [(1, steps(&one))]);
+    assert_eq!(used(&two), [(2, steps(&two))]);
+    let counted: u32 = adaptive
+        .timings
+        .decode_threads
+        .iter()
+        .map(|s| s.steps)
+        .sum();
+    assert_eq!(counted, steps(&adaptive));
+    assert!(adaptive
+        .timings
+        .decode_threads
+        .iter()
+        .all(|s| s.threads == 1 || s.threads == 2));
 }

@@ -6,6 +6,7 @@ mod cli_conventions;
 mod cloud;
 mod cloud_down;
 mod cloud_tls;
+mod consensus;
 mod devices;
 mod ensure_deps;
 mod error_chain;

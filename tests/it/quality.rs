@@ -323,3 +323,102 @@ fn local_json_has_the_confidence_signals() {
     let margin = v["first_token_margin"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&margin), "{v}");
 }
+
+#[test]
+fn a_consensus_bench_records_the_agreement_and_its_cost_and_calibrate_uses_it() {
+    let dir = fresh_path("quality-consensus");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut work, mut cloud) = (vec![], vec![]);
+    for i in 0..6 {
+        let q = format!("Item {i}: what is {i} times {i}?");
+        work.push(json!({
+            "id": format!("item-{i}"), "prompt": q, "expected": (i * i).to_string(),
+            "grader": "number", "sampling": {"max_tokens": 6, "temperature": 0}
+        }));
+        cloud.push(json!({"prompt": q, "answer": format!("#### {}", i * i)}));
+    }
+    let (work_path, cloud_path) = (dir.join("work.jsonl"), dir.join("cloud.jsonl"));
+    write_lines(&work_path, &work);
+    write_lines(&cloud_path, &cloud);
+    let server = ReplayCloud::start(&cloud_path);
+    let out_dir = dir.join("k3");
+    ok(run(&[
+        "bench",
+        "--workload",
+        work_path.to_str().unwrap(),
+        "--model",
+        tiny_model().to_str().unwrap(),
+        "--threads",
+        "1",
+        "--base-url",
+        &server.url,
+        "--cloud-model",
+        "oracle",
+        "--policies",
+        "local-only,cloud-only",
+        "--deadlines-ms",
+        "60000",
+        "--samples",
+        "3",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]));
+    let runs: Vec<Value> = std::fs::read_to_string(out_dir.join("runs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let local: Vec<&Value> = runs
+        .iter()
+        .filter(|r| r["policy"] == "local-only")
+        .collect();
+    assert_eq!(local.len(), 6);
+    for r in &local {
+        let l = &r["lanes"][0];
+        assert_eq!(l["samples"], 3, "{r}");
+        // Three samples of at most 6 tokens each; the answer is one of them.
+        let (answer, sampled) = (
+            l["completion_tokens"].as_u64().unwrap(),
+            l["sampled_tokens"].as_u64().unwrap(),
+        );
+        assert!(answer <= 6 && sampled > answer && sampled <= 18, "{l}");
+        let share = l["signals"]["answer_agreement"].as_f64().unwrap();
+        assert!(
+            [0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0]
+                .iter()
+                .any(|v| (share - v).abs() < 1e-6),
+            "{share}"
+        );
+    }
+    let summary = read_json(&out_dir.join("summary.json"));
+    assert_eq!(summary["settings"]["local"]["samples"], 3);
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("consensus of 3 samples per item"), "{md}");
+    let out = ok(run(&[
+        "bench",
+        "calibrate",
+        out_dir.to_str().unwrap(),
+        "--signal",
+        "answer_agreement",
+        "--json",
+    ]));
+    let c = json_of(&out);
+    assert!(
+        c["curves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["signal"] == "answer_agreement"),
+        "{c}"
+    );
+    assert_eq!(c["cost"]["samples"], 3);
+    assert_eq!(c["choice"]["signal"], "answer_agreement");
+    let toml = std::fs::read_to_string(out_dir.join("calibrated.toml")).unwrap();
+    assert!(toml.contains("--samples 3"), "{toml}");
+    drop(server);
+}

@@ -93,6 +93,19 @@ pub(crate) struct BenchArgs {
     /// A scripted lane of known confidence, for calibration tests.
     #[arg(long, value_name = "FILE", hide = true)]
     replay_local: Option<PathBuf>,
+    /// Answer locally by a consensus of N samples per item
+    /// (self-consistency): N parallel sequences sharing the prompt's KV
+    /// cells, answers read as the item's grader reads them (the number,
+    /// the choice letter, else the text), the majority answer as the local
+    /// answer and the share agreeing as the `answer_agreement` signal.
+    /// Items without a seed get one from their id (reruns draw the same
+    /// samples).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    samples: u32,
+    /// Temperature of the samples of items that sample greedily (with
+    /// --samples above 1).
+    #[arg(long, value_name = "T", default_value_t = 0.7)]
+    sample_temperature: f32,
     #[command(flatten)]
     lanes: HarnessArgs,
 }
@@ -186,8 +199,28 @@ fn report_cmd(dir: PathBuf) -> anyhow::Result<ExitCode> {
 
 fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let spec = args.workload.clone().expect("clap requires --workload");
-    let workload = Workload::load(&spec)?;
-    let cfg = args.lanes.load_config()?;
+    if !(1..=edgecloud::request::MAX_SAMPLES).contains(&args.samples) {
+        return Err(usage(format!(
+            "--samples must be 1 to {}",
+            edgecloud::request::MAX_SAMPLES
+        )));
+    }
+    if !(args.sample_temperature.is_finite() && args.sample_temperature > 0.0) {
+        return Err(usage("--sample-temperature must be a number above 0"));
+    }
+    let workload = Workload::load(&spec)?.with_consensus(args.samples, args.sample_temperature);
+    let mut cfg = args.lanes.load_config()?;
+    // The local lane needs a sequence id per sample of the largest
+    // consensus an item asks for.
+    let samples = workload
+        .items
+        .iter()
+        .filter_map(|i| i.request.sampling.consensus.map(|c| c.samples))
+        .max()
+        .unwrap_or(1);
+    if let Some(local) = cfg.local.as_mut() {
+        local.max_samples = local.max_samples.max(samples);
+    }
     let replay_local = match &args.replay_local {
         Some(path) => Some(edgecloud::bench::Replay::load(path)?),
         None => None,
@@ -235,9 +268,12 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
             (None, l) => l.map(|l| LocalSetup {
                 model: l.model.display().to_string(),
                 threads: Some(l.threads.unwrap_or_else(edgecloud::local::physical_cores)),
+                thread_policy: Some(l.thread_policy.to_string()),
                 gpu_layers: l.gpu_layers,
                 context_size: l.context_size,
                 compute_wait: Some(edgecloud::local::wait::current().describe()),
+                samples: (samples > 1).then_some(samples),
+                sample_temperature: (args.samples > 1).then_some(args.sample_temperature),
             }),
         },
         cloud: cfg.cloud.as_ref().map(|c| CloudSetup {

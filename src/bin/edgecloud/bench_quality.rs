@@ -164,6 +164,10 @@ pub(crate) struct ReplayCloudArgs {
     /// Time between pieces (words) of an answer, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     token_ms: u64,
+    /// Requests answered at once (a bench with --concurrency N sends up to
+    /// N at a time; a provider takes many).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    parallel: usize,
 }
 
 pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode> {
@@ -185,7 +189,10 @@ pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode
     // The recorded answers sit on the harness's local slot and the front
     // door serves them; a generous deadline, since a request carries none.
     let deadline = Duration::from_secs(600);
-    let harness = Harness::builder()
+    // One instance per request answered at once, all over the same
+    // recorded answers.
+    let pool = Harness::builder()
+        .instances(args.parallel.max(1))
         .local(replay)
         .policy(Policy::LocalOnly)
         .deadline(deadline)
@@ -196,10 +203,10 @@ pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode
                 .deadline(deadline),
         )
         .runtime(runtime.handle().clone())
-        .build()?;
+        .build_pool()?;
     let config = ServeConfig::default().listen(args.listen);
     runtime.block_on(async move {
-        let server = Server::bind(harness, config).await?;
+        let server = Server::bind_pool(pool, config).await?;
         let addr = server.local_addr();
         {
             let mut out = std::io::stdout().lock();

@@ -44,6 +44,7 @@ pub(crate) struct ShowArgs {
 const FLAG_KEYS: &[(&str, &str, &str)] = &[
     ("model", "--model", "local.model"),
     ("threads", "--threads", "local.threads"),
+    ("thread_policy", "--thread-policy", "local.thread_policy"),
     ("gpu_layers", "--gpu-layers", "local.gpu_layers"),
     ("context_size", "--context-size", "local.context_size"),
     ("batch_size", "--batch-size", "local.batch_size"),
@@ -198,6 +199,7 @@ fn local_value(l: &LocalConfig) -> Value {
     json!({
         "model": l.model.display().to_string(),
         "threads": l.threads,
+        "thread_policy": l.thread_policy,
         "context_size": l.context_size,
         "batch_size": l.batch_size,
         "gpu_layers": l.gpu_layers,

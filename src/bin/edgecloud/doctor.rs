@@ -29,6 +29,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             "ggml": inv,
             "gpu_offload": offload.is_ok(),
             "compute_wait": edgecloud::local::wait::current(),
+            "thread_policy": edgecloud::local::ThreadPolicy::default(),
             "problem": offload.as_ref().err().map(|e| json!({"kind": e.kind(), "message": e.to_string()})),
         });
         args.output.print(&value)?;
@@ -57,8 +58,10 @@ fn print_text(build: &BuildInfo, inv: &Inventory, offload: &Result<(), devices::
         }
     );
     println!(
-        "threads   wait at barriers with {}",
-        edgecloud::local::wait::current().describe()
+        "threads   wait at barriers with {}; per step: {} by default (fewer threads while \
+         other programs hold cores; --thread-policy fixed for llama.cpp's behaviour)",
+        edgecloud::local::wait::current().describe(),
+        edgecloud::local::ThreadPolicy::default()
     );
     match (inv.loading, &inv.backends_dir) {
         (Loading::Static, _) => println!("backends  linked into the binary"),

@@ -6,7 +6,9 @@ use crate::exit;
 use crate::output::JsonArgs;
 use crate::prompt::PromptArgs;
 use edgecloud::local::devices::DeviceError;
-use edgecloud::local::{LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode};
+use edgecloud::local::{
+    LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode, ThreadPolicy,
+};
 use edgecloud::millis::to_ms_rounded;
 use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
 use serde_json::{json, Value};
@@ -35,6 +37,12 @@ pub(crate) struct LocalArgs {
     /// Compute threads (default: physical cores).
     #[arg(long, value_name = "N", env = "EDGECLOUD_THREADS")]
     threads: Option<usize>,
+    /// How many of those threads each decode step uses: adaptive (fewer
+    /// when other programs hold cores, from the measured step time) or
+    /// fixed (always --threads, as llama.cpp does).
+    #[arg(long, value_name = "POLICY", env = "EDGECLOUD_THREAD_POLICY",
+          default_value_t = ThreadPolicy::Adaptive)]
+    thread_policy: ThreadPolicy,
     /// Sampling seed, for reproducible output.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
@@ -50,6 +58,16 @@ pub(crate) struct LocalArgs {
     /// Stop before this string (repeatable).
     #[arg(long, value_name = "TEXT")]
     stop: Vec<String>,
+    /// Answer by a consensus of N samples (self-consistency): N parallel
+    /// sequences sharing the prompt's KV cells; the answer is the first
+    /// sample giving the majority answer, printed whole when all are done,
+    /// with the share agreeing. Needs a temperature above 0.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    samples: u32,
+    /// How the samples' answers are read for the vote: number, choice or
+    /// text.
+    #[arg(long, value_name = "KIND", default_value = "text")]
+    answer: edgecloud::answer::AnswerKind,
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long, value_name = "N", env = "EDGECLOUD_CONTEXT_SIZE")]
     context_size: Option<u32>,
@@ -81,10 +99,12 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let mut config = LocalConfig {
         model: args.model.clone(),
         threads: args.threads,
+        thread_policy: args.thread_policy,
         context_size: args.context_size,
         batch_size: args.batch_size,
         gpu_layers: args.gpu_layers,
         probe: args.probe,
+        max_samples: args.samples.clamp(1, edgecloud::request::MAX_SAMPLES),
         ..LocalConfig::new(&args.model)
     };
     crate::modelref::apply(&mut config, crate::modelref::Download::Allowed)?;
@@ -100,6 +120,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         top_k: args.top_k,
         seed: args.seed,
         stop: args.stop.clone(),
+        consensus: (args.samples > 1).then(|| edgecloud::Consensus::new(args.samples, args.answer)),
         ..Sampling::default()
     };
     let start = Instant::now();
@@ -162,9 +183,14 @@ fn report(
             "min_logprob": done.min_logprob,
             "p10_logprob": done.p10_logprob,
             "first_token_margin": done.first_token_margin,
+            "answer_agreement": done.agreement,
+            "sampled_tokens": done.sampled_tokens,
+            "samples": done.samples,
             "deadline_ms": args.deadline_ms,
             "model": info.model,
             "threads": info.threads,
+            "thread_policy": info.thread_policy,
+            "decode_threads": t.decode_threads,
             "context_size": info.context_size,
             "chat_template": info.chat_template,
             "tool_calls": info.tool_calls,
@@ -194,6 +220,16 @@ fn report(
             opt(t.gen_tokens_per_s, " tok/s")
         );
         println!("total            {:.1} ms", to_ms_rounded(t.total));
+        println!(
+            "threads          {} ({}): {}",
+            lane.info().threads,
+            lane.info().thread_policy,
+            t.decode_threads
+                .iter()
+                .map(|s| format!("{} for {} steps", s.threads, s.steps))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let f3 = |v: Option<f32>| v.map_or("-".into(), |v| format!("{v:.3}"));
         println!(
             "logprob          mean {}, min {}, p10 {}; first-token margin {}",
@@ -202,6 +238,19 @@ fn report(
             f3(done.p10_logprob),
             f3(done.first_token_margin)
         );
+        if let Some(share) = done.agreement {
+            let answers: Vec<&str> = done
+                .samples
+                .iter()
+                .map(|s| s.answer.as_deref().unwrap_or("-"))
+                .collect();
+            println!(
+                "consensus        {} samples, {} tokens in all; agreement {share:.3} (answers: {})",
+                done.samples.len(),
+                done.sampled_tokens,
+                answers.join(", ")
+            );
+        }
     }
     if status == "completed" {
         return Ok(exit::code(exit::OK));

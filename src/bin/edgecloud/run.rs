@@ -14,7 +14,7 @@ use edgecloud::harness::{
     AbortHandle, CancelResult, ConfigError, Harness, HarnessConfig, LaneReport, Outcome,
     PolicyKind, RunOptions, RunStatus, EXAMPLE_CONFIG,
 };
-use edgecloud::local::{LocalConfig, ProbeMode};
+use edgecloud::local::{LocalConfig, ProbeMode, ThreadPolicy};
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -67,6 +67,11 @@ pub(crate) struct HarnessArgs {
     /// Compute threads of the local lane (default: physical cores).
     #[arg(long, value_name = "N", env = "EDGECLOUD_THREADS")]
     pub(crate) threads: Option<usize>,
+    /// How many of those threads each decode step uses: adaptive (the
+    /// default: fewer when other programs hold cores, from the measured
+    /// step time) or fixed (always --threads, as llama.cpp does).
+    #[arg(long, value_name = "POLICY", env = "EDGECLOUD_THREAD_POLICY")]
+    pub(crate) thread_policy: Option<ThreadPolicy>,
     /// Layers of the local model to offload to a GPU (default 0). More
     /// than 0 without a GPU is an error (`edgecloud doctor` lists devices).
     #[arg(long, value_name = "N", env = "EDGECLOUD_GPU_LAYERS")]
@@ -123,9 +128,10 @@ impl HarnessArgs {
                 "{flag} needs a local model (--model, or [local] in --config)"
             ))
         };
-        let local_flags: [(&str, bool); 5] = [
+        let local_flags: [(&str, bool); 6] = [
             ("--probe", self.probe.is_some()),
             ("--threads", self.threads.is_some()),
+            ("--thread-policy", self.thread_policy.is_some()),
             ("--gpu-layers", self.gpu_layers.is_some()),
             ("--context-size", self.context_size.is_some()),
             ("--batch-size", self.batch_size.is_some()),
@@ -140,6 +146,9 @@ impl HarnessArgs {
                 }
                 if let Some(threads) = self.threads {
                     local.threads = Some(threads);
+                }
+                if let Some(policy) = self.thread_policy {
+                    local.thread_policy = policy;
                 }
                 if let Some(n) = self.gpu_layers {
                     local.gpu_layers = n;

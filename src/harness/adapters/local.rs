@@ -93,6 +93,7 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             local_prompt: Some(u64::from(c.prompt_tokens)),
             local_reused_prompt: Some(u64::from(c.reused_prompt_tokens)),
             local_completion: Some(u64::from(c.completion_tokens)),
+            local_sampled: Some(u64::from(c.sampled_tokens)),
             ..TokenCounts::default()
         },
         timings: Timings {
@@ -110,6 +111,7 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             min_logprob: c.min_logprob,
             p10_logprob: c.p10_logprob,
             first_token_margin: c.first_token_margin,
+            agreement: c.agreement,
         }),
         http_status: None,
         tool_calls: c.tool_calls,

@@ -14,6 +14,8 @@
 //! - `plan`: what starts at once, the cloud's prompt preparation
 //!   (pre-score, then compression), the hedge and share timers, escalation
 //!   to the secondary lane;
+//! - `early`: a cascade's escalation while the primary still generates,
+//!   from its streamed confidence;
 //! - `admit`: asking to start a lane, the shell's admission answer,
 //!   cancelling;
 //! - `stream`: tokens, the streaming commit, what reaches the caller;
@@ -31,6 +33,7 @@
 mod admit;
 mod calls;
 mod decide;
+mod early;
 mod lanes;
 mod plan;
 mod report;
@@ -44,6 +47,7 @@ use super::backend::{BackendError, Candidate};
 use super::callbacks::{CallResult, Scored};
 use super::observer::Event;
 use super::policy::{CommitMode, Plan, Policy};
+use super::scoring::Signal;
 use crate::lane::{Lane, PerLane};
 use crate::millis::to_ms;
 use crate::request::{ChatMessage, Sampling};
@@ -97,6 +101,10 @@ pub(crate) struct CoreSetup {
     pub(crate) answer_rules: Option<Sampling>,
     pub(crate) callback_budget: Duration,
     pub(crate) cancel_grace: Duration,
+    /// A cascade that escalates early reads this signal from the
+    /// primary's streamed log-probabilities (its threshold is in this
+    /// signal's units); `None`: decisions wait for the whole answer.
+    pub(crate) early: Option<Signal>,
 }
 
 /// What happened, as the shell tells the core.
@@ -107,6 +115,9 @@ pub(crate) enum Input {
     Admission { lane: Lane, answer: Admission },
     /// A lane's worker produced a piece of text.
     Token { lane: Lane, piece: String },
+    /// A lane's worker sampled a token of this log-probability (only
+    /// lanes the core watches: [`Core::watches_logprobs`]).
+    Logprob { lane: Lane, logprob: f32 },
     /// A lane's worker returned.
     /// Boxed: tokens are the frequent input and stay small.
     Finished(Box<Finished>),
@@ -201,6 +212,7 @@ pub(crate) struct Core {
     stream: stream::Stream,
     calls: calls::Calls,
     deciding: decide::Pending,
+    early: early::Early,
     stage: Stage,
 }
 
@@ -221,6 +233,10 @@ impl Core {
             stream: stream::Stream::default(),
             calls: calls::Calls::default(),
             deciding: decide::Pending::default(),
+            early: early::Early::new(match run.policy {
+                Policy::Cascade { .. } => run.early,
+                _ => None,
+            }),
             stage: Stage::Open,
             run,
         }
@@ -234,6 +250,9 @@ impl Core {
             Input::Begin => self.begin(now, &mut fx),
             Input::Admission { lane, answer } => self.on_admission(lane, answer, now, &mut fx),
             Input::Token { lane, piece } => self.on_token(lane, piece, now, &mut fx),
+            Input::Logprob { lane, logprob } if open => {
+                self.on_logprob(lane, logprob, now, &mut fx)
+            }
             // Once decided, a finished lane is recorded but never scored.
             Input::Finished(f) => self.on_finished(*f, open, now, &mut fx),
             // Once decided, callbacks are no longer awaited: still pending
@@ -256,6 +275,7 @@ impl Core {
                 return fx;
             }
             Input::Called { .. }
+            | Input::Logprob { .. }
             | Input::HedgeDue
             | Input::ShareDue
             | Input::Deadline

@@ -35,14 +35,44 @@ pub(super) struct Prep {
     pub(super) cloud_messages: Option<Vec<ChatMessage>>,
 }
 
+/// Why the primary is cut once the secondary is admitted.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum CutPrimary {
+    /// It overran its share of the deadline.
+    Share,
+    /// Its streamed confidence fell below the threshold (`early`); the
+    /// note says how.
+    Confidence(String),
+}
+
+impl CutPrimary {
+    fn cancel_note(&self) -> String {
+        match self {
+            CutPrimary::Share => "overran its share of the deadline; cancelled to escalate".into(),
+            CutPrimary::Confidence(how) => format!("{how}; cancelled to escalate early"),
+        }
+    }
+
+    fn kept_note(&self, lane: Lane) -> String {
+        match self {
+            CutPrimary::Share => {
+                format!("overran its share, but {lane} could not start; kept running")
+            }
+            CutPrimary::Confidence(how) => {
+                format!("{how}, but {lane} could not start; kept running")
+            }
+        }
+    }
+}
+
 /// The plan's timers, as instants the shell sleeps until.
 #[derive(Default)]
 pub(super) struct Timers {
     pub(super) hedge_at: Option<Instant>,
     pub(super) share_at: Option<Instant>,
-    /// The share timer fired: cancel the primary once the secondary is
-    /// admitted.
-    pub(super) escalate_on_secondary_start: bool,
+    /// The primary is to be cancelled once the secondary is admitted (its
+    /// share is used up, or its confidence fell early).
+    pub(super) escalate_on_secondary_start: Option<CutPrimary>,
 }
 
 impl Timers {
@@ -203,35 +233,43 @@ impl Core {
         }
         if self.lanes[sec].phase == Phase::Idle {
             self.lanes[sec].note = Some(format!("{primary} overran its share of the deadline"));
-            self.timers.escalate_on_secondary_start = true;
-            self.request_start(sec, now, fx);
-            if matches!(self.lanes[sec].phase, Phase::Absent(_)) {
-                self.secondary_did_not_start(sec);
-            }
+            self.escalate_now(CutPrimary::Share, now, fx);
+        }
+    }
+
+    /// Starts the secondary now and, once it is admitted, cancels the
+    /// primary for `why`; if the secondary cannot start, the primary keeps
+    /// going.
+    pub(super) fn escalate_now(&mut self, why: CutPrimary, now: Instant, fx: &mut Vec<Effect>) {
+        let Some(sec) = self.plan.secondary else {
+            return;
+        };
+        self.timers.escalate_on_secondary_start = Some(why);
+        self.request_start(sec, now, fx);
+        if matches!(self.lanes[sec].phase, Phase::Absent(_)) {
+            self.secondary_did_not_start(sec);
         }
     }
 
     /// The secondary was admitted: if the primary overran its share, cut
     /// it now.
     pub(super) fn secondary_started(&mut self, lane: Lane, fx: &mut Vec<Effect>) {
-        if self.timers.escalate_on_secondary_start && Some(lane) == self.plan.secondary {
-            self.timers.escalate_on_secondary_start = false;
-            self.cancel_lane(
-                self.plan.primary,
-                "overran its share of the deadline; cancelled to escalate",
-                fx,
-            );
+        if Some(lane) != self.plan.secondary {
+            return;
+        }
+        if let Some(why) = self.timers.escalate_on_secondary_start.take() {
+            self.cancel_lane(self.plan.primary, &why.cancel_note(), fx);
         }
     }
 
     /// A lane could not start (busy, down, no time left): if it was the
     /// escalation target, the primary keeps running.
     pub(super) fn secondary_did_not_start(&mut self, lane: Lane) {
-        if self.timers.escalate_on_secondary_start && Some(lane) == self.plan.secondary {
-            self.timers.escalate_on_secondary_start = false;
-            self.lanes[self.plan.primary].note = Some(format!(
-                "overran its share, but {lane} could not start; kept running"
-            ));
+        if Some(lane) != self.plan.secondary {
+            return;
+        }
+        if let Some(why) = self.timers.escalate_on_secondary_start.take() {
+            self.lanes[self.plan.primary].note = Some(why.kept_note(lane));
         }
     }
 

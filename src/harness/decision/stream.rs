@@ -78,7 +78,7 @@ impl Core {
         self.lanes[o].buffer.clear();
         self.cancel_lane(o, &format!("run committed to {lane}"), fx);
         self.timers.disarm();
-        self.timers.escalate_on_secondary_start = false;
+        self.timers.escalate_on_secondary_start = None;
     }
 
     fn forward(&mut self, piece: String, now: Instant, fx: &mut Vec<Effect>) {

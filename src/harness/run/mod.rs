@@ -164,6 +164,7 @@ impl Shell {
                 .then(|| s.request.sampling.clone()),
             callback_budget: route.callback_budget,
             cancel_grace: route.cancel_grace,
+            early: route.escalate_early,
         });
         Self {
             core,
@@ -273,9 +274,21 @@ impl Shell {
         let slot = self.slots[lane]
             .clone()
             .expect("the core starts configured lanes only");
+        let watch = self
+            .core
+            .watches_logprobs(lane)
+            .then(|| self.shared.tx.clone());
         let make_job = || {
             let messages = messages.unwrap_or_else(|| self.request.messages.clone());
-            LaneJob::new(messages, self.request.sampling.clone(), self.deadline)
+            let job = LaneJob::new(messages, self.request.sampling.clone(), self.deadline);
+            match watch {
+                // Each sampled token's log-probability, for the cascade's
+                // early escalation.
+                Some(tx) => job.with_logprob_sink(move |logprob| {
+                    let _ = tx.send(WorkerMsg::Logprob { lane, logprob });
+                }),
+                None => job,
+            }
         };
         let ctx = worker::Spawn {
             shared: &self.shared,

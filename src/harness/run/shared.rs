@@ -33,6 +33,10 @@ pub(crate) enum WorkerMsg {
         lane: Lane,
         piece: String,
     },
+    Logprob {
+        lane: Lane,
+        logprob: f32,
+    },
     /// Boxed: tokens are the frequent message and stay small.
     Finished(Box<Finished>),
 }
@@ -41,6 +45,7 @@ impl From<WorkerMsg> for Input {
     fn from(msg: WorkerMsg) -> Input {
         match msg {
             WorkerMsg::Token { lane, piece } => Input::Token { lane, piece },
+            WorkerMsg::Logprob { lane, logprob } => Input::Logprob { lane, logprob },
             WorkerMsg::Finished(f) => Input::Finished(f),
         }
     }

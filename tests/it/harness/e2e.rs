@@ -7,7 +7,7 @@ use crate::support::scripted::{Recorder, Scripted, HANG};
 use edgecloud::cloud::CloudConfig;
 use edgecloud::harness::{
     CancelResult, CloudBackend, Event, Harness, KeepRecent, LaneErrorKind, LaneStatus,
-    LocalBackend, Policy, RunOptions, RunStatus,
+    LocalBackend, Policy, Route, RunOptions, RunStatus, Signal,
 };
 use edgecloud::local::LocalConfig;
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
@@ -135,6 +135,64 @@ fn real_local_lane_races_a_cloud_that_never_answers() {
     assert_eq!(
         out.lane(Lane::Cloud).cancel,
         Some(CancelResult::StoppedInTime)
+    );
+}
+
+#[test]
+fn a_cascade_escalates_early_while_the_real_local_lane_generates() {
+    let cloud = Scripted::new("cloud");
+    // Every token of the random model is far below log-probability -1e-6:
+    // the first one already decides, long before `max_tokens`.
+    let h = Harness::builder()
+        .local(local_backend())
+        .cloud(cloud.clone())
+        .route(
+            "early",
+            Route::new(Policy::cascade(-1e-6)).escalate_early(Signal::MinLogprob),
+        )
+        .route(
+            "late",
+            Route::new(Policy::cascade(-1e-6))
+                .escalate_early(Signal::MinLogprob)
+                .without_early_escalation(),
+        )
+        .deadline(Duration::from_secs(60))
+        .cancel_grace(HANG)
+        .build()
+        .unwrap();
+    let run = h
+        .start(
+            request("Tell me a long story", 200),
+            RunOptions::new().route("early"),
+        )
+        .unwrap();
+    let task = cloud.next_task();
+    task.complete("the cloud's answer");
+    let out = run.wait().unwrap();
+    assert_eq!(out.winner, Some(Lane::Cloud), "{out:#?}");
+    let note = out.lane(Lane::Cloud).note.clone().unwrap_or_default();
+    assert!(
+        note.starts_with("started early: local's min_logprob fell to")
+            && note.contains("after 1 tokens"),
+        "{note}"
+    );
+    // The same cascade without early escalation pays the whole local
+    // answer first, then escalates on its score.
+    let run = h
+        .start(
+            request("Tell me a long story", 24),
+            RunOptions::new().route("late"),
+        )
+        .unwrap();
+    let task = cloud.next_task();
+    task.complete("the cloud's answer");
+    let out = run.wait().unwrap();
+    assert_eq!(out.winner, Some(Lane::Cloud), "{out:#?}");
+    let l = out.lane(Lane::Local);
+    assert_eq!(l.status, LaneStatus::Completed, "{l:#?}");
+    assert_eq!(
+        out.lane(Lane::Cloud).note.as_deref(),
+        Some("started because local scored below the threshold")
     );
 }
 

@@ -5,6 +5,7 @@
 //! decision reason, `stages` the rules of admission, preparation,
 //! streaming and settlement.
 
+mod early;
 mod policies;
 mod reasons;
 mod stages;
@@ -46,6 +47,7 @@ pub(super) fn setup(policy: Policy) -> CoreSetup {
         answer_rules: None,
         callback_budget: Duration::from_millis(10),
         cancel_grace: Duration::from_millis(5),
+        early: None,
     }
 }
 

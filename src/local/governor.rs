@@ -1,0 +1,811 @@
+//! The compute-thread governor (contract point 14): how many of the lane's
+//! threads each `llama_decode` uses, chosen from the measured step time.
+//!
+//! llama.cpp's CPU threads meet at a barrier after every graph node,
+//! hundreds of times per token. On a quiet machine every thread helps; when
+//! another program holds a core, the thread whose partner was descheduled
+//! waits through the partner's time slice, and a two-thread decode falls to
+//! a fraction of what one thread alone gets from the free time (measured on
+//! the project's 2-core VM, SmolLM2-135M, generation tokens/s: quiet 127
+//! with 2 threads and 108 with 1; one busy loop per core 35 with 2 and 77
+//! with 1; docs/busy-device.md).
+//!
+//! So the governor treats the thread counts as arms (the configured count,
+//! then halving down to one: 8, 4, 2, 1) and keeps using the one with the
+//! lowest recent mean step time, per kind of step (generation steps, timed
+//! per step; prompt steps, timed per token). It looks at another arm for a
+//! few steps ("a probe"): one thread fewer as soon as steps are contended
+//! (the decode thread waited for a CPU more than 15% of two of the last
+//! three steps: other programs hold cores), when a step overruns its
+//! budget (several times the arm's figure: it is abandoned through the
+//! abort callback and decoded again), or when the mean step time rises well above what
+//! it was; and otherwise every `interval` steps, an interval that doubles
+//! each time a probe confirms the current arm (so on a steady machine
+//! probing costs well under 1%) and starts again short after a switch. More
+//! threads are only tried while the steps are not contended (with no free
+//! core they would be the slowest steps of all), and a probe wins only by
+//! a clear margin, so noise does not flap the count.
+//!
+//! llama.cpp's numbers do not depend on the thread count except in one
+//! kernel: from 512 cache cells a single-token step splits attention across
+//! the threads, which moves the last bits of the logits. A step the
+//! governor runs with fewer threads can therefore turn a near-tie the other
+//! way on long contexts; `ThreadPolicy::Fixed` keeps runs bit-reproducible.
+//!
+//! This module is pure bookkeeping over durations handed to it: it must not
+//! read clocks, touch llama.cpp or know about jobs (the decode loop times
+//! each step and applies the count through `ffi`).
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// How the local lane picks the number of compute threads per decode step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadPolicy {
+    /// Follow the measured step time: the configured count while it is the
+    /// fastest, fewer when other programs hold cores (the default).
+    #[default]
+    Adaptive,
+    /// Always the configured count, as llama.cpp itself does.
+    Fixed,
+}
+
+impl ThreadPolicy {
+    /// The name used by the CLI, the config file and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Adaptive => "adaptive",
+            Self::Fixed => "fixed",
+        }
+    }
+}
+
+impl std::fmt::Display for ThreadPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ThreadPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "adaptive" => Ok(Self::Adaptive),
+            "fixed" => Ok(Self::Fixed),
+            other => Err(format!(
+                "unknown thread policy {other:?} (expected adaptive or fixed)"
+            )),
+        }
+    }
+}
+
+/// What a decode step was: generation (one token per generating sequence)
+/// or prompt processing (chunks of prompts). Their costs differ in kind, so
+/// each has its own choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StepKind {
+    Generate,
+    Prompt,
+}
+
+impl StepKind {
+    /// Steps of up to this many tokens are generation steps (a pool's
+    /// sequences' tokens, perhaps a short prompt tail): timed per step.
+    const GENERATE_MAX_TOKENS: usize = 16;
+
+    pub(crate) fn of_batch(tokens: usize) -> Self {
+        if tokens <= Self::GENERATE_MAX_TOKENS {
+            Self::Generate
+        } else {
+            Self::Prompt
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::Generate => 0,
+            Self::Prompt => 1,
+        }
+    }
+}
+
+/// Recent steps kept for the current arm; the mean of their costs is its
+/// figure (the mean, not the median: under contention a few steps take
+/// ten times the others, and those are exactly the cost to avoid).
+const WINDOW: usize = 8;
+/// Samples needed before the current arm's figure means anything.
+const MIN_SAMPLES: usize = WINDOW / 2 + 1;
+/// Steps one probe of another arm is judged on ...
+const PROBE_STEPS: usize = 3;
+/// ... after a first step that is not counted (unless it overruns): the
+/// first step with more threads than before wakes or creates the extra
+/// compute threads and warms their caches (measured: 13.5 ms against 9-10
+/// for the steps after it).
+/// Steps between periodic probes just after a change, and at most.
+const BASE_INTERVAL: u32 = 48;
+const MAX_INTERVAL: u32 = 512;
+/// The current arm's figure over its reference by this factor is "load
+/// arrived": probe fewer threads at once.
+const SLOWDOWN: f64 = 1.4;
+/// A probe of fewer threads must beat the current arm's figure by this
+/// factor to win (noise must not take threads from a quiet lane) ...
+const WIN_MARGIN: f64 = 0.85;
+/// ... a probe of more threads on uncontended steps by this one (a quiet
+/// machine is llama.cpp's case: every configured thread).
+const UP_WIN_MARGIN: f64 = 0.95;
+/// ... except fewer threads after a contended step, which win unless they
+/// are this much slower than the contended steps seen: with other programs
+/// on the cores, more threads' step times are heavy-tailed (one step 17 ms,
+/// the next 84 ms), so the few seen usually flatter them, while fewer
+/// threads' steps are steady.
+const CONTENDED_WIN_MARGIN: f64 = 1.3;
+/// A step may take this many times its arm's figure (a probe of more
+/// threads: the current arm's figure) before it is abandoned and decoded
+/// again with fewer threads: under contention a step with too many threads
+/// can take 10-30 times its quiet time, and one such step costs more than
+/// the whole probe could win.
+const OVERRUN_FACTOR: f64 = 4.0;
+const PROBE_OVERRUN_FACTOR: f64 = 3.0;
+/// ... and never less than its figure plus this (seconds), so that a
+/// preempted sub-millisecond step is not called an overrun.
+const OVERRUN_SLACK_S: f64 = 0.005;
+/// The first gap after fewer threads lost a contention probe.
+const CONTENTION_GAP: u32 = 8;
+/// A step is contended when the decode thread waited for a CPU (runnable,
+/// not running) for more than this share of the step's wall time.
+const CONTENDED_SHARE: f64 = 0.15;
+/// An arm whose steps wait this share on average has no free core for
+/// more threads: it does not probe up.
+const HEAVY_CONTENTION: f64 = 0.3;
+
+impl StepFigure {
+    fn contended(&self) -> bool {
+        self.wait_share > CONTENDED_SHARE
+    }
+}
+
+/// One measured decode step.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepFigure {
+    /// Seconds per step for generation, per token for prompts.
+    pub(crate) cost: f64,
+    /// The share of the step's wall time the decode thread spent waiting
+    /// for a CPU while runnable: other programs hold cores.
+    pub(crate) wait_share: f64,
+    /// Whether the step ran past its budget ([`Governor::budget`]) and was
+    /// abandoned (`cost` is then what it had taken).
+    pub(crate) overran: bool,
+}
+
+/// The governor of one context's decode steps.
+#[derive(Debug)]
+pub(crate) struct Governor {
+    /// Thread counts it may use, ascending; the last is the configured one.
+    ladder: Vec<usize>,
+    adaptive: bool,
+    kinds: [KindState; 2],
+}
+
+#[derive(Debug)]
+struct KindState {
+    /// Index into the ladder of the arm in use.
+    current: usize,
+    /// The current arm's recent steps.
+    recent: VecDeque<StepFigure>,
+    /// The current arm's figure when it was last confirmed.
+    reference: Option<f64>,
+    since_probe: u32,
+    /// Steps between periodic probes.
+    interval: u32,
+    /// Steps after a probe before a contended step may start another one
+    /// (1: at once; from `CONTENTION_GAP` it doubles each time fewer
+    /// threads lose under contention, e.g. when the competitors are
+    /// low-priority, up to `MAX_INTERVAL`).
+    contention_gap: u32,
+    probe: Option<Probe>,
+    /// Which neighbour the next periodic probe tries when both exist.
+    probe_down_next: bool,
+    /// A probe of more threads won since the machine last got busier (a
+    /// slowdown or an overrun): contended steps then need the usual margin
+    /// to go back down, since more threads were just measured faster under
+    /// these conditions (no flip-flop).
+    up_won: bool,
+}
+
+#[derive(Debug)]
+struct Probe {
+    arm: usize,
+    /// The warm-up step has been taken.
+    warmed: bool,
+    costs: Vec<f64>,
+    /// Wins when the probe's mean is under `baseline` times this.
+    margin: f64,
+    /// The current arm's figure the probe must beat: its mean over the
+    /// window, or, when the machine just changed (a contended or overrun
+    /// step started the probe), over the steps that show the change.
+    baseline: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Down,
+    Up,
+}
+
+impl Governor {
+    /// A governor for a context configured with `max_threads` threads.
+    pub(crate) fn new(max_threads: usize, policy: ThreadPolicy) -> Self {
+        let max_threads = max_threads.max(1);
+        let mut ladder = Vec::new();
+        let mut n = max_threads;
+        while n >= 1 {
+            ladder.push(n);
+            if n == 1 {
+                break;
+            }
+            n /= 2;
+        }
+        ladder.reverse();
+        let top = ladder.len() - 1;
+        let state = || KindState {
+            current: top,
+            recent: VecDeque::with_capacity(WINDOW),
+            reference: None,
+            since_probe: 0,
+            interval: BASE_INTERVAL,
+            contention_gap: 1,
+            probe: None,
+            probe_down_next: true,
+            up_won: false,
+        };
+        Self {
+            ladder,
+            adaptive: policy == ThreadPolicy::Adaptive && top > 0,
+            kinds: [state(), state()],
+        }
+    }
+
+    /// Whether no step has been measured yet: the first step's thread
+    /// count then comes from [`Self::start_on`].
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.adaptive
+            && self
+                .kinds
+                .iter()
+                .all(|k| k.recent.is_empty() && k.probe.is_none() && k.since_probe == 0)
+    }
+
+    /// Starts every kind on the most threads that fit `free_cores` (the
+    /// cores no other program was running on just before the first step),
+    /// so a lane started on a busy machine does not pay for its first
+    /// steps with every thread; later steps are measured.
+    pub(crate) fn start_on(&mut self, free_cores: usize) {
+        if !self.is_fresh() {
+            return;
+        }
+        let arm = self
+            .ladder
+            .iter()
+            .rposition(|&n| n <= free_cores.max(1))
+            .unwrap_or(0);
+        let below_top = arm + 1 < self.ladder.len();
+        for k in &mut self.kinds {
+            k.current = arm;
+            if below_top {
+                // A guess from one moment: check it as soon as there is a
+                // figure to compare with.
+                k.interval = MIN_SAMPLES as u32;
+            }
+        }
+    }
+
+    /// The thread count the next step of this kind uses.
+    pub(crate) fn threads(&self, kind: StepKind) -> usize {
+        let s = &self.kinds[kind.index()];
+        let arm = s.probe.as_ref().map_or(s.current, |p| p.arm);
+        self.ladder[arm]
+    }
+
+    /// How long the next step of this kind may take, in its cost units
+    /// (multiply by the tokens for a prompt step), before it is abandoned
+    /// and decoded again with fewer threads; `None`: no bound (fewest
+    /// threads already, or nothing measured yet).
+    pub(crate) fn budget(&self, kind: StepKind) -> Option<f64> {
+        if !self.adaptive {
+            return None;
+        }
+        let s = &self.kinds[kind.index()];
+        let (factor, figure) = match &s.probe {
+            Some(p) if p.arm > s.current => (PROBE_OVERRUN_FACTOR, p.baseline),
+            Some(_) => return None,
+            None if s.current > 0 && s.recent.len() >= MIN_SAMPLES => {
+                (OVERRUN_FACTOR, s.mean_cost())
+            }
+            None => return None,
+        };
+        figure
+            .is_finite()
+            .then(|| (figure * factor).max(figure + OVERRUN_SLACK_S))
+    }
+
+    /// Whether the next step of this kind uses more than the fewest
+    /// threads (so it may be abandoned for waiting and decoded again with
+    /// fewer).
+    pub(crate) fn may_go_down(&self, kind: StepKind) -> bool {
+        self.adaptive && self.threads(kind) > self.ladder[0]
+    }
+
+    /// Records a step of `kind` that ran with `threads` threads.
+    pub(crate) fn record(&mut self, kind: StepKind, threads: usize, step: StepFigure) {
+        let usable = step.cost > 0.0 && (step.cost.is_finite() || step.overran);
+        if !self.adaptive || !usable {
+            return;
+        }
+        let Some(arm) = self.ladder.iter().position(|&n| n == threads) else {
+            return;
+        };
+        let top = self.ladder.len() - 1;
+        let s = &mut self.kinds[kind.index()];
+        if let Some(probe) = s.probe.as_mut() {
+            if probe.arm == arm {
+                if !probe.warmed && !step.overran {
+                    probe.warmed = true;
+                    return;
+                }
+                probe.costs.push(step.cost);
+                if step.overran {
+                    // Whatever the other steps would have done, this one
+                    // already lost the probe.
+                    probe.costs.push(f64::INFINITY);
+                    s.conclude_probe();
+                } else if probe.costs.len() >= PROBE_STEPS {
+                    s.conclude_probe();
+                }
+            }
+            return;
+        }
+        if arm != s.current {
+            return;
+        }
+        if step.overran {
+            // Abandoned: not a figure of this arm (its cost may be
+            // unbounded), but the strongest sign that fewer threads do
+            // better now.
+            if s.current > 0 {
+                s.up_won = false;
+                s.start_probe(Direction::Down, step.cost, CONTENDED_WIN_MARGIN);
+            }
+            return;
+        }
+        if s.recent.len() == WINDOW {
+            s.recent.pop_front();
+        }
+        s.recent.push_back(step);
+        s.since_probe = s.since_probe.saturating_add(1);
+        // Other programs hold cores: fewer threads at once, before the
+        // barrier waits cost more steps (the figure to beat is whatever
+        // this arm has shown so far).
+        // Contention that lasts: two of the last three steps (a passing
+        // program's blip is one step).
+        let lasting = step.contended()
+            && s.recent
+                .iter()
+                .rev()
+                .take(3)
+                .filter(|f| f.contended())
+                .count()
+                >= 2;
+        if s.current > 0 && lasting && s.since_probe >= s.contention_gap {
+            let baseline = mean(s.recent.iter().filter(|f| f.contended()).map(|f| f.cost));
+            let margin = if s.up_won {
+                WIN_MARGIN
+            } else {
+                CONTENDED_WIN_MARGIN
+            };
+            s.start_probe(Direction::Down, baseline, margin);
+            return;
+        }
+        if s.recent.len() < MIN_SAMPLES {
+            return;
+        }
+        let now = s.mean_cost();
+        let reference = *s.reference.get_or_insert(now);
+        if now > reference * SLOWDOWN && s.current > 0 {
+            s.up_won = false;
+            s.start_probe(Direction::Down, now, WIN_MARGIN);
+        } else if s.since_probe >= s.interval {
+            // More threads only help when there are free cores for them:
+            // an arm whose steps wait for a CPU much of the time does not
+            // look up (that probe would be the slowest steps of all).
+            let waiting = mean(s.recent.iter().map(|f| f.wait_share));
+            let may_go_up = s.current < top && waiting < HEAVY_CONTENTION;
+            let may_go_down = s.current > 0;
+            match (may_go_down, may_go_up) {
+                (true, true) if s.probe_down_next => {
+                    s.start_probe(Direction::Down, now, WIN_MARGIN)
+                }
+                (_, true) => s.start_probe(Direction::Up, now, UP_WIN_MARGIN),
+                (true, false) => s.start_probe(Direction::Down, now, WIN_MARGIN),
+                (false, false) => s.since_probe = 0,
+            }
+        }
+    }
+}
+
+impl KindState {
+    fn mean_cost(&self) -> f64 {
+        mean(self.recent.iter().map(|f| f.cost))
+    }
+
+    fn start_probe(&mut self, direction: Direction, baseline: f64, margin: f64) {
+        let arm = match direction {
+            Direction::Down => self.current - 1,
+            Direction::Up => self.current + 1,
+        };
+        self.probe_down_next = direction == Direction::Up;
+        self.probe = Some(Probe {
+            arm,
+            warmed: false,
+            costs: Vec::with_capacity(PROBE_STEPS),
+            margin,
+            baseline,
+        });
+    }
+
+    fn conclude_probe(&mut self) {
+        let Some(probe) = self.probe.take() else {
+            return;
+        };
+        let went_down = probe.arm < self.current;
+        let theirs = mean(probe.costs.iter().copied());
+        let ours = probe.baseline;
+        self.since_probe = 0;
+        if theirs < ours * probe.margin {
+            let went_up = probe.arm > self.current;
+            self.up_won |= went_up;
+            self.current = probe.arm;
+            self.recent = probe
+                .costs
+                .into_iter()
+                .map(|cost| StepFigure {
+                    cost,
+                    wait_share: 0.0,
+                    overran: false,
+                })
+                .collect();
+            self.reference = Some(theirs);
+            self.interval = BASE_INTERVAL;
+            self.contention_gap = if went_up { CONTENTION_GAP } else { 1 };
+        } else {
+            self.reference = Some(ours);
+            self.interval = (self.interval * 2).clamp(BASE_INTERVAL, MAX_INTERVAL);
+            if went_down {
+                self.contention_gap = (self.contention_gap * 2).clamp(CONTENTION_GAP, MAX_INTERVAL);
+            }
+        }
+    }
+}
+
+/// The mean of a few values (infinite when there are none: anything
+/// measured beats nothing measured).
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    if n == 0 {
+        f64::INFINITY
+    } else {
+        sum / f64::from(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `steps` generation steps where a step with `n` threads costs
+    /// `cost(n)`; returns how many steps used each thread count (index =
+    /// threads).
+    fn drive(g: &mut Governor, steps: usize, mut cost: impl FnMut(usize) -> Step) -> Vec<usize> {
+        let mut used = vec![0; 17];
+        for _ in 0..steps {
+            let n = g.threads(StepKind::Generate);
+            used[n] += 1;
+            let (cost, wait_share) = cost(n);
+            let overran = g.budget(StepKind::Generate).is_some_and(|b| cost > b);
+            let cost = if overran {
+                g.budget(StepKind::Generate).unwrap()
+            } else {
+                cost
+            };
+            g.record(
+                StepKind::Generate,
+                n,
+                StepFigure {
+                    cost,
+                    wait_share,
+                    overran,
+                },
+            );
+        }
+        used
+    }
+
+    /// A step's cost and the share of it spent waiting for a CPU.
+    type Step = (f64, f64);
+
+    /// The arm in use (not a probe's).
+    fn current(g: &Governor, kind: StepKind) -> usize {
+        g.ladder[g.kinds[kind.index()].current]
+    }
+
+    // Quiet 2-core figures: 2 threads 7.9 ms a token, 1 thread 9.3 ms.
+    fn quiet(n: usize) -> Step {
+        (if n == 2 { 0.0079 } else { 0.0093 }, 0.0)
+    }
+    // A busy loop per core: 2 threads 28 ms, 1 thread 13 ms, both waiting
+    // for a CPU half the time.
+    fn loaded(n: usize) -> Step {
+        (if n == 2 { 0.028 } else { 0.013 }, 0.5)
+    }
+    // One busy loop on two cores: one thread has a core to itself.
+    fn one_busy_loop(n: usize) -> Step {
+        if n == 2 {
+            (0.020, 0.4)
+        } else {
+            (0.0105, 0.0)
+        }
+    }
+
+    #[test]
+    fn the_ladder_halves_down_to_one() {
+        assert_eq!(
+            Governor::new(8, ThreadPolicy::Adaptive).ladder,
+            [1, 2, 4, 8]
+        );
+        assert_eq!(Governor::new(6, ThreadPolicy::Adaptive).ladder, [1, 3, 6]);
+        assert_eq!(Governor::new(2, ThreadPolicy::Adaptive).ladder, [1, 2]);
+        assert_eq!(Governor::new(0, ThreadPolicy::Adaptive).ladder, [1]);
+    }
+
+    #[test]
+    fn a_quiet_machine_keeps_every_thread_and_probes_rarely() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        let used = drive(&mut g, 10_000, quiet);
+        // Probes only: 3 steps each, at intervals that double to 512: 0.7%
+        // of the steps, at 1.18x the cost.
+        assert!(used[1] <= 10_000 / 100, "one-thread steps: {}", used[1]);
+        assert_eq!(current(&g, StepKind::Generate), 2);
+    }
+
+    #[test]
+    fn load_moves_it_to_fewer_threads_within_a_few_steps() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive(&mut g, 200, quiet);
+        let used = drive(&mut g, 30, loaded);
+        assert_eq!(current(&g, StepKind::Generate), 1);
+        assert!(
+            used[2] <= 4,
+            "two-thread steps after the load came: {}",
+            used[2]
+        );
+        // And it stays there: with no free core, more threads are never
+        // tried (the slowest steps of all).
+        let used = drive(&mut g, 5_000, loaded);
+        assert_eq!(used[2], 0, "two-thread probes under load");
+    }
+
+    #[test]
+    fn with_one_core_free_it_keeps_one_thread_and_looks_up_rarely() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        let used = drive(&mut g, 10_000, one_busy_loop);
+        assert_eq!(current(&g, StepKind::Generate), 1);
+        assert!(used[2] <= 10_000 / 100, "two-thread steps: {}", used[2]);
+    }
+
+    #[test]
+    fn a_passing_blip_is_not_contention() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        let mut step = 0;
+        let used = drive(&mut g, 2_000, |n| {
+            step += 1;
+            let (cost, _) = quiet(n);
+            (cost, if step % 40 == 0 { 0.6 } else { 0.0 })
+        });
+        assert!(used[1] <= 2_000 / 50, "one-thread steps: {}", used[1]);
+    }
+
+    #[test]
+    fn contention_that_fewer_threads_do_not_beat_is_soon_left_alone() {
+        // Low-priority competitors: the steps wait for a CPU now and then,
+        // yet two threads stay the fastest.
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        let used = drive(&mut g, 10_000, |n| {
+            (if n == 2 { 0.0085 } else { 0.0110 }, 0.2)
+        });
+        assert_eq!(current(&g, StepKind::Generate), 2);
+        assert!(used[1] <= 10_000 / 50, "one-thread steps: {}", used[1]);
+    }
+
+    #[test]
+    fn it_comes_back_when_the_load_goes() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive(&mut g, 50, quiet);
+        drive(&mut g, 2_000, loaded);
+        assert_eq!(current(&g, StepKind::Generate), 1);
+        // Within one longest probe interval and a probe.
+        drive(
+            &mut g,
+            (MAX_INTERVAL as usize) + PROBE_STEPS + 1 + WINDOW,
+            quiet,
+        );
+        assert_eq!(current(&g, StepKind::Generate), 2);
+    }
+
+    #[test]
+    fn noise_within_the_margin_does_not_flap() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        // One thread 10% faster than two: not a clear win.
+        let used = drive(&mut g, 2_000, |n| {
+            (if n == 2 { 0.0100 } else { 0.0090 }, 0.0)
+        });
+        assert_eq!(current(&g, StepKind::Generate), 2);
+        assert!(used[1] <= 2_000 / 50);
+    }
+
+    #[test]
+    fn on_many_cores_it_walks_down_the_ladder() {
+        let mut g = Governor::new(8, ThreadPolicy::Adaptive);
+        // Six cores taken: two threads is the best count.
+        let cost = |n: usize| {
+            let cost = match n {
+                8 => 0.050,
+                4 => 0.030,
+                2 => 0.012,
+                _ => 0.016,
+            };
+            (cost, if n > 2 { 0.5 } else { 0.0 })
+        };
+        drive(&mut g, 3_000, cost);
+        assert_eq!(current(&g, StepKind::Generate), 2);
+    }
+
+    #[test]
+    fn a_lane_started_on_a_busy_machine_moves_within_a_few_steps() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        let used = drive(&mut g, 96, loaded);
+        assert_eq!(current(&g, StepKind::Generate), 1);
+        assert_eq!(used[2], 2, "the first two steps show the contention");
+    }
+
+    #[test]
+    fn a_step_that_more_threads_make_slow_is_cut_short() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        assert_eq!(g.budget(StepKind::Generate), None, "nothing measured yet");
+        drive(&mut g, 20, quiet);
+        // Two threads, 8 quiet steps of 7.9 ms: at most 4 times that.
+        let budget = g.budget(StepKind::Generate).unwrap();
+        assert!((budget - 4.0 * 0.0079).abs() < 1e-9, "{budget}");
+        // A collapsed step (a busy loop per core arrived) overruns it and
+        // moves the governor to one thread at once, even without a
+        // contention figure.
+        let figure = |cost, overran| StepFigure {
+            cost,
+            wait_share: 0.0,
+            overran,
+        };
+        g.record(StepKind::Generate, 2, figure(budget, true));
+        assert_eq!(g.threads(StepKind::Generate), 1, "probing one thread");
+        for _ in 0..=PROBE_STEPS {
+            g.record(StepKind::Generate, 1, figure(0.013, false));
+        }
+        assert_eq!(current(&g, StepKind::Generate), 1);
+        // At the fewest threads there is nothing to fall back to.
+        assert_eq!(g.budget(StepKind::Generate), None);
+    }
+
+    #[test]
+    fn a_probe_of_more_threads_is_bounded_by_the_current_figure() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive(&mut g, 200, one_busy_loop);
+        assert_eq!(current(&g, StepKind::Generate), 1);
+        // Drive to the next probe of two threads, then collapse it.
+        while g.threads(StepKind::Generate) == 1 {
+            let (cost, wait_share) = one_busy_loop(1);
+            g.record(
+                StepKind::Generate,
+                1,
+                StepFigure {
+                    cost,
+                    wait_share,
+                    overran: false,
+                },
+            );
+        }
+        let budget = g.budget(StepKind::Generate).unwrap();
+        assert!((budget - 3.0 * 0.0105).abs() < 1e-9, "{budget}");
+        g.record(
+            StepKind::Generate,
+            2,
+            StepFigure {
+                cost: budget,
+                wait_share: 0.5,
+                overran: true,
+            },
+        );
+        assert_eq!(
+            g.threads(StepKind::Generate),
+            1,
+            "one overrun loses the probe"
+        );
+    }
+
+    #[test]
+    fn the_first_step_takes_the_free_cores_only() {
+        let mut g = Governor::new(8, ThreadPolicy::Adaptive);
+        assert!(g.is_fresh());
+        g.start_on(3);
+        assert_eq!(g.threads(StepKind::Prompt), 2);
+        assert_eq!(g.threads(StepKind::Generate), 2);
+        g.start_on(8);
+        assert_eq!(
+            g.threads(StepKind::Generate),
+            8,
+            "still fresh: the last hint counts"
+        );
+        drive(&mut g, 1, quiet);
+        assert!(!g.is_fresh());
+        g.start_on(1);
+        assert_eq!(
+            current(&g, StepKind::Generate),
+            8,
+            "only before the first step"
+        );
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        g.start_on(0);
+        assert_eq!(g.threads(StepKind::Generate), 1);
+        assert!(!Governor::new(2, ThreadPolicy::Fixed).is_fresh());
+    }
+
+    #[test]
+    fn kinds_are_governed_apart() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive(&mut g, 100, loaded);
+        assert_eq!(current(&g, StepKind::Generate), 1);
+        assert_eq!(current(&g, StepKind::Prompt), 2);
+    }
+
+    #[test]
+    fn fixed_never_moves_and_bad_figures_are_ignored() {
+        let mut g = Governor::new(2, ThreadPolicy::Fixed);
+        drive(&mut g, 1_000, loaded);
+        assert_eq!(current(&g, StepKind::Generate), 2);
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        let figure = |cost: f64| StepFigure {
+            cost,
+            wait_share: 0.5,
+            overran: false,
+        };
+        for _ in 0..1_000 {
+            g.record(StepKind::Generate, 2, figure(f64::NAN));
+            g.record(StepKind::Generate, 2, figure(0.0));
+            g.record(StepKind::Generate, 3, figure(0.001));
+        }
+        assert_eq!(current(&g, StepKind::Generate), 2);
+    }
+
+    #[test]
+    fn step_kinds_split_at_sixteen_tokens() {
+        assert_eq!(StepKind::of_batch(1), StepKind::Generate);
+        assert_eq!(StepKind::of_batch(16), StepKind::Generate);
+        assert_eq!(StepKind::of_batch(17), StepKind::Prompt);
+    }
+
+    #[test]
+    fn policy_names_round_trip() {
+        for p in [ThreadPolicy::Adaptive, ThreadPolicy::Fixed] {
+            assert_eq!(p.as_str().parse::<ThreadPolicy>(), Ok(p));
+        }
+        assert!("spin".parse::<ThreadPolicy>().is_err());
+    }
+}
