@@ -161,10 +161,19 @@ fn tool_results_round_trip_on_smollm2() {
 }
 
 /// The grammar checked against the model's pick gives the same greedy
-/// answers as the grammar over the whole vocabulary every token.
+/// answers as the grammar over the whole vocabulary every token. Both
+/// lanes are fresh and run the same jobs in the same order with a fixed
+/// thread count, so their prompts are decoded alike (a lane that reused an
+/// earlier job's cached prefix decodes fewer tokens per batch, and that
+/// moves the log-probabilities in the third digit).
 #[test]
 fn the_checked_grammar_answers_as_the_full_pass_does() {
-    let full = LocalLane::start(config(smollm2(), GrammarPass::Full)).unwrap();
+    let fixed = |pass| LocalConfig {
+        thread_policy: edgecloud::local::ThreadPolicy::Fixed,
+        ..config(smollm2(), pass)
+    };
+    let checked = LocalLane::start(fixed(GrammarPass::Check)).unwrap();
+    let full = LocalLane::start(fixed(GrammarPass::Full)).unwrap();
     let schema = edgecloud::ResponseFormat::json_schema(
         "answer",
         json!({"type": "object", "additionalProperties": false,
@@ -196,7 +205,7 @@ fn the_checked_grammar_answers_as_the_full_pass_does() {
             ))
             .unwrap()
         };
-        let (a, b) = (ask(smol()), ask(&full));
+        let (a, b) = (ask(&checked), ask(&full));
         assert_eq!(a.text, b.text, "{prompt}");
         let args = |c: &edgecloud::local::LocalCompletion| {
             c.tool_calls
@@ -207,12 +216,15 @@ fn the_checked_grammar_answers_as_the_full_pass_does() {
         assert_eq!(args(&a), args(&b), "{prompt}");
         assert_eq!(a.token_logprobs, b.token_logprobs, "{prompt}");
     }
+    checked.shutdown(Duration::from_secs(5));
     full.shutdown(Duration::from_secs(5));
 }
 
 /// Log-probabilities come from the lane's own pass: one entry per
-/// generated token, the sampled token's log-probability the signal's, its
-/// alternatives most likely first (the greedy token among them).
+/// generated token (the end-of-generation token has a signal but no entry:
+/// OpenAI lists the answer's tokens), the sampled token's log-probability
+/// the signal's, its alternatives most likely first (the greedy token
+/// among them).
 #[test]
 fn logprobs_come_from_the_lanes_own_pass() {
     let done = smol()
@@ -228,7 +240,8 @@ fn logprobs_come_from_the_lanes_own_pass() {
         ))
         .unwrap();
     let lp = done.logprobs.expect("asked for");
-    assert_eq!(lp.len(), done.token_logprobs.len());
+    let ended_by_eog = usize::from(done.finish_reason == edgecloud::FinishReason::Stop);
+    assert_eq!(lp.len() + ended_by_eog, done.token_logprobs.len());
     for (entry, signal) in lp.iter().zip(&done.token_logprobs) {
         assert_eq!(entry.logprob, *signal);
         assert_eq!(entry.top_logprobs.len(), 3);
