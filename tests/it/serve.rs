@@ -1176,15 +1176,17 @@ fn serve_answers_tool_calls_and_logprobs_as_openai_does() {
     let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
     assert!(args.is_object(), "{args}");
 
+    // Streamed, `required`: the call comes as deltas (id and name first,
+    // then the arguments), never as content.
     let chunks = rt.block_on(collect_stream(
         &c,
         tool_request(
             "Set a timer for 5 minutes.",
-            ChatCompletionToolChoiceOption::Auto,
+            ChatCompletionToolChoiceOption::Required,
             true,
         ),
     ));
-    assert!(!text_of(&chunks).contains("<tool_call>"), "{chunks:?}");
+    assert_eq!(text_of(&chunks), "", "{chunks:?}");
     let deltas: Vec<_> = chunks
         .iter()
         .flat_map(|c| &c.choices)
@@ -1195,24 +1197,47 @@ fn serve_answers_tool_calls_and_logprobs_as_openai_does() {
         .iter()
         .flat_map(|c| &c.choices)
         .find_map(|c| c.finish_reason);
-    if deltas.is_empty() {
-        // The model answered in text: allowed under `auto`.
-        assert_eq!(finish, Some(OaFinish::Stop));
-    } else {
+    assert_eq!(finish, Some(OaFinish::ToolCalls));
+    let first = deltas.first().expect("tool-call deltas");
+    assert_eq!(first.index, 0);
+    assert!(first
+        .id
+        .as_deref()
+        .is_some_and(|id| id.starts_with("call_")));
+    let name = first.function.as_ref().and_then(|f| f.name.clone());
+    assert!(name.is_some(), "{first:?}");
+    let arguments: String = deltas
+        .iter()
+        .filter_map(|d| d.function.as_ref().and_then(|f| f.arguments.clone()))
+        .collect();
+    serde_json::from_str::<Value>(&arguments).expect("the streamed arguments are JSON");
+
+    // Streamed, `auto`: the model may answer in text (SmolLM2 does here,
+    // up to max_tokens) or call; its call markup is never content.
+    let chunks = rt.block_on(collect_stream(
+        &c,
+        tool_request(
+            "Set a timer for 5 minutes.",
+            ChatCompletionToolChoiceOption::Auto,
+            true,
+        ),
+    ));
+    assert!(!text_of(&chunks).contains("<tool_call>"), "{chunks:?}");
+    let called = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .any(|c| c.delta.tool_calls.is_some());
+    let finish = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .find_map(|c| c.finish_reason);
+    if called {
         assert_eq!(finish, Some(OaFinish::ToolCalls));
-        let first = &deltas[0];
-        assert_eq!(first.index, 0);
-        assert!(first
-            .id
-            .as_deref()
-            .is_some_and(|id| id.starts_with("call_")));
-        let name = first.function.as_ref().and_then(|f| f.name.clone());
-        assert!(name.is_some(), "{first:?}");
-        let arguments: String = deltas
-            .iter()
-            .filter_map(|d| d.function.as_ref().and_then(|f| f.arguments.clone()))
-            .collect();
-        serde_json::from_str::<Value>(&arguments).expect("the streamed arguments are JSON");
+    } else {
+        assert!(
+            matches!(finish, Some(OaFinish::Stop | OaFinish::Length)),
+            "{finish:?}"
+        );
     }
 
     // Log-probabilities, from the local lane's own pass.
