@@ -404,7 +404,9 @@ pub enum LocalError {
     /// The answer, decoded under the request's grammar (its
     /// `response_format` or tool call), still does not parse or meet its
     /// schema: it was cut short by `max_tokens` or a stop string.
-    #[error("the local answer is not what the request asked for (cut short under its grammar): {0}")]
+    #[error(
+        "the local answer is not what the request asked for (cut short under its grammar): {0}"
+    )]
     InvalidAnswer(#[from] crate::structured::InvalidAnswer),
     /// `llama_decode` failed for a reason other than an abort.
     #[error("llama.cpp decode failed: {detail}")]
