@@ -2,7 +2,8 @@
 //! 24): tool calls decoded under a grammar of the declared functions on
 //! SmolLM2 (a template without tool syntax: the Hermes system prompt) and
 //! Qwen2.5-Coder-0.5B (its own template renders tools), the grammar check
-//! giving the same greedy answers as the full pass, log-probabilities from
+//! giving the same greedy answers as the full pass, every sample of a
+//! consensus under the schema, log-probabilities from
 //! the lane's own pass, and a cascade that escalates an invalid local
 //! answer to a scripted cloud. Qwen runs at 20-45 tokens/s on CI
 //! machines: its generations are few and short.
@@ -218,6 +219,57 @@ fn the_checked_grammar_answers_as_the_full_pass_does() {
     }
     checked.shutdown(Duration::from_secs(5));
     full.shutdown(Duration::from_secs(5));
+}
+
+/// A consensus of sampled answers under a schema: every sample decodes
+/// under the grammar (each with its own seed), so each one is JSON meeting
+/// the schema, and the seeded request gives the same samples twice.
+#[test]
+fn every_sample_of_a_consensus_meets_the_schema() {
+    let lane = LocalLane::start(LocalConfig {
+        max_samples: 3,
+        ..config(smollm2(), GrammarPass::Check)
+    })
+    .unwrap();
+    let schema = json!({"type": "object", "additionalProperties": false,
+        "required": ["answer", "sure"],
+        "properties": {"answer": {"type": "string", "maxLength": 16},
+            "sure": {"type": "boolean"}}});
+    let sampling = Sampling {
+        max_tokens: 48,
+        temperature: 0.9,
+        seed: Some(7),
+        response_format: Some(edgecloud::ResponseFormat::json_schema(
+            "answer",
+            schema.clone(),
+        )),
+        consensus: Some(edgecloud::Consensus::new(
+            3,
+            edgecloud::answer::AnswerKind::Text,
+        )),
+        ..Sampling::default()
+    };
+    let ask = || {
+        lane.generate(LaneJob::new(
+            vec![ChatMessage::user("What is the capital of Italy?")],
+            sampling.clone(),
+            far(),
+        ))
+        .unwrap()
+    };
+    let first = ask();
+    assert_eq!(first.samples.len(), 3, "{first:?}");
+    for sample in &first.samples {
+        let value: serde_json::Value =
+            serde_json::from_str(&sample.text).unwrap_or_else(|e| panic!("{e}: {:?}", sample.text));
+        edgecloud::structured::validate(&schema, &value)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", sample.text));
+    }
+    let texts = |c: &edgecloud::local::LocalCompletion| {
+        c.samples.iter().map(|s| s.text.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(texts(&first), texts(&ask()), "seeded samples repeat");
+    lane.shutdown(Duration::from_secs(5));
 }
 
 /// Log-probabilities come from the lane's own pass: one entry per
