@@ -162,6 +162,34 @@ impl FinishReason {
     }
 }
 
+/// One generated token's log-probability and the most likely tokens at
+/// its position: OpenAI's `logprobs.content[]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    /// The token's text (lossy where it holds part of a UTF-8 character).
+    pub token: String,
+    /// Its log-probability (natural log).
+    pub logprob: f32,
+    /// Its bytes, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
+    /// The most likely tokens at this position, most likely first.
+    #[serde(default)]
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One of the most likely tokens at a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its bytes, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
+}
+
 /// Receives text as a lane produces it. Every call carries valid UTF-8 that
 /// continues the previous one; the concatenation is the completion's text.
 pub type TokenSink = Box<dyn FnMut(&str) + Send + 'static>;

@@ -53,6 +53,9 @@
 //! - [`bench`](mod@bench): benchmark runs, reports and their comparison.
 //! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
+//! - [`structured`] and [`tools`]: what an answer must be (JSON, a JSON
+//!   schema, a call of a declared tool) and the checks that say whether it
+//!   is.
 //! - [`millis`]: durations as milliseconds, the unit of every report.
 //!
 //! # Cargo features
@@ -100,6 +103,7 @@ mod sched;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod structured;
+pub mod tools;
 
 #[cfg(feature = "cloud")]
 pub use cloud::CloudConfig;
@@ -117,3 +121,4 @@ pub use lane::{CancellationToken, FinishReason, Lane, LaneJob, PerLane, TokenSin
 pub use local::LocalConfig;
 pub use request::{ChatMessage, Consensus, InvalidRequest, Request, Role, Sampling};
 pub use structured::ResponseFormat;
+pub use tools::{Tool, ToolCall, ToolChoice};

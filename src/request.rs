@@ -1,6 +1,8 @@
 //! The request vocabulary shared by every lane: chat messages and sampling
 //! settings. Plain data; no lane or harness logic lives here.
 
+use crate::structured::InvalidAnswer;
+use crate::tools::{check_tools, validate_call, Tool, ToolCall, ToolChoice};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -14,6 +16,9 @@ pub enum Role {
     User,
     /// The model's earlier answers.
     Assistant,
+    /// A tool's answer to a call the model made (see
+    /// [`ChatMessage::tool_call_id`]).
+    Tool,
 }
 
 impl Role {
@@ -23,6 +28,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -34,6 +40,12 @@ pub struct ChatMessage {
     pub role: Role,
     /// What it says.
     pub content: String,
+    /// The calls an assistant turn made (then `content` may be empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -42,6 +54,24 @@ impl ChatMessage {
         Self {
             role,
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// An assistant turn that called tools.
+    pub fn tool_calls(calls: Vec<ToolCall>) -> Self {
+        Self {
+            tool_calls: calls,
+            ..Self::new(Role::Assistant, "")
+        }
+    }
+
+    /// A tool's answer to the call `id`.
+    pub fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(id.into()),
+            ..Self::new(Role::Tool, content)
         }
     }
 
@@ -95,6 +125,19 @@ pub struct Sampling {
     /// grammar that constrains its sampling (see [`crate::structured`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_format: Option<crate::structured::ResponseFormat>,
+    /// Functions the model may call (see [`crate::tools`]): the cloud lane
+    /// sends them, the local lane renders them with the model's own chat
+    /// template and decodes a call under a grammar of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Tool>,
+    /// Whether the model must call one; `None` is `auto` when there are
+    /// tools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Per-token log-probabilities in the answer, with this many most
+    /// likely alternatives per token (0-20); `None`: not asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<u8>,
     /// Self-consistency: the local lane answers `samples` times at once
     /// (parallel sequences sharing the prompt's KV cells), the samples
     /// vote, and the answer is the first sample giving the majority
@@ -139,6 +182,9 @@ impl Default for Sampling {
             seed: None,
             stop: Vec::new(),
             response_format: None,
+            tools: Vec::new(),
+            tool_choice: None,
+            logprobs: None,
             consensus: None,
         }
     }
@@ -165,6 +211,13 @@ impl Sampling {
             f.check()
                 .map_err(|e| InvalidRequest::new(format!("response_format: {e}")))?;
         }
+        check_tools(&self.tools, self.tool_choice.as_ref())
+            .map_err(|e| InvalidRequest::new(e.message))?;
+        if self.logprobs.is_some_and(|n| n > MAX_TOP_LOGPROBS) {
+            return Err(InvalidRequest::new(format!(
+                "top_logprobs must be at most {MAX_TOP_LOGPROBS}"
+            )));
+        }
         if let Some(c) = &self.consensus {
             if !(1..=MAX_SAMPLES).contains(&c.samples) {
                 return Err(InvalidRequest::new(format!(
@@ -181,7 +234,50 @@ impl Sampling {
         }
         Ok(())
     }
+
+    /// The tool choice in effect: `None` without tools, else the request's
+    /// (`auto` by default).
+    pub fn effective_tool_choice(&self) -> ToolChoice {
+        match (&self.tool_choice, self.tools.is_empty()) {
+            (_, true) => ToolChoice::None,
+            (Some(c), false) => c.clone(),
+            (None, false) => ToolChoice::Auto,
+        }
+    }
+
+    /// Whether an answer must have a given shape (JSON, a schema, or a
+    /// tool call), so that [`Sampling::check_answer`] can reject one.
+    pub fn constrains_answer(&self) -> bool {
+        self.response_format.is_some() || self.effective_tool_choice() != ToolChoice::None
+    }
+
+    /// Whether an answer (its text and the calls it makes) is what the
+    /// request asked for: every call names a declared function with valid
+    /// arguments; no call where one was required; without calls, the text
+    /// meets the `response_format`, when there is one.
+    pub fn check_answer(&self, text: &str, tool_calls: &[ToolCall]) -> Result<(), InvalidAnswer> {
+        let choice = self.effective_tool_choice();
+        if !tool_calls.is_empty() {
+            for call in tool_calls {
+                validate_call(&self.tools, &choice, call)?;
+            }
+            return Ok(());
+        }
+        if choice.forces_call() {
+            return Err(InvalidAnswer {
+                at: String::new(),
+                reason: "no tool call where one was required".into(),
+            });
+        }
+        match &self.response_format {
+            Some(f) => f.accepts(text),
+            None => Ok(()),
+        }
+    }
 }
+
+/// The most alternatives per token a request may ask for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: u8 = 20;
 
 /// A request: messages, sampling, and an optional deadline and id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,6 +11,9 @@
 //! | `number` | the final number in the answer equals the reference number (GSM8K style): after the last `####` when there is one, else the last number in the text; `1,234`, `$5`, `-3`, `2.50`, a trailing period and `5%` are read as numbers |
 //! | `choice` | the letter it picks (`B`, `(B)`, `B)`, `B.`, `Answer: B`, `the answer is (B)`) is the reference letter |
 //! | `regex` | the regular expression (the reference) matches somewhere in the answer |
+//! | `json_valid` | the answer (trimmed) is JSON; the reference is not looked at |
+//! | `json_schema` | the answer is JSON that meets the reference, a JSON schema (the subset of [`crate::structured`]) |
+//! | `tool_call` | the answer calls the reference's function with the reference's arguments: the reference is `{"name": ..., "arguments": {...}}`; an answer that calls tools is graded as its first call in that shape ([`answer_text`]); arguments are equal when they have the same keys and equal values (strings without regard to case or surrounding space, numbers by value) |
 //!
 //! Decisions a user may want to know: `number` compares values (so `18`,
 //! `18.0` and `$18.00` are all 18) with a relative tolerance of 1e-9; a
@@ -22,6 +25,7 @@
 
 use crate::answer::{final_number, normalise, picked_letter, reference_letter};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::fmt;
 use std::str::FromStr;
 
@@ -40,16 +44,25 @@ pub enum Grader {
     Choice,
     /// The reference, a regular expression, matches the answer.
     Regex,
+    /// The answer is JSON.
+    JsonValid,
+    /// The answer is JSON that meets the reference schema.
+    JsonSchema,
+    /// The answer calls the reference function with its arguments.
+    ToolCall,
 }
 
 impl Grader {
     /// Every grader, in documentation order.
-    pub const ALL: [Grader; 5] = [
+    pub const ALL: [Grader; 8] = [
         Grader::Contains,
         Grader::Exact,
         Grader::Number,
         Grader::Choice,
         Grader::Regex,
+        Grader::JsonValid,
+        Grader::JsonSchema,
+        Grader::ToolCall,
     ];
 
     /// The name used in workloads.
@@ -60,6 +73,9 @@ impl Grader {
             Grader::Number => "number",
             Grader::Choice => "choice",
             Grader::Regex => "regex",
+            Grader::JsonValid => "json_valid",
+            Grader::JsonSchema => "json_schema",
+            Grader::ToolCall => "tool_call",
         }
     }
 
@@ -71,7 +87,14 @@ impl Grader {
         match self {
             Grader::Number => AnswerKind::Number,
             Grader::Choice => AnswerKind::Choice,
-            Grader::Contains | Grader::Exact | Grader::Regex => AnswerKind::Text,
+            // JSON and calls vote on their normalised text too (the same
+            // call written the same way agrees).
+            Grader::Contains
+            | Grader::Exact
+            | Grader::Regex
+            | Grader::JsonValid
+            | Grader::JsonSchema
+            | Grader::ToolCall => AnswerKind::Text,
         }
     }
 
@@ -91,6 +114,19 @@ impl Grader {
             Grader::Regex => regex::Regex::new(reference)
                 .map(drop)
                 .map_err(|e| format!("grader `regex`: invalid pattern: {e}")),
+            Grader::JsonSchema => serde_json::from_str::<Value>(reference)
+                .map_err(|e| format!("grader `json_schema` needs a JSON schema: {e}"))
+                .and_then(|s| {
+                    crate::structured::check_schema(&s)
+                        .map_err(|e| format!("grader `json_schema`: {e}"))
+                }),
+            Grader::ToolCall => match serde_json::from_str::<Value>(reference) {
+                Ok(v) if v.get("name").is_some_and(Value::is_string) => Ok(()),
+                _ => Err(format!(
+                    "grader `tool_call` needs {{\"name\": ..., \"arguments\": {{...}}}} as the \
+                     expected answer, got `{reference}`"
+                )),
+            },
             _ => Ok(()),
         }
     }
@@ -116,6 +152,17 @@ impl Grader {
                 _ => false,
             },
             Grader::Regex => regex::Regex::new(reference).is_ok_and(|re| re.is_match(answer)),
+            Grader::JsonValid => serde_json::from_str::<Value>(answer.trim()).is_ok(),
+            Grader::JsonSchema => {
+                match (
+                    serde_json::from_str::<Value>(reference),
+                    serde_json::from_str::<Value>(answer.trim()),
+                ) {
+                    (Ok(schema), Ok(value)) => crate::structured::validate(&schema, &value).is_ok(),
+                    _ => false,
+                }
+            }
+            Grader::ToolCall => tool_call_matches(reference, answer),
         }
     }
 }
@@ -135,8 +182,59 @@ impl FromStr for Grader {
             .into_iter()
             .find(|g| g.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown grader `{s}`; expected contains, exact, number, choice or regex")
+                format!(
+                    "unknown grader `{s}`; expected contains, exact, number, choice, regex, \
+                     json_valid, json_schema or tool_call"
+                )
             })
+    }
+}
+
+/// The text an answer is graded as: its text, or, when it calls tools, its
+/// first call as `{"name": ..., "arguments": {...}}` (what `tool_call`
+/// compares with its reference).
+pub fn answer_text(text: &str, tool_calls: &[crate::tools::ToolCall]) -> String {
+    match tool_calls.first() {
+        None => text.to_string(),
+        Some(c) => {
+            let args = serde_json::from_str::<Value>(&c.function.arguments)
+                .unwrap_or_else(|_| Value::String(c.function.arguments.clone()));
+            serde_json::json!({"name": c.function.name, "arguments": args}).to_string()
+        }
+    }
+}
+
+/// Whether `answer` (a call as [`answer_text`] writes it) is the call
+/// `reference` describes.
+fn tool_call_matches(reference: &str, answer: &str) -> bool {
+    let (Ok(want), Ok(got)) = (
+        serde_json::from_str::<Value>(reference),
+        serde_json::from_str::<Value>(answer.trim()),
+    ) else {
+        return false;
+    };
+    let empty = Value::Object(serde_json::Map::new());
+    let args = |v: &Value| v.get("arguments").cloned().unwrap_or_else(|| empty.clone());
+    want.get("name").is_some()
+        && want.get("name") == got.get("name")
+        && loosely_equal(&args(&want), &args(&got))
+}
+
+/// JSON equality with strings compared without regard to case or
+/// surrounding space and numbers by value.
+fn loosely_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => x.trim().to_lowercase() == y.trim().to_lowercase(),
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| loosely_equal(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| loosely_equal(v, w)))
+        }
+        _ => a == b,
     }
 }
 
@@ -221,5 +319,41 @@ mod tests {
             assert_eq!(gr.as_str().parse::<Grader>(), Ok(gr));
         }
         assert!("fuzzy".parse::<Grader>().is_err());
+    }
+
+    #[test]
+    fn structured_graders() {
+        use crate::tools::ToolCall;
+        assert!(Grader::JsonValid.grade("", r#" {"a": 1} "#));
+        assert!(!Grader::JsonValid.grade("", "Sure: {"));
+        let schema =
+            r#"{"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}"#;
+        assert!(Grader::JsonSchema.check_reference(schema).is_ok());
+        assert!(Grader::JsonSchema
+            .check_reference(r#"{"pattern": "x"}"#)
+            .is_err());
+        assert!(Grader::JsonSchema.grade(schema, r#"{"n": 3}"#));
+        assert!(!Grader::JsonSchema.grade(schema, r#"{"n": "3"}"#));
+        let want = r#"{"name": "convert", "arguments": {"amount": 12.5, "to": "EUR"}}"#;
+        assert!(Grader::ToolCall.check_reference(want).is_ok());
+        assert!(Grader::ToolCall.check_reference("convert").is_err());
+        let call =
+            |args: serde_json::Value| answer_text("", &[ToolCall::new("c", "convert", &args)]);
+        assert!(Grader::ToolCall.grade(
+            want,
+            &call(serde_json::json!({"amount": 12.50, "to": " eur"}))
+        ));
+        for wrong in [
+            call(serde_json::json!({"amount": 12, "to": "EUR"})),
+            call(serde_json::json!({"amount": 12.5})),
+            call(serde_json::json!({"amount": 12.5, "to": "EUR", "x": 1})),
+            answer_text("convert 12.5 to EUR", &[]),
+        ] {
+            assert!(!Grader::ToolCall.grade(want, &wrong), "{wrong}");
+        }
+        assert_eq!(
+            answer_text("", &[ToolCall::new("c", "f", &serde_json::json!({}))]),
+            r#"{"arguments":{},"name":"f"}"#
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! [`Event::LateWorkerFinished`] on the harness's observer thread; a
 //! [`LateWorkerLog`] added to the harness builder collects them.
 
+use super::grade::answer_text;
 use super::record::{LaneRecord, LaneSignals, RunRecord, RunStatus, TokensSaved};
 use super::runner::{Executor, Job};
 use crate::harness::{
@@ -359,13 +360,18 @@ fn failed(job: &Job<'_>, error: String) -> RunRecord {
 /// A lane's answer graded (see [`LaneRecord::correct`]).
 fn lane_correct(r: &LaneReport, o: &Outcome, job: &Job<'_>) -> Option<bool> {
     job.item.expected.as_ref()?;
-    let text = if o.winner == Some(r.lane) {
-        o.text.as_deref()
+    let answer = if o.winner == Some(r.lane) {
+        o.text.as_deref().map(|t| {
+            let calls = o.completion.as_ref().map_or(&[][..], |c| &c.tool_calls[..]);
+            answer_text(t, calls)
+        })
     } else {
-        r.text.as_deref()
+        r.text.as_deref().map(|t| answer_text(t, &r.tool_calls))
     };
     match r.status {
-        LaneStatus::Completed => Some(text.and_then(|t| job.item.matches(t)).unwrap_or(false)),
+        // An answer rejected as invalid is wrong, whatever it says.
+        LaneStatus::Completed if r.rejected.is_some() => Some(false),
+        LaneStatus::Completed => Some(answer.and_then(|t| job.item.matches(&t)).unwrap_or(false)),
         LaneStatus::Failed => Some(false),
         LaneStatus::Cancelled | LaneStatus::Late if o.winner.is_none() => Some(false),
         _ => None,
@@ -429,6 +435,9 @@ pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
         .map(|l| {
             let mut rec = lane_record(l, o);
             rec.correct = lane_correct(l, o, job);
+            rec.valid = (job.item.request.sampling.constrains_answer()
+                && l.status == LaneStatus::Completed)
+                .then_some(l.rejected.is_none());
             rec.signals = lane_signals(l, o);
             if l.lane == Lane::Local && l.status != LaneStatus::NotStarted {
                 rec.samples = job
@@ -447,7 +456,10 @@ pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
     r.expected_match = job.item.expected.as_ref().map(|_| {
         o.text
             .as_deref()
-            .and_then(|t| job.item.matches(t))
+            .and_then(|t| {
+                let calls = o.completion.as_ref().map_or(&[][..], |c| &c.tool_calls[..]);
+                job.item.matches(&answer_text(t, calls))
+            })
             .unwrap_or(false)
     });
     let cloud = o.lanes.iter().find(|l| l.lane == Lane::Cloud);

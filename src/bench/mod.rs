@@ -56,13 +56,13 @@ pub use compare::{
 };
 pub use env::{BuildInfo, MachineInfo, ModelFileInfo};
 pub use error::BenchError;
-pub use grade::Grader;
+pub use grade::{answer_text, Grader};
 pub use harness_exec::{record_from_outcome, CurrentRun, HarnessExecutor, LateWorkerLog};
 pub use heldout::{
     cross_validate, evaluate_fresh, HeldOut, HeldOutPoint, HeldOutSettings, Interval, SignalHeldOut,
 };
 pub use record::{LaneRecord, LaneSignals, LaneState, RunRecord, RunStatus, TokensSaved};
-pub use replay::{RecordedAnswer, Replay};
+pub use replay::{RecordedAnswer, RecordedCall, Replay};
 pub use report::{
     read_runs, read_summary, render_charts, render_markdown, write_report, RunsWriter, CHART_FILES,
     REPORT_FILE, RUNS_FILE, SUMMARY_FILE,

@@ -67,6 +67,12 @@ pub struct LaneRecord {
     /// not run or lost a race.
     #[serde(default)]
     pub correct: Option<bool>,
+    /// Whether its whole answer met what the request asked for (JSON, a
+    /// schema, a declared tool call): `false` when the run rejected it as
+    /// invalid; absent when the request asks for free text or the lane
+    /// gave no whole answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid: Option<bool>,
     /// The confidence signals of its answer (the local lane).
     #[serde(default)]
     pub signals: Option<LaneSignals>,
@@ -154,6 +160,7 @@ impl LaneRecord {
             error: None,
             error_kind: None,
             correct: None,
+            valid: None,
             signals: None,
         }
     }

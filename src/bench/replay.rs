@@ -16,7 +16,9 @@
 //! `prompt` is matched against the request's last user message (surrounding
 //! whitespace ignored); `logprobs` and `first_token_margin` are optional
 //! (the candidate's confidence signals); `source` is an optional label
-//! (who recorded the answer). An unknown question is a `replay_unknown`
+//! (who recorded the answer); `tool_calls`, `[{"name": ..., "arguments":
+//! {...}}]`, makes the answer call those tools (an answer of tool calls
+//! alone has an empty `answer`). An unknown question is a `replay_unknown`
 //! backend error (an HTTP 500 behind `replay-cloud`).
 //!
 //! # Decisions
@@ -60,6 +62,21 @@ pub struct RecordedAnswer {
     /// Who recorded it (free text, for reports).
     #[serde(default)]
     pub source: Option<String>,
+    /// Recorded tool calls, `[{"name": ..., "arguments": {...}}]`: the
+    /// answer calls them (after its text, if any).
+    #[serde(default)]
+    pub tool_calls: Vec<RecordedCall>,
+}
+
+/// One recorded tool call.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordedCall {
+    /// The function.
+    pub name: String,
+    /// Its arguments (a JSON object).
+    #[serde(default)]
+    pub arguments: serde_json::Value,
 }
 
 /// Recorded answers and how fast to replay them (see the module docs).
@@ -219,7 +236,30 @@ impl Backend for Replay {
                 text.push_str(piece);
                 sent += 1;
             }
+            // A call-only answer still takes its time to first token.
+            if sent == 0
+                && reason == FinishReason::Stop
+                && !recorded.tool_calls.is_empty()
+                && !wait(this.ttft).await
+            {
+                reason = job.stop_reason().unwrap_or(FinishReason::Deadline);
+            }
             let mut c = Candidate::new(text, reason);
+            if reason == FinishReason::Stop {
+                c.tool_calls = recorded
+                    .tool_calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let args = if r.arguments.is_null() {
+                            serde_json::json!({})
+                        } else {
+                            r.arguments.clone()
+                        };
+                        crate::tools::ToolCall::new(format!("call_replay_{i}"), &r.name, &args)
+                    })
+                    .collect();
+            }
             c.tokens = TokenCounts {
                 provider_prompt: Some(question.split_whitespace().count() as u64),
                 provider_completion: Some(sent),

@@ -213,6 +213,14 @@ pub fn render_markdown(s: &Summary) -> String {
         .flat_map(|g| g.lanes.iter().map(move |l| (g, l)))
         .collect();
     table(&mut md, &lane_columns(), &lanes);
+    // Only for workloads whose requests ask for JSON or a tool call.
+    if lanes.iter().any(|(_, l)| l.valid + l.invalid > 0) {
+        let _ = writeln!(
+            md,
+            "\n## Validity (answers that must be JSON or a tool call)\n"
+        );
+        table(&mut md, &validity_columns(), &lanes);
+    }
     let _ = writeln!(md, "\n## Tokens and answers\n");
     table(&mut md, TOKENS, &s.groups);
 
@@ -372,6 +380,26 @@ fn lane_columns<'a>() -> [Column<LaneRow<'a>>; 15] {
         }),
         number("gen tok/s p50", |(_, l)| {
             num(l.gen_tokens_per_s.map(|d| d.p50))
+        }),
+    ]
+}
+
+/// The validity table's columns: whole answers judged per lane.
+fn validity_columns<'a>() -> [Column<LaneRow<'a>>; 5] {
+    [
+        text("policy", |(g, _)| g.policy.clone()),
+        number("deadline ms", |(g, _)| g.deadline_ms.to_string()),
+        text("lane", |(_, l)| l.lane.to_string()),
+        number("valid / judged", |(_, l)| {
+            format!("{} / {}", l.valid, l.valid + l.invalid)
+        }),
+        number("valid share", |(_, l)| {
+            let judged = l.valid + l.invalid;
+            if judged == 0 {
+                "–".to_string()
+            } else {
+                pct(l.valid as f64 / judged as f64)
+            }
         }),
     ]
 }

@@ -148,6 +148,13 @@ pub struct LaneSummary {
     pub prompt_tokens_per_s: Option<Distribution>,
     /// Generation speed (local).
     pub gen_tokens_per_s: Option<Distribution>,
+    /// Whole answers that met what the request asked for (JSON, a schema,
+    /// a declared tool call), of runs whose requests ask for one.
+    #[serde(default)]
+    pub valid: u64,
+    /// Whole answers rejected as invalid.
+    #[serde(default)]
+    pub invalid: u64,
 }
 
 /// Tokens the cloud provider reported, summed.
@@ -376,6 +383,8 @@ fn lane_summary(lane: Lane, runs: &[&RunRecord]) -> LaneSummary {
         total_ms: Distribution::of(recs.iter().filter_map(|l| l.total_ms)),
         ttft_ms: Distribution::of(recs.iter().filter_map(|l| l.ttft_ms)),
         prompt_tokens_per_s: Distribution::of(recs.iter().filter_map(|l| l.prompt_tokens_per_s)),
+        valid: recs.iter().filter(|l| l.valid == Some(true)).count() as u64,
+        invalid: recs.iter().filter(|l| l.valid == Some(false)).count() as u64,
         gen_tokens_per_s: Distribution::of(recs.iter().filter_map(|l| l.gen_tokens_per_s)),
     }
 }

@@ -859,7 +859,7 @@ mod tests {
         let ok = r#"{"messages": [{"role": "user", "content": "a"}]}"#;
         let cases: &[(&str, &str)] = &[
             (
-                r#"{"messages": [{"role": "tool", "content": "a"}]}"#,
+                r#"{"messages": [{"role": "bot", "content": "a"}]}"#,
                 "messages[0].role",
             ),
             (

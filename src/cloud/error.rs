@@ -145,6 +145,9 @@ pub enum CloudError {
         status: u16,
         /// The server's message (scrubbed).
         message: String,
+        /// The error's `code` (or `type`) in the body, when it has one
+        /// (scrubbed): OpenAI's `context_length_exceeded`, ...
+        code: Option<String>,
     },
     /// A 3xx answer. Redirects are never followed (they could carry the key
     /// to another host).

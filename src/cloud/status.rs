@@ -29,7 +29,11 @@ pub(crate) fn error_for(
             message,
         },
         500..=599 => CloudError::Server { status, message },
-        _ => CloudError::HttpStatus { status, message },
+        _ => CloudError::HttpStatus {
+            status,
+            message,
+            code: server_code(body).map(|c| scrubber.scrub(&c, MAX_MESSAGE_CHARS)),
+        },
     }
 }
 
@@ -46,6 +50,12 @@ fn server_message(body: &[u8]) -> String {
     } else {
         text.to_owned()
     }
+}
+
+/// The error code inside a JSON error body, if any.
+fn server_code(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    crate::openai::provider_error(&value)?.1
 }
 
 /// How long a 429 asks us to wait: `retry-after-ms` (milliseconds, as

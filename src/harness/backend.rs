@@ -3,7 +3,8 @@
 //! live in `adapters`; this module must not know about llama.cpp or HTTP.
 
 use super::availability::{Availability, LaneHealth};
-use crate::lane::{FinishReason, LaneJob};
+use crate::lane::{FinishReason, LaneJob, TokenLogprob};
+use crate::tools::ToolCall;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
@@ -232,6 +233,13 @@ pub struct Candidate {
     pub signals: Option<TokenSignals>,
     /// HTTP status of the final response (cloud).
     pub http_status: Option<u16>,
+    /// The tool calls the answer makes (then `text` may be empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Per-token log-probabilities with their alternatives, when the
+    /// request asked for them (`Sampling::logprobs`) and the lane has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
 impl Candidate {
@@ -244,7 +252,15 @@ impl Candidate {
             timings: Timings::default(),
             signals: None,
             http_status: None,
+            tool_calls: Vec::new(),
+            logprobs: None,
         }
+    }
+
+    /// Adds tool calls.
+    pub fn with_tool_calls(mut self, calls: Vec<ToolCall>) -> Self {
+        self.tool_calls = calls;
+        self
     }
 
     /// Adds token log-probabilities.
@@ -253,10 +269,12 @@ impl Candidate {
         self
     }
 
-    /// True when the text is whole and not blank: the least any policy
-    /// needs before it can pick a candidate.
+    /// True when the answer is whole and says something (text that is
+    /// not blank, or a tool call): the least any policy needs before it
+    /// can pick a candidate.
     pub fn is_usable(&self) -> bool {
-        self.finish_reason.is_complete() && !self.text.trim().is_empty()
+        self.finish_reason.is_complete()
+            && (!self.text.trim().is_empty() || !self.tool_calls.is_empty())
     }
 }
 
@@ -271,6 +289,10 @@ pub enum LaneErrorKind {
     /// The request was refused before any work (bad sampling, a prompt
     /// longer than the context, ...).
     InvalidRequest,
+    /// The prompt is longer than the lane's context (the local model's
+    /// context size, or a provider's `context_length_exceeded`): another
+    /// lane with a larger context may still take it.
+    ContextLengthExceeded,
     /// The lane's configuration is wrong (bad URL, missing key, ...).
     Config,
     /// The model could not be loaded or run (file, template, context,
@@ -313,6 +335,7 @@ impl LaneErrorKind {
     pub fn as_str(self) -> &'static str {
         match self {
             LaneErrorKind::InvalidRequest => "invalid_request",
+            LaneErrorKind::ContextLengthExceeded => "context_length_exceeded",
             LaneErrorKind::Config => "config",
             LaneErrorKind::Model => "model",
             LaneErrorKind::Unreachable => "unreachable",

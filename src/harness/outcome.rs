@@ -149,6 +149,14 @@ pub struct LaneReport {
     pub note: Option<String>,
     /// Its text when it was not the winner (losers, unaccepted answers).
     pub text: Option<String>,
+    /// Its tool calls when it was not the winner and made some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::tools::ToolCall>,
+    /// Why its whole answer was rejected as invalid (not JSON, off the
+    /// request's schema, a call of an undeclared tool or with invalid
+    /// arguments), when it was: validity is part of acceptance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
     /// When it was `unavailable`: how long until its backend tries again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<f64>,
@@ -174,6 +182,8 @@ impl LaneReport {
             cancel: None,
             note: None,
             text: None,
+            tool_calls: Vec::new(),
+            rejected: None,
             retry_in_ms: None,
         }
     }

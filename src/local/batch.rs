@@ -34,26 +34,27 @@
 //! every sequence in it is cut back to what it had before the step, the
 //! stopped one finishes and the others decode again next step, so a cancel
 //! takes effect within one compute step whoever else is in the batch.
-//! Greedy sampling reads the argmax of the raw logits, the same whatever
-//! else is in the batch (tested against the lane alone), unless a
-//! `response_format` grammar constrains it.
+//! Greedy sampling reads the argmax of the raw logits (under a grammar:
+//! the first allowed token in rank order, see `pick`), the same whatever
+//! else is in the batch (tested against the lane alone).
 //!
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
 use super::ffi::{AbortSignal, ThreadControl};
-use super::generate::{build_sampler, emit, Progress, PromptFormat};
+use super::generate::{emit, grammar_for, Progress, PromptFormat};
 use super::governor::{Governor, StepFigure, StepKind};
+use super::pick::{GrammarPass, Picker};
 use super::stop::{StopMatcher, StopState};
+use super::toolcall::{self, CallStyle, ToolJob};
 use super::utf8::Utf8Stream;
 use super::LocalSample;
 use super::{signals, simd};
 use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
-use crate::lane::{FinishReason, LaneJob, LanePermit};
+use crate::lane::{FinishReason, LaneJob, LanePermit, TokenLogprob, TopLogprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use std::collections::VecDeque;
@@ -69,6 +70,7 @@ pub(super) struct Engine<'m> {
     model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     format: PromptFormat,
+    grammar_pass: GrammarPass,
     batch: LlamaBatch<'static>,
     batch_size: usize,
     /// Tokens one sequence may hold (prompt and answer).
@@ -116,6 +118,8 @@ struct Active {
     /// start, the other samples' once the prompt is decoded.
     branches: Vec<Branch>,
     aborted_in_decode: bool,
+    /// What the job's tools mean here, when it has any.
+    tools: Option<ToolJob>,
 }
 
 /// One answer being generated, on one sequence id.
@@ -127,7 +131,7 @@ struct Branch {
     /// The sampled token not yet decoded; `None` while the prompt is, or
     /// once the branch has ended.
     pending: Option<LlamaToken>,
-    sampler: Option<LlamaSampler>,
+    picker: Picker,
     stops: StopMatcher,
     utf8: Utf8Stream,
     /// Why it ended, once it has (a sample waiting for the others).
@@ -164,6 +168,7 @@ pub(super) struct SeqIds {
 enum Next {
     Continue(LlamaToken),
     Done(FinishReason),
+    Fail(LocalError),
 }
 
 impl<'m> Engine<'m> {
@@ -187,6 +192,7 @@ impl<'m> Engine<'m> {
             model,
             ctx,
             format,
+            grammar_pass: GrammarPass::default(),
             // A step holds each generating sample's token and up to
             // `batch_size` prompt tokens besides.
             batch: LlamaBatch::new(batch_size + sequences * max_samples, 1),
@@ -200,6 +206,12 @@ impl<'m> Engine<'m> {
             threads_applied: threads,
             start_hint_taken: false,
         }
+    }
+
+    /// How a constrained answer's grammar is applied (see `pick`).
+    pub(super) fn with_grammar_pass(mut self, pass: GrammarPass) -> Self {
+        self.grammar_pass = pass;
+        self
     }
 
     /// Whether the context's thread count can be changed (else the
@@ -402,22 +414,28 @@ impl<'m> Engine<'m> {
             .sampling
             .validate()
             .map_err(LocalError::from)
-            .and_then(|()| self.format.render(self.model, &job.messages))
-            .map(|prompt| self.model.vocab().tokenize(prompt.as_bytes(), true, true))
-            .and_then(|tokens| {
+            .and_then(|()| {
+                self.format
+                    .render_job(self.model, &job.messages, &job.sampling)
+            })
+            .map(|(prompt, tools)| {
+                let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
+                (tokens, tools)
+            })
+            .and_then(|(tokens, tools)| {
                 if tokens.is_empty() || tokens.len() >= self.seq_context {
                     Err(LocalError::PromptTooLong {
                         prompt_tokens: tokens.len() as u32,
                         context_size: self.seq_context as u32,
                     })
                 } else {
-                    Ok(tokens)
+                    Ok((tokens, tools))
                 }
             });
         // More samples than the lane has sequence ids for is the
         // caller's mistake, told as such.
         let samples = job.sampling.consensus.map_or(1, |c| c.samples as usize);
-        let prepared = prepared.and_then(|tokens| {
+        let prepared = prepared.and_then(|ready| {
             if samples > self.max_samples {
                 Err(LocalError::InvalidRequest(
                     crate::request::InvalidRequest::new(format!(
@@ -427,15 +445,18 @@ impl<'m> Engine<'m> {
                     )),
                 ))
             } else {
-                Ok(tokens)
+                Ok(ready)
             }
         });
-        // A `response_format` adds llama.cpp's grammar sampler (greedy
-        // jobs too); a schema it cannot compile fails the job here.
-        let prepared = prepared.and_then(|tokens| {
-            build_sampler(self.model, &job.sampling, 0).map(|sampler| (tokens, sampler))
+        // A `response_format` or a tool call adds llama.cpp's grammar
+        // (greedy jobs too); one it cannot compile fails the job here.
+        let grammar_pass = self.grammar_pass;
+        let prepared = prepared.and_then(|(tokens, tools)| {
+            let grammar = grammar_for(&job.sampling, tools.as_ref())?;
+            Picker::new(self.model, &job.sampling, grammar.as_ref(), grammar_pass, 0)
+                .map(|picker| (tokens, tools, picker))
         });
-        let (tokens, sampler) = match prepared {
+        let (tokens, tools, picker) = match prepared {
             Ok(ready) => ready,
             Err(e) => {
                 reply_after(permit, job, progress, reply, Err(e));
@@ -443,7 +464,7 @@ impl<'m> Engine<'m> {
             }
         };
         let out = Progress::new(&job, submitted_at, started, tokens.len());
-        let stops = StopMatcher::new(&job.sampling.stop);
+        let stops = stops_for(&job, tools.as_ref());
         let mut active = Active {
             job,
             permit,
@@ -458,12 +479,13 @@ impl<'m> Engine<'m> {
                 len: 0,
                 out,
                 pending: None,
-                sampler,
+                picker,
                 stops,
                 utf8: Utf8Stream::default(),
                 ended: None,
             }],
             aborted_in_decode: false,
+            tools,
         };
         if active.job.stop_reason().is_none() {
             active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
@@ -661,16 +683,27 @@ impl<'m> Engine<'m> {
             let total = a.tokens.len() as u32;
             report(PromptProgress { done: total, total });
         }
+        let grammar = if ids.is_empty() {
+            None
+        } else {
+            grammar_for(&a.job.sampling, a.tools.as_ref())?
+        };
         for (i, &id) in ids.iter().enumerate() {
-            let sampler = build_sampler(model, &a.job.sampling, i as u32 + 1)?;
+            let picker = Picker::new(
+                model,
+                &a.job.sampling,
+                grammar.as_ref(),
+                self.grammar_pass,
+                i as u32 + 1,
+            )?;
             let out = a.branches[0].out.clone();
             a.branches.push(Branch {
                 seq_id: id,
                 len: cached,
                 out,
                 pending: None,
-                sampler,
-                stops: StopMatcher::new(&a.job.sampling.stop),
+                picker,
+                stops: stops_for(&a.job, a.tools.as_ref()),
                 utf8: Utf8Stream::default(),
                 ended: None,
             });
@@ -703,6 +736,7 @@ impl<'m> Engine<'m> {
                     self.complete(seq, reason);
                 }
             }
+            Next::Fail(e) => self.fail(seq, e),
         }
     }
 
@@ -801,12 +835,11 @@ impl<'m> Engine<'m> {
         let logits = self.ctx.get_logits_ith(row);
         let pass = simd::scan(logits);
         // Greedy picks the first largest logit, which the signals pass
-        // finds anyway: llama.cpp's sampler (a copy of the whole vocabulary
-        // per token) only runs when sampling is random or a grammar
-        // constrains it (`build_sampler`; the sampler accepts its token).
-        let token = match br.sampler.as_mut() {
-            None => LlamaToken(pass.argmax as i32),
-            Some(sampler) => sampler.sample(&self.ctx, row),
+        // finds anyway; llama.cpp's samplers run only when sampling is
+        // random or a grammar constrains the answer (`pick`).
+        let token = match br.picker.pick(&self.ctx, row, logits, pass.argmax) {
+            Ok(token) => token,
+            Err(e) => return Next::Fail(e),
         };
         let scan = signals::from_pass(logits, &pass, token.0 as usize);
         br.out.token_sampled(scan);
@@ -822,6 +855,15 @@ impl<'m> Engine<'m> {
         }
         let mut piece = Vec::with_capacity(32);
         vocab.token_to_piece_into(token, &mut piece, false, None);
+        if let (Some(detail), Some(n)) = (br.out.detail.as_mut(), a.job.sampling.logprobs) {
+            detail.push(token_logprob(
+                self.model,
+                logprob_entry(&piece, scan.logprob),
+                logits,
+                scan.log_sum_exp,
+                n,
+            ));
+        }
         let mut text = String::new();
         br.utf8.push(&piece, &mut text);
         let state = br.stops.push(&text);
@@ -863,8 +905,10 @@ impl<'m> Engine<'m> {
             branches,
             aborted_in_decode,
             samples,
+            tools,
             ..
         } = a;
+        let grammar_pass = self.grammar_pass;
         let finished = catch_unwind(AssertUnwindSafe(|| {
             finish_job(&mut job, branches, samples, reason, aborted_in_decode)
         }));
@@ -875,16 +919,30 @@ impl<'m> Engine<'m> {
                     detail: crate::panic_payload::message(&*panic),
                 }
             })
-            // Under a grammar the answer is JSON unless it was cut short
-            // (max_tokens, a stop string): that is a typed error, never a
-            // malformed answer passed on as good. A cancelled or late job
-            // keeps its partial text, as without a format (the harness
-            // does not accept it as an answer anyway).
-            .and_then(|c| match &job.sampling.response_format {
-                Some(f) if c.finish_reason.is_complete() => {
-                    f.accepts(&c.text).map(|()| c).map_err(LocalError::from)
+            // A whole answer is split into its text and its tool calls,
+            // then checked: under a grammar it is valid unless it was cut
+            // short (max_tokens, a stop string), and that is a typed error,
+            // never a malformed answer passed on as good. A cancelled or
+            // late job keeps its partial text (the harness does not accept
+            // it as an answer anyway).
+            .and_then(|c| {
+                if !c.finish_reason.is_complete() {
+                    return Ok(c);
                 }
-                _ => Ok(c),
+                // Without a grammar (`GrammarPass::Off`) the answer is
+                // handed back as the model wrote it, calls parsed where
+                // they parse: judging it is the caller's (the harness
+                // rejects an invalid answer as it would a cloud's).
+                let unconstrained = grammar_pass == GrammarPass::Off;
+                let c = match tools.as_ref().filter(|t| t.offered) {
+                    Some(t) if unconstrained => with_tool_calls(c.clone(), t.style).unwrap_or(c),
+                    Some(t) => with_tool_calls(c, t.style)?,
+                    None => c,
+                };
+                if job.sampling.constrains_answer() && !unconstrained {
+                    job.sampling.check_answer(&c.text, &c.tool_calls)?;
+                }
+                Ok(c)
             });
         reply_after(permit, job, progress, reply, result);
     }
@@ -989,6 +1047,64 @@ fn finish_job(
     let took = c.timings.generation.as_secs_f64();
     c.timings.gen_tokens_per_s = (sampled > n && took > 0.0).then(|| (sampled - n) as f64 / took);
     c
+}
+
+/// A job's stop strings, holding back its model's tool-call markup from
+/// the stream when it may call tools.
+fn stops_for(job: &LaneJob, tools: Option<&ToolJob>) -> StopMatcher {
+    let stops = StopMatcher::new(&job.sampling.stop);
+    match tools.and_then(ToolJob::held_markers) {
+        Some(held) => stops.holding(held),
+        None => stops,
+    }
+}
+
+/// The completion with its tool calls parsed out of its text.
+fn with_tool_calls(
+    mut c: LocalCompletion,
+    style: CallStyle,
+) -> Result<LocalCompletion, LocalError> {
+    let (content, calls) = toolcall::parse(style, &c.text)?;
+    c.text = content;
+    c.tool_calls = calls;
+    Ok(c)
+}
+
+/// A token's text and bytes as a log-probability entry.
+fn logprob_entry(piece: &[u8], logprob: f32) -> TopLogprob {
+    TopLogprob {
+        token: String::from_utf8_lossy(piece).into_owned(),
+        logprob,
+        bytes: Some(piece.to_vec()),
+    }
+}
+
+/// The sampled token's entry with the `n` most likely tokens at its
+/// position, all from the raw distribution (the same pass as the
+/// signals'). Alternatives that are control tokens show their text.
+fn token_logprob(
+    model: &LlamaModel,
+    chosen: TopLogprob,
+    logits: &[f32],
+    log_sum_exp: f64,
+    n: u8,
+) -> TokenLogprob {
+    let vocab = model.vocab();
+    let mut piece = Vec::with_capacity(32);
+    let top_logprobs = signals::top_logprobs(logits, log_sum_exp, usize::from(n))
+        .into_iter()
+        .map(|(id, logprob)| {
+            piece.clear();
+            vocab.token_to_piece_into(LlamaToken(id as i32), &mut piece, true, None);
+            logprob_entry(&piece, logprob)
+        })
+        .collect();
+    TokenLogprob {
+        token: chosen.token,
+        logprob: chosen.logprob,
+        bytes: chosen.bytes,
+        top_logprobs,
+    }
 }
 
 /// Frees the lane's slot, then hands back the result: a caller that sees

@@ -2,14 +2,16 @@
 //! become a prompt, the sampler a request asks for, and the job's
 //! counters and clocks that become its [`LocalCompletion`].
 
+use super::pick::GrammarSpec;
 use super::signals;
 use super::template::{self, Origin};
+use super::toolcall::{self, ToolJob, ToolTemplate};
 use super::{LocalCompletion, LocalError, LocalTimings, ThreadSteps};
-use crate::lane::{FinishReason, LaneJob};
+use crate::lane::{FinishReason, LaneJob, TokenLogprob};
 use crate::request::ChatMessage;
+use crate::request::Sampling;
 use crate::structured::ResponseFormat;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
-use llama_cpp_2::sampling::LlamaSampler;
 use std::time::{Duration, Instant};
 
 /// How messages become a prompt.
@@ -58,6 +60,44 @@ impl PromptFormat {
         };
         format.render(model, &[ChatMessage::system("s"), ChatMessage::user("u")])?;
         Ok(format)
+    }
+
+    /// The template's Jinja text, when it is one (a model's own template
+    /// or a configured full text; not a name llama.cpp knows).
+    pub(super) fn jinja_text(&self) -> Option<&str> {
+        match self {
+            PromptFormat::Template { template, .. } => template
+                .to_str()
+                .ok()
+                .filter(|t| t.contains("{%") || t.contains("{{")),
+            PromptFormat::ChatMlFallback => None,
+        }
+    }
+
+    /// A job's prompt, and what its tools mean on this lane when it has
+    /// tools or tool messages (then the model's own Jinja template renders
+    /// it, see `toolcall`); other jobs render as they always have.
+    pub(super) fn render_job(
+        &self,
+        model: &LlamaModel,
+        messages: &[ChatMessage],
+        sampling: &Sampling,
+    ) -> Result<(String, Option<ToolJob>), LocalError> {
+        let tools = ToolTemplate::detect(self.jinja_text());
+        let Some(job) = ToolJob::of(tools, sampling, messages) else {
+            return Ok((self.render(model, messages)?, None));
+        };
+        let eos = {
+            let mut piece = Vec::new();
+            let vocab = model.vocab();
+            vocab.token_to_piece_into(vocab.eos(), &mut piece, true, None);
+            String::from_utf8_lossy(&piece).into_owned()
+        };
+        let prompt = match toolcall::render(tools, self.jinja_text(), messages, sampling, &eos)? {
+            Ok(text) => text,
+            Err(generic) => self.render(model, &generic)?,
+        };
+        Ok((prompt, Some(job)))
     }
 
     pub(super) fn describe(&self) -> String {
@@ -146,72 +186,35 @@ pub(super) fn emit(job: &mut LaneJob, text: &str) {
     }
 }
 
-/// The sampler a job needs, or `None` when greedy sampling can take the
-/// argmax of the raw logits (no grammar). A `response_format` puts
-/// llama.cpp's grammar sampler first in the chain, so every token (greedy
-/// ones too) is one the grammar allows; the chain then picks as without it.
-///
-/// `sample` numbers the samples of a consensus job: sample `i` seeds its
-/// random choices with the request's seed plus `i`, so each sample differs
-/// from the others and a seeded request gives the same samples every time.
-pub(super) fn build_sampler(
-    model: &LlamaModel,
-    sampling: &crate::request::Sampling,
-    sample: u32,
-) -> Result<Option<LlamaSampler>, LocalError> {
-    let grammar = match &sampling.response_format {
-        Some(format) => Some(grammar_sampler(model, format)?),
-        None => None,
-    };
-    let greedy = sampling.temperature <= 0.0;
-    if greedy && grammar.is_none() {
+/// The grammar a job's answer must follow, if any: its tool call's (see
+/// `toolcall`), or llama.cpp's own translation of its `response_format`
+/// schema (`json_object` is the
+/// schema `{"type": "object"}`, any JSON object), so no grammar is written
+/// by hand here.
+pub(super) fn grammar_for(
+    sampling: &Sampling,
+    tools: Option<&ToolJob>,
+) -> Result<Option<GrammarSpec>, LocalError> {
+    // A call's grammar takes precedence: with tools offered, an answer
+    // without a call is validated against the `response_format` but not
+    // decoded under it.
+    if let Some(job) = tools.filter(|j| j.offered) {
+        return toolcall::grammar(job, sampling);
+    }
+    let Some(format) = &sampling.response_format else {
         return Ok(None);
-    }
-    let mut chain: Vec<LlamaSampler> = grammar.into_iter().collect();
-    if greedy {
-        chain.push(LlamaSampler::greedy());
-        return Ok(Some(LlamaSampler::chain_simple(chain)));
-    }
-    let seed = sampling
-        .seed
-        .map_or_else(
-            || {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.subsec_nanos())
-            },
-            |s| (s ^ (s >> 32)) as u32,
-        )
-        .wrapping_add(sample);
-    if sampling.top_k > 0 {
-        chain.push(LlamaSampler::top_k(
-            sampling.top_k.min(i32::MAX as u32) as i32
-        ));
-    }
-    if sampling.top_p < 1.0 {
-        chain.push(LlamaSampler::top_p(sampling.top_p, 1));
-    }
-    chain.push(LlamaSampler::temp(sampling.temperature));
-    chain.push(LlamaSampler::dist(seed));
-    Ok(Some(LlamaSampler::chain_simple(chain)))
+    };
+    Ok(Some(GrammarSpec {
+        text: grammar_text(format)?,
+        root: "root".into(),
+        triggers: None,
+    }))
 }
 
-/// The GBNF grammar of a response format: llama.cpp's own translation of
-/// the schema (`json_object` is the schema `{"type": "object"}`, any JSON
-/// object), so no grammar is written by hand here.
+/// The GBNF text of a response format.
 pub(super) fn grammar_text(format: &ResponseFormat) -> Result<String, LocalError> {
     let schema = format.schema().to_string();
     llama_cpp_2::json_schema_to_grammar(&schema).map_err(|e| LocalError::Grammar {
-        detail: e.to_string(),
-    })
-}
-
-fn grammar_sampler(
-    model: &LlamaModel,
-    format: &ResponseFormat,
-) -> Result<LlamaSampler, LocalError> {
-    let text = grammar_text(format)?;
-    LlamaSampler::grammar(model, &text, "root").map_err(|e| LocalError::Grammar {
         detail: e.to_string(),
     })
 }
@@ -229,6 +232,8 @@ pub(super) struct Progress {
     pub(super) completion_tokens: usize,
     logprobs: Vec<f32>,
     first_token_margin: Option<f32>,
+    /// Per-token detail, when the job asked for log-probabilities.
+    pub(super) detail: Option<Vec<TokenLogprob>>,
     decode_threads: Vec<ThreadSteps>,
 }
 
@@ -250,6 +255,7 @@ impl Progress {
             completion_tokens: 0,
             logprobs: Vec::with_capacity(job.sampling.max_tokens.min(4096) as usize),
             first_token_margin: None,
+            detail: job.sampling.logprobs.map(|_| Vec::new()),
             decode_threads: Vec::new(),
         }
     }
@@ -308,6 +314,8 @@ impl Progress {
             p10_logprob: signals::low_quantile(&self.logprobs, 0.1),
             first_token_margin: self.first_token_margin,
             token_logprobs: self.logprobs,
+            tool_calls: Vec::new(),
+            logprobs: self.detail,
             samples: Vec::new(),
             agreement: None,
             sampled_tokens: self.completion_tokens as u32,

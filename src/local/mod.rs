@@ -31,7 +31,13 @@
 //!   abort callback), so a long prompt stops within one compute step; the
 //!   job's deadline is watched the same way;
 //! - prompt-prefix reuse: the context keeps the previous job's tokens and
-//!   decodes only what follows the longest common prefix.
+//!   decodes only what follows the longest common prefix;
+//! - structured answers (issue 24): a `response_format` or a tool call
+//!   decoded under llama.cpp's grammar, checked against each picked token
+//!   (`pick`); requests with tools or tool messages rendered by the
+//!   model's own Jinja template (`jinja`), the call parsed into
+//!   [`LocalCompletion::tool_calls`] (`toolcall`); per-token
+//!   log-probabilities with alternatives when asked for.
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
@@ -40,11 +46,14 @@ pub mod devices;
 mod ffi;
 mod generate;
 mod governor;
+mod jinja;
+mod pick;
 pub mod probe;
 mod signals;
 mod simd;
 mod stop;
 mod template;
+mod toolcall;
 mod utf8;
 pub mod wait;
 mod worker;
@@ -61,6 +70,7 @@ use tokio::sync::oneshot;
 
 pub use crate::cores::physical_cores;
 pub use governor::ThreadPolicy;
+pub use pick::GrammarPass;
 pub use probe::{ProbeMode, ProbeReport};
 
 /// Not part of the API: the lane's per-token bookkeeping (the passes over
@@ -132,6 +142,12 @@ pub struct LocalConfig {
     /// Where verdicts are kept; default `$XDG_CACHE_HOME/edgecloud/probe`
     /// (or `~/.cache/edgecloud/probe`).
     pub probe_cache_dir: Option<PathBuf>,
+    /// How a constrained answer's grammar is applied: `check` (default:
+    /// the pick is checked, the vocabulary only when it is rejected),
+    /// `full` (the whole vocabulary every token; the reference) or `off`
+    /// (no grammar, and the lane does not judge the answer; the harness
+    /// does). See [`GrammarPass`].
+    pub grammar_pass: GrammarPass,
     /// Most samples one job may ask for (a request's
     /// [`consensus`](crate::request::Sampling::consensus)), 1 to
     /// [`MAX_SAMPLES`](crate::request::MAX_SAMPLES). Each lane gets this
@@ -157,6 +173,7 @@ impl Default for LocalConfig {
             probe_timeout_ms: 120_000,
             probe_cache: true,
             probe_cache_dir: None,
+            grammar_pass: GrammarPass::Check,
             max_samples: 1,
         }
     }
@@ -211,6 +228,11 @@ pub struct LocalInfo {
     /// architecture)` (e.g. `gemma (by architecture)`), `NAME (by
     /// vocabulary)` (e.g. `llama3 (by vocabulary)`) or `chatml (fallback)`.
     pub chat_template: String,
+    /// How the model is asked for tool calls: `hermes (template)` (its
+    /// template renders tools and `<tool_call>`), `llama3 (template)`, or
+    /// `hermes (system prompt)` (the template has no tool syntax; the tools
+    /// and the call format go in the system message).
+    pub tool_calls: String,
 }
 
 /// Timings of one local job. Every instant counts from when the job was
@@ -279,6 +301,12 @@ pub struct LocalCompletion {
     /// the raw model distribution, in `[0, 1]`: high when the model was
     /// sure how to start (a strong signal on short answers).
     pub first_token_margin: Option<f32>,
+    /// The tool calls the answer makes, parsed from the model's tool-call
+    /// markup (then `text` is what came before it).
+    pub tool_calls: Vec<crate::tools::ToolCall>,
+    /// Per-token log-probabilities with the most likely alternatives, when
+    /// the job asked for them (`Sampling::logprobs`).
+    pub logprobs: Option<Vec<crate::lane::TokenLogprob>>,
     /// A consensus job's samples, in order (empty for a single answer).
     /// The completion's own text and figures are those of the sample that
     /// stands for the majority (see [`crate::request::Consensus`]).
@@ -373,9 +401,12 @@ pub enum LocalError {
         /// What llama.cpp said.
         detail: String,
     },
-    /// The answer, decoded under the request's grammar, still does not
-    /// parse or meet its schema (cut by `max_tokens` or a stop string).
-    #[error("the local answer does not meet its response_format: {0}")]
+    /// The answer, decoded under the request's grammar (its
+    /// `response_format` or tool call), still does not parse or meet its
+    /// schema: it was cut short by `max_tokens` or a stop string.
+    #[error(
+        "the local answer is not what the request asked for (cut short under its grammar): {0}"
+    )]
     InvalidAnswer(#[from] crate::structured::InvalidAnswer),
     /// `llama_decode` failed for a reason other than an abort.
     #[error("llama.cpp decode failed: {detail}")]

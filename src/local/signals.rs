@@ -21,6 +21,8 @@ pub struct TokenScan {
     pub logprob: f32,
     /// softmax top-1 minus top-2 probability, in `[0, 1]`.
     pub margin: f32,
+    /// log(sum(exp(logits))): a logit minus this is its log-probability.
+    pub log_sum_exp: f64,
 }
 
 /// Scans `logits` (both passes) for the token at `chosen`.
@@ -46,7 +48,29 @@ pub fn from_pass(logits: &[f32], pass: &simd::Scan, chosen: usize) -> TokenScan 
     TokenScan {
         logprob,
         margin: (p(pass.max) - p(pass.second)).clamp(0.0, 1.0) as f32,
+        log_sum_exp: lse,
     }
+}
+
+/// The `n` most likely tokens of `logits` with their log-probabilities
+/// (`log_sum_exp` from [`from_pass`]), most likely first, ties by id:
+/// what a request's `top_logprobs` asks for. One partial selection over
+/// the row, only when asked.
+pub(super) fn top_logprobs(logits: &[f32], log_sum_exp: f64, n: usize) -> Vec<(usize, f32)> {
+    let n = n.min(logits.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    let by_rank = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+    let mut ids: Vec<usize> = (0..logits.len()).collect();
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, by_rank);
+        ids.truncate(n);
+    }
+    ids.sort_unstable_by(by_rank);
+    ids.into_iter()
+        .map(|i| (i, (f64::from(logits[i]) - log_sum_exp) as f32))
+        .collect()
 }
 
 /// The `q`-quantile (0 < q <= 1) of `values` by nearest rank: the value at
@@ -137,5 +161,20 @@ mod tests {
         assert_eq!(low_quantile(&[-1.0, -2.0, -3.0], 0.1), Some(-3.0));
         assert_eq!(low_quantile(&[f32::NAN], 0.1), None);
         assert_eq!(low_quantile(&[], 0.1), None);
+    }
+
+    #[test]
+    fn top_logprobs_are_the_best_ranked_with_their_log_probabilities() {
+        let l = [1.0, 3.0, 2.0, 3.0, -1.0];
+        let scan = scan(&l, 1);
+        let top = top_logprobs(&l, scan.log_sum_exp, 3);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3, 2]);
+        assert!((top[0].1 - scan.logprob).abs() < 1e-6);
+        let total: f64 = (0..5)
+            .map(|i| (f64::from(l[i]) - scan.log_sum_exp).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        assert_eq!(top_logprobs(&l, scan.log_sum_exp, 9).len(), 5);
+        assert!(top_logprobs(&l, scan.log_sum_exp, 0).is_empty());
     }
 }

@@ -121,6 +121,9 @@ fn run_worker(
         }
     };
     let chat_template = format.describe();
+    let tool_calls = super::toolcall::ToolTemplate::detect(format.jinja_text())
+        .describe()
+        .to_string();
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -132,7 +135,8 @@ fn run_worker(
         },
         threads,
         Governor::new(threads, config.thread_policy),
-    );
+    )
+    .with_grammar_pass(config.grammar_pass);
     let thread_policy = if engine.controls_threads() {
         config.thread_policy
     } else {
@@ -157,6 +161,7 @@ fn run_worker(
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
         chat_template,
+        tool_calls,
         probe: super::probe::ProbeReport::not_run(),
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");

@@ -32,5 +32,5 @@ pub(crate) use error::{error_message, provider_error, ErrorBody, ErrorObject, Fi
 pub(crate) use refused::REFUSED;
 pub(crate) use request::{parse_request, string, unsigned, ChatRequest, ParseOptions};
 pub(crate) use response::{
-    to_json, ChatChunk, ChatCompletion, Delta, Ids, Model, ModelList, Usage,
+    to_json, ChatChunk, ChatCompletion, Delta, Ids, Model, ModelList, ToolCallDelta, Usage,
 };

@@ -2,10 +2,11 @@
 //! sets one (to anything but its neutral value) is refused, never answered
 //! as if it had not asked: `serve` answers 400 naming the field, a bench
 //! workload line is an error (dropping the field would benchmark a
-//! different request). Supporting one of them later (issue 24:
-//! `tools`/`tool_choice`, `logprobs`/`top_logprobs`) means a typed field
+//! different request). Supporting one of them later means a typed field
 //! in `ChatRequest` and taking its entry out of this list, as
-//! `response_format` was; nothing else refuses them.
+//! `response_format`, `tools`, `tool_choice`, `logprobs` and
+//! `top_logprobs` were (issue 24); nothing else refuses them. The legacy
+//! `functions`/`function_call` stay refused: `tools` replaces them.
 
 use super::error::FieldError;
 use serde_json::{Map, Value};
@@ -16,10 +17,6 @@ pub(crate) enum Neutral {
     /// Absent, `null`, an empty list or `"none"` (how clients say "no
     /// tools").
     Unset,
-    /// Absent, `null` or `false`; anything else but `true` is a type error.
-    False,
-    /// Absent, `null` or `0`.
-    Zero,
 }
 
 /// A field that is refused unless neutral.
@@ -35,10 +32,6 @@ const fn refused(field: &'static str, neutral: Neutral) -> Refused {
 
 /// Every refused field, in the order they are checked.
 pub(crate) const REFUSED: &[Refused] = &[
-    refused("logprobs", Neutral::False),
-    refused("top_logprobs", Neutral::Zero),
-    refused("tools", Neutral::Unset),
-    refused("tool_choice", Neutral::Unset),
     refused("functions", Neutral::Unset),
     refused("function_call", Neutral::Unset),
     refused("audio", Neutral::Unset),
@@ -64,11 +57,6 @@ pub(crate) fn check(obj: &Map<String, Value>, at: &str) -> Result<(), FieldError
                 Value::String(s) => s == "none",
                 _ => false,
             },
-            Neutral::False => match v {
-                Value::Bool(b) => !b,
-                other => return Err(super::request::type_error(&param, "a boolean", other)),
-            },
-            Neutral::Zero => v.as_u64() == Some(0),
         };
         if !neutral {
             let message = format!("`{param}` is not supported");
@@ -90,26 +78,16 @@ mod tests {
     #[test]
     fn neutral_values_pass_and_others_are_named() {
         assert_eq!(
-            first(
-                json!({"tools": [], "tool_choice": "none", "logprobs": false,
-                "top_logprobs": 0, "audio": null})
-            ),
+            first(json!({"functions": [], "function_call": "none", "audio": null})),
             None
         );
         for (field, value) in [
-            ("tools", json!([{"type": "function"}])),
-            ("tool_choice", json!("auto")),
-            ("logprobs", json!(true)),
-            ("top_logprobs", json!(3)),
+            ("functions", json!([{"name": "f"}])),
+            ("function_call", json!("auto")),
             ("web_search_options", json!({})),
         ] {
             assert_eq!(first(json!({ field: value })).as_deref(), Some(field));
         }
-        let e = check(json!({"logprobs": "yes"}).as_object().unwrap(), "body.").unwrap_err();
-        assert_eq!(
-            (e.param.as_str(), e.code),
-            ("body.logprobs", Some("invalid_type"))
-        );
-        assert!(is_refused("tools") && !is_refused("temperature"));
+        assert!(is_refused("functions") && !is_refused("tools") && !is_refused("temperature"));
     }
 }

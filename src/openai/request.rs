@@ -7,6 +7,7 @@ use super::error::FieldError;
 use super::refused;
 use crate::request::{ChatMessage, Role, Sampling};
 use crate::structured::ResponseFormat;
+use crate::tools::{check_tools, Tool, ToolCall, ToolChoice};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -40,6 +41,14 @@ pub(crate) struct ChatRequest<'a> {
     /// and is never sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) response_format: Option<Cow<'a, ResponseFormat>>,
+    #[serde(skip_serializing_if = "<[Tool]>::is_empty")]
+    pub(crate) tools: Cow<'a, [Tool]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_choice: Option<ToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) logprobs: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) top_logprobs: Option<u8>,
 }
 
 /// `stream_options`.
@@ -76,6 +85,14 @@ impl<'a> ChatRequest<'a> {
             }),
             // Passed through unchanged: the provider enforces it.
             response_format: sampling.response_format.as_ref().map(Cow::Borrowed),
+            tools: Cow::Borrowed(&sampling.tools),
+            tool_choice: if sampling.tools.is_empty() {
+                None
+            } else {
+                sampling.tool_choice.clone()
+            },
+            logprobs: sampling.logprobs.map(|_| true),
+            top_logprobs: sampling.logprobs.filter(|n| *n > 0),
         }
     }
 
@@ -103,6 +120,13 @@ impl<'a> ChatRequest<'a> {
         }
         if let Some(f) = &self.response_format {
             s.response_format = Some(f.clone().into_owned());
+        }
+        if !self.tools.is_empty() {
+            s.tools = self.tools.to_vec();
+            s.tool_choice = self.tool_choice.clone();
+        }
+        if self.logprobs == Some(true) {
+            s.logprobs = Some(self.top_logprobs.unwrap_or(0));
         }
         s
     }
@@ -156,6 +180,10 @@ const READ: &[&str] = &[
     "stream",
     "stream_options",
     "response_format",
+    "tools",
+    "tool_choice",
+    "logprobs",
+    "top_logprobs",
 ];
 
 /// The one validator of a chat-completions body. Errors name the first
@@ -227,6 +255,8 @@ pub(crate) fn parse_request(
         Some(v) => response_format(v, &format!("{}response_format", opts.at))?.map(Cow::Owned),
         None => None,
     };
+    let (tools, tool_choice) = tools(obj, opts.at)?;
+    let (logprobs, top_logprobs) = logprobs(obj, opts.at)?;
     let extra = if opts.strict {
         Map::new()
     } else {
@@ -249,6 +279,10 @@ pub(crate) fn parse_request(
             stream,
             stream_options,
             response_format,
+            tools: Cow::Owned(tools),
+            tool_choice,
+            logprobs,
+            top_logprobs,
         },
         extra,
     })
@@ -380,6 +414,90 @@ fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldEr
     }
 }
 
+/// `tools` and `tool_choice`: function declarations (each `parameters`
+/// inside the supported schema subset, a keyword outside it named) and
+/// OpenAI's choices. `tool_choice` without `tools` is ignored when it is
+/// `none` or `auto`, as OpenAI does.
+fn tools(
+    obj: &Map<String, Value>,
+    at: &str,
+) -> Result<(Vec<Tool>, Option<ToolChoice>), FieldError> {
+    let p = format!("{at}tools");
+    let tools: Vec<Tool> = match present(obj, "tools") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let pi = format!("{p}[{i}]");
+                if !t.get("function").is_some_and(Value::is_object) {
+                    return Err(FieldError::invalid(
+                        format!("{pi}.function"),
+                        format!("`{pi}.function` is required (an object)"),
+                    )
+                    .code("missing_required_parameter"));
+                }
+                serde_json::from_value(t.clone())
+                    .map_err(|e| FieldError::invalid(&pi, format!("`{pi}`: {e}")))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(type_error(&p, "an array", other)),
+    };
+    let choice = match present(obj, "tool_choice") {
+        None => None,
+        Some(v) => Some(
+            ToolChoice::from_value(v)
+                .map_err(|e| FieldError::invalid(format!("{at}tool_choice"), e))?,
+        ),
+    };
+    check_tools(&tools, choice.as_ref()).map_err(|e| {
+        let param = format!("{at}{}", e.param);
+        match e.schema {
+            Some(_) => FieldError::refused(
+                param,
+                format!(
+                    "{}; supported: type, properties, required, additionalProperties, items, \
+                     enum, const, minItems, maxItems, minLength, maxLength and annotations",
+                    e.message
+                ),
+            )
+            .code("unsupported_schema_keyword"),
+            None => FieldError::invalid(param, e.message),
+        }
+    })?;
+    Ok((tools, choice))
+}
+
+/// `logprobs` (a boolean) and `top_logprobs` (0 to 20, only with
+/// `logprobs: true`, as OpenAI requires).
+fn logprobs(obj: &Map<String, Value>, at: &str) -> Result<(Option<bool>, Option<u8>), FieldError> {
+    let logprobs = match present(obj, "logprobs") {
+        Some(v) => Some(boolean(v, &format!("{at}logprobs"))?),
+        None => None,
+    };
+    let p = format!("{at}top_logprobs");
+    let top = match present(obj, "top_logprobs") {
+        None => None,
+        Some(v) => {
+            let n = unsigned(v, &p)?;
+            if n > u64::from(crate::request::MAX_TOP_LOGPROBS) {
+                return Err(FieldError::invalid(
+                    &p,
+                    format!("`{p}` must be at most {}", crate::request::MAX_TOP_LOGPROBS),
+                ));
+            }
+            Some(n as u8)
+        }
+    };
+    if top.is_some_and(|n| n > 0) && logprobs != Some(true) {
+        return Err(FieldError::invalid(
+            &p,
+            format!("`{p}` needs `{at}logprobs` to be true"),
+        ));
+    }
+    Ok((logprobs, top))
+}
+
 /// The value of `key`, unless absent or `null` (as good as absent).
 pub(crate) fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
@@ -485,8 +603,10 @@ fn messages(v: Option<&Value>, opts: ParseOptions<'_>) -> Result<Vec<ChatMessage
 }
 
 /// One message as OpenAI clients write it: role `system`, `developer` (a
-/// system message), `user` or `assistant`; content a string or a list of
-/// text parts (an assistant's may be null). `at` names it (`messages[2]`).
+/// system message), `user`, `assistant` (maybe with `tool_calls`) or
+/// `tool` (with the `tool_call_id` it answers); content a string or a
+/// list of text parts (an assistant's may be null). `at` names it
+/// (`messages[2]`).
 fn message(v: &Value, at: &str, strict: bool) -> Result<ChatMessage, FieldError> {
     let field = |f: &str| format!("{at}.{f}");
     let Value::Object(m) = v else {
@@ -501,11 +621,13 @@ fn message(v: &Value, at: &str, strict: bool) -> Result<ChatMessage, FieldError>
             "system" | "developer" => Role::System,
             "user" => Role::User,
             "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
             other => {
                 return Err(FieldError::invalid(
                     field("role"),
                     format!(
-                        "unsupported role `{other}`; expected system, developer, user or assistant"
+                        "unsupported role `{other}`; expected system, developer, user, assistant \
+                         or tool"
                     ),
                 ))
             }
@@ -552,18 +674,65 @@ fn message(v: &Value, at: &str, strict: bool) -> Result<ChatMessage, FieldError>
         }
     };
     if strict {
-        if let Some(k) = m
-            .keys()
-            .find(|k| !matches!(k.as_str(), "role" | "content" | "name"))
-        {
+        if let Some(k) = m.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "role" | "content" | "name" | "tool_calls" | "tool_call_id"
+            )
+        }) {
             let p = field(k);
             return Err(FieldError::refused(
                 &p,
-                format!("`{p}` is not supported (only role, content and name)"),
+                format!(
+                    "`{p}` is not supported (only role, content, name, tool_calls and \
+                     tool_call_id)"
+                ),
             ));
         }
     }
-    Ok(ChatMessage::new(role, content))
+    let mut message = ChatMessage::new(role, content);
+    match (role, present(m, "tool_calls")) {
+        (Role::Assistant, Some(v)) => message.tool_calls = tool_calls(v, &field("tool_calls"))?,
+        (_, Some(_)) => {
+            let p = field("tool_calls");
+            return Err(FieldError::invalid(
+                &p,
+                format!("`{p}` is only allowed on assistant messages"),
+            ));
+        }
+        (_, None) => {}
+    }
+    match (role, present(m, "tool_call_id")) {
+        (Role::Tool, Some(v)) => {
+            message.tool_call_id = Some(string(v, &field("tool_call_id"))?.to_string());
+        }
+        (Role::Tool, None) => {
+            let p = field("tool_call_id");
+            return Err(
+                FieldError::invalid(&p, format!("`{p}` is required on tool messages"))
+                    .code("missing_required_parameter"),
+            );
+        }
+        _ => {}
+    }
+    Ok(message)
+}
+
+/// An assistant message's `tool_calls`: `[{"id", "type": "function",
+/// "function": {"name", "arguments"}}]`.
+fn tool_calls(v: &Value, p: &str) -> Result<Vec<ToolCall>, FieldError> {
+    let Value::Array(items) = v else {
+        return Err(type_error(p, "an array", v));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let pi = format!("{p}[{i}]");
+            serde_json::from_value::<ToolCall>(c.clone())
+                .map_err(|e| FieldError::invalid(&pi, format!("`{pi}`: {e}")))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -654,11 +823,11 @@ mod tests {
         let e = parse(body, WORKLOAD).unwrap_err();
         assert_eq!(e.param, "body.edgecloud");
         let e = parse(
-            json!({"messages": [{"role": "user", "content": "x", "tool_call_id": "1"}]}),
+            json!({"messages": [{"role": "user", "content": "x", "audio": "1"}]}),
             WORKLOAD,
         )
         .unwrap_err();
-        assert_eq!(e.param, "body.messages[0].tool_call_id");
+        assert_eq!(e.param, "body.messages[0].audio");
         let e = parse(
             json!({"messages": [{"role": "user", "content": "x"}], "n": 2}),
             WORKLOAD,
@@ -673,6 +842,67 @@ mod tests {
             WORKLOAD,
         )
         .unwrap_err();
-        assert_eq!(e.describe(), "`body.messages[0].role`: unsupported role `bot`; expected system, developer, user or assistant");
+        assert_eq!(e.describe(), "`body.messages[0].role`: unsupported role `bot`; expected system, developer, user, assistant or tool");
+    }
+
+    #[test]
+    fn tools_logprobs_and_tool_messages_are_read_and_round_trip() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "user", "content": "weather in Oslo?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "12 C"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+            "tool_choice": "required", "logprobs": true, "top_logprobs": 3});
+        let p = parse(body, SERVER).unwrap();
+        let r = &p.request;
+        assert_eq!(r.messages[1].tool_calls[0].function.name, "get_weather");
+        assert_eq!(r.messages[2].role, Role::Tool);
+        assert_eq!(r.messages[2].tool_call_id.as_deref(), Some("call_1"));
+        let s = r.sampling(Sampling::default());
+        assert_eq!(s.tools.len(), 1);
+        assert_eq!(s.tool_choice, Some(ToolChoice::Required));
+        assert_eq!(s.logprobs, Some(3));
+        // What the cloud lane sends for it reads back the same.
+        let sent = ChatRequest::new("m", &r.messages, &s, false, false, false);
+        let again = parse(serde_json::to_value(&sent).unwrap(), SERVER).unwrap();
+        assert_eq!(again.request.sampling(Sampling::default()), s);
+        assert_eq!(again.request.messages, r.messages);
+
+        for (body, param) in [
+            (
+                json!({"tools": [{"type": "function"}]}),
+                "tools[0].function",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+                "tools[0].function.name",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f",
+                "parameters": {"type": "object", "properties": {"x": {"anyOf": []}}}}}]}),
+                "tools[0].function.parameters",
+            ),
+            (json!({"tool_choice": "required"}), "tool_choice"),
+            (json!({"tool_choice": "sometimes"}), "tool_choice"),
+            (json!({"top_logprobs": 2}), "top_logprobs"),
+            (
+                json!({"logprobs": true, "top_logprobs": 21}),
+                "top_logprobs",
+            ),
+            (json!({"logprobs": "yes"}), "logprobs"),
+        ] {
+            let mut o = body.as_object().unwrap().clone();
+            o.insert("messages".into(), json!([{"role": "user", "content": "x"}]));
+            let e = parse(Value::Object(o), WORKLOAD).unwrap_err();
+            assert_eq!(e.param, format!("body.{param}"), "{body}");
+        }
+        let e = parse(
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            WORKLOAD,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "body.messages[0].tool_call_id");
     }
 }

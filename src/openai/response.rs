@@ -8,6 +8,8 @@
 //! `system_fingerprint`, `logprobs`) are never a reason to fail. Fields are
 //! declared in alphabetical order (see the module above).
 
+use crate::lane::TokenLogprob;
+use crate::tools::ToolCall;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -41,9 +43,16 @@ pub(crate) struct Choice {
     #[serde(default)]
     pub(crate) index: u32,
     #[serde(default, deserialize_with = "lenient")]
-    pub(crate) logprobs: Option<Value>,
+    pub(crate) logprobs: Option<Logprobs>,
     #[serde(default)]
     pub(crate) message: Option<Message>,
+}
+
+/// A choice's `logprobs`: one entry per generated token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Logprobs {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(crate) content: Option<Vec<TokenLogprob>>,
 }
 
 /// The answer of a choice.
@@ -53,6 +62,12 @@ pub(crate) struct Message {
     pub(crate) content: Option<String>,
     #[serde(default, deserialize_with = "lenient")]
     pub(crate) role: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) tool_calls: Option<Vec<ToolCall>>,
 }
 
 /// One streamed chunk (`chat.completion.chunk`): a delta, the finish
@@ -100,7 +115,7 @@ pub(crate) struct ChunkChoice {
     #[serde(default)]
     pub(crate) index: u32,
     #[serde(default, deserialize_with = "lenient")]
-    pub(crate) logprobs: Option<Value>,
+    pub(crate) logprobs: Option<Logprobs>,
 }
 
 /// What a chunk adds: the role (first chunk), text, or nothing (finish).
@@ -114,6 +129,31 @@ pub(crate) struct Delta {
         skip_serializing_if = "Option::is_none"
     )]
     pub(crate) role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// A piece of a tool call in a stream: the first piece of call `index`
+/// has its id, type and name; later ones add to its arguments.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ToolCallDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) function: Option<FunctionDelta>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<String>,
+    #[serde(default)]
+    pub(crate) index: u32,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<String>,
+}
+
+/// The function part of a [`ToolCallDelta`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct FunctionDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) arguments: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
 }
 
 /// Token counts. A provider may leave any of them out.
@@ -169,6 +209,7 @@ impl ChatCompletion {
                 message: Some(Message {
                     content: Some(text.to_string()),
                     role: Some("assistant".into()),
+                    tool_calls: None,
                 }),
             }],
             created: Some(ids.created),
@@ -179,6 +220,31 @@ impl ChatCompletion {
             system_fingerprint: None,
             usage: Some(usage),
         }
+    }
+
+    /// The same answer with tool calls: the message's content is `null`
+    /// when the answer is only calls, as OpenAI sends it.
+    pub(crate) fn with_tool_calls(mut self, calls: &[ToolCall]) -> Self {
+        if calls.is_empty() {
+            return self;
+        }
+        if let Some(m) = self.choices[0].message.as_mut() {
+            if m.content.as_deref().is_some_and(str::is_empty) {
+                m.content = None;
+            }
+            m.tool_calls = Some(calls.to_vec());
+        }
+        self
+    }
+
+    /// The same answer with per-token log-probabilities.
+    pub(crate) fn with_logprobs(mut self, logprobs: Option<&[TokenLogprob]>) -> Self {
+        if let Some(lp) = logprobs {
+            self.choices[0].logprobs = Some(Logprobs {
+                content: Some(lp.to_vec()),
+            });
+        }
+        self
     }
 }
 
@@ -203,6 +269,7 @@ impl ChatChunk {
             Delta {
                 content: Some(String::new()),
                 role: Some("assistant".into()),
+                tool_calls: None,
             },
             None,
         )
@@ -215,9 +282,54 @@ impl ChatChunk {
             Delta {
                 content: Some(text.to_string()),
                 role: None,
+                tool_calls: None,
             },
             None,
         )
+    }
+
+    /// The chunks of tool calls, as OpenAI streams them: per call, one
+    /// with its index, id, type and name (empty arguments), then one with
+    /// its arguments.
+    pub(crate) fn tool_calls(ids: &Ids, calls: &[ToolCall]) -> Vec<Self> {
+        let piece = |index: usize, first: bool, call: &ToolCall| ToolCallDelta {
+            function: Some(FunctionDelta {
+                arguments: Some(if first {
+                    String::new()
+                } else {
+                    call.function.arguments.clone()
+                }),
+                name: first.then(|| call.function.name.clone()),
+            }),
+            id: first.then(|| call.id.clone()),
+            index: index as u32,
+            kind: first.then(|| "function".to_string()),
+        };
+        calls
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| [piece(i, true, c), piece(i, false, c)])
+            .map(|d| {
+                Self::delta(
+                    ids,
+                    Delta {
+                        tool_calls: Some(vec![d]),
+                        ..Delta::default()
+                    },
+                    None,
+                )
+            })
+            .collect()
+    }
+
+    /// The log-probabilities of the tokens a chunk carries.
+    pub(crate) fn with_logprobs(mut self, logprobs: Vec<TokenLogprob>) -> Self {
+        if let Some(c) = self.choices.first_mut() {
+            c.logprobs = Some(Logprobs {
+                content: Some(logprobs),
+            });
+        }
+        self
     }
 
     /// The usage chunk sent last when `stream_options.include_usage` is set.

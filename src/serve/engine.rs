@@ -7,8 +7,9 @@
 //! beyond this trait.
 
 use crate::harness::{LaneErrorKind, LaneHealth};
-use crate::lane::{FinishReason, Lane};
+use crate::lane::{FinishReason, Lane, TokenLogprob};
 use crate::request::Request;
+use crate::tools::ToolCall;
 use serde::Serialize;
 use std::future::Future;
 use std::pin::Pin;
@@ -176,6 +177,9 @@ pub(crate) struct LaneSummary {
     pub(crate) tokens: Tokens,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,
+    /// Why its answer was rejected as invalid, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rejected: Option<String>,
     /// When `unavailable`: until the lane is tried again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) retry_in_ms: Option<f64>,
@@ -208,6 +212,15 @@ pub(crate) struct Summary {
     pub(crate) text: Option<String>,
     #[serde(skip)]
     pub(crate) finish_reason: Option<FinishReason>,
+    /// The winner's tool calls (the answer itself, not serialized here).
+    #[serde(skip)]
+    pub(crate) tool_calls: Vec<ToolCall>,
+    /// The winner's per-token log-probabilities, when asked for.
+    #[serde(skip)]
+    pub(crate) logprobs: Option<Vec<TokenLogprob>>,
+    /// The lane the log-probabilities come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) logprobs_from: Option<Lane>,
 }
 
 impl Summary {
@@ -242,6 +255,30 @@ impl Summary {
             .filter(|l| l.status == LaneStatus::Unavailable)
             .map(|l| l.retry_in_ms.unwrap_or(0.0))
             .reduce(f64::min)
+    }
+
+    /// When every lane that ran failed because the prompt is longer than
+    /// its context: what they said (the limits), for a 400
+    /// `context_length_exceeded`.
+    pub(crate) fn context_exceeded(&self) -> Option<String> {
+        if self.status == Status::Ok {
+            return None;
+        }
+        let ran: Vec<&LaneSummary> = self.lanes.iter().filter(|l| l.status.ran()).collect();
+        let all = !ran.is_empty()
+            && ran
+                .iter()
+                .all(|l| l.error_kind == Some(LaneErrorKind::ContextLengthExceeded));
+        all.then(|| {
+            let said: Vec<String> = ran
+                .iter()
+                .map(|l| format!("{}: {}", l.lane, l.error.as_deref().unwrap_or("too long")))
+                .collect();
+            format!(
+                "the prompt is longer than the context of every lane that could take it ({})",
+                said.join("; ")
+            )
+        })
     }
 
     /// `lane=status` pairs, for a header.

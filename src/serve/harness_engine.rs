@@ -223,6 +223,7 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
                 local_completion: r.tokens.local_completion,
             },
             note: r.note.clone(),
+            rejected: r.rejected.clone(),
             retry_in_ms: r.retry_in_ms,
         })
         .collect();
@@ -243,6 +244,17 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
         lanes,
         text: o.text.clone(),
         finish_reason: o.completion.as_ref().map(|c| c.finish_reason),
+        tool_calls: o
+            .completion
+            .as_ref()
+            .map(|c| c.tool_calls.clone())
+            .unwrap_or_default(),
+        logprobs: o.completion.as_ref().and_then(|c| c.logprobs.clone()),
+        logprobs_from: o
+            .completion
+            .as_ref()
+            .filter(|c| c.logprobs.is_some())
+            .and(o.winner),
     }
 }
 

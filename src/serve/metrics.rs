@@ -553,6 +553,7 @@ mod tests {
             error_kind: None,
             tokens: Tokens::default(),
             note: None,
+            rejected: None,
             retry_in_ms: None,
         }
     }
@@ -575,6 +576,9 @@ mod tests {
             lanes,
             text: None,
             finish_reason: None,
+            tool_calls: Vec::new(),
+            logprobs: None,
+            logprobs_from: None,
         }
     }
 

@@ -35,7 +35,9 @@ pub(crate) async fn whole(
         &summary,
         request_id.as_deref(),
         |text, finish| {
-            let mut body = ChatCompletion::answer(&ids, text, finish, usage(&summary));
+            let mut body = ChatCompletion::answer(&ids, text, finish, usage(&summary))
+                .with_tool_calls(&summary.tool_calls)
+                .with_logprobs(summary.logprobs.as_deref());
             body.edgecloud = Some(extension(&summary));
             json_response(200, &body)
         },
@@ -114,6 +116,7 @@ pub(crate) fn success(s: &Summary) -> Option<(&str, &'static str)> {
     }
     let finish = match s.finish_reason {
         Some(crate::lane::FinishReason::Length) => "length",
+        _ if !s.tool_calls.is_empty() => "tool_calls",
         _ => "stop",
     };
     Some((s.text.as_deref().unwrap_or(""), finish))
@@ -182,6 +185,9 @@ pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
         )
         .code("lanes_unavailable")
         .retry_after(secs);
+    }
+    if let Some(message) = s.context_exceeded() {
+        return ApiError::invalid("messages", message).code("context_length_exceeded");
     }
     match s.status {
         Status::DeadlineExceeded => ApiError::new(

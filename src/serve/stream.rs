@@ -91,9 +91,22 @@ fn ending(
     finish: &str,
     include_usage: bool,
 ) -> Vec<Bytes> {
+    // Calls and log-probabilities come whole, before the finish chunk:
+    // per call a chunk with its id and name, then one with its arguments,
+    // as OpenAI streams them; the log-probabilities of the whole answer in
+    // one chunk (clients append each chunk's to the last).
+    let mut frames: Vec<Bytes> = ChatChunk::tool_calls(ids, &summary.tool_calls)
+        .iter()
+        .map(event)
+        .collect();
+    if let Some(lp) = &summary.logprobs {
+        frames.push(event(
+            &ChatChunk::delta(ids, Delta::default(), None).with_logprobs(lp.clone()),
+        ));
+    }
     let mut finish_chunk = ChatChunk::delta(ids, Delta::default(), Some(finish));
     finish_chunk.edgecloud = Some(extension(summary));
-    let mut frames = vec![event(&finish_chunk)];
+    frames.push(event(&finish_chunk));
     if include_usage {
         frames.push(event(&ChatChunk::usage(ids, usage(summary))));
     }

@@ -61,6 +61,7 @@ fn lane(lane: Lane, status: LaneStatus) -> LaneSummary {
         error_kind: None,
         tokens: Tokens::default(),
         note: None,
+        rejected: None,
         retry_in_ms: None,
     }
 }
@@ -202,6 +203,9 @@ impl Fake {
             ],
             text: Some(prompt.clone()),
             finish_reason: Some(FinishReason::Stop),
+            tool_calls: Vec::new(),
+            logprobs: None,
+            logprobs_from: None,
         };
         let words: Vec<String> = prompt.split_inclusive(' ').map(str::to_string).collect();
         summary.lanes[0].tokens = Tokens {

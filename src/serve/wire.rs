@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(e.code, Some("too_many_messages"));
         assert!(e.message.contains("at most 4"), "{}", e.message);
         assert_eq!(
-            param_of(json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})),
+            param_of(json!({"model": "m", "messages": [{"role": "bot", "content": "x"}]})),
             "messages[0].role"
         );
         assert_eq!(
@@ -315,9 +315,10 @@ mod tests {
             ("max_tokens", json!(1.5)),
             ("seed", json!("s")),
             ("n", json!(2)),
-            ("logprobs", json!(true)),
-            ("tools", json!([{"type": "function"}])),
-            ("tool_choice", json!("auto")),
+            ("logprobs", json!("yes")),
+            ("top_logprobs", json!(21)),
+            ("tools", json!("get_weather")),
+            ("tool_choice", json!("sometimes")),
             ("stream", json!("yes")),
             ("stream_options", json!(true)),
             ("edgecloud", json!("race")),

@@ -32,8 +32,7 @@ fn seeded(max_tokens: u32, seed: u64) -> Sampling {
         top_k: 40,
         seed: Some(seed),
         stop: Vec::new(),
-        response_format: None,
-        consensus: None,
+        ..Sampling::default()
     }
 }
 

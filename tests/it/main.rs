@@ -23,4 +23,5 @@ mod real_model;
 mod serve;
 mod serve_fuzz;
 mod source_rules;
+mod structured;
 mod support;

@@ -12,8 +12,9 @@ use crate::support::scripted::{Auto, AutoEnd, Recorder, Scripted, HANG};
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::types::{
-    ChatCompletionRequestUserMessageArgs, ChatCompletionStreamOptions, CreateChatCompletionRequest,
-    CreateChatCompletionRequestArgs, FinishReason as OaFinish, Role as OaRole,
+    ChatCompletionRequestUserMessageArgs, ChatCompletionStreamOptions, ChatCompletionTool,
+    ChatCompletionToolChoiceOption, ChatCompletionToolType, CreateChatCompletionRequest,
+    CreateChatCompletionRequestArgs, FinishReason as OaFinish, FunctionObject, Role as OaRole,
 };
 use edgecloud::harness::{Event, Harness, HarnessBuilder, LaneErrorKind, LocalBackend, Policy};
 use edgecloud::local::LocalConfig;
@@ -1078,4 +1079,264 @@ fn serve_answers_json_meeting_the_response_format_schema() {
     ));
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("`format`"), "{body}");
+}
+
+/// A tool-calling request as the official client builds it: two
+/// functions, `tool_choice` as given, greedy, a long deadline (a busy test
+/// machine).
+fn tool_request(
+    prompt: &str,
+    choice: ChatCompletionToolChoiceOption,
+    stream: bool,
+) -> CreateChatCompletionRequest {
+    let function = |name: &str, description: &str, parameters: Value| ChatCompletionTool {
+        r#type: ChatCompletionToolType::Function,
+        function: FunctionObject {
+            name: name.into(),
+            description: Some(description.into()),
+            parameters: Some(parameters),
+            strict: None,
+        },
+    };
+    let mut req = CreateChatCompletionRequestArgs::default()
+        .model("edgecloud")
+        .max_completion_tokens(64u32)
+        .temperature(0.0)
+        .stream(stream)
+        .tools(vec![
+            function(
+                "get_weather",
+                "Current weather in a city.",
+                json!({"type": "object", "additionalProperties": false, "required": ["city"],
+                    "properties": {"city": {"type": "string"}}}),
+            ),
+            function(
+                "set_timer",
+                "Start a countdown timer.",
+                json!({"type": "object", "additionalProperties": false, "required": ["minutes"],
+                    "properties": {"minutes": {"type": "integer"}}}),
+            ),
+        ])
+        .tool_choice(choice)
+        .messages([ChatCompletionRequestUserMessageArgs::default()
+            .content(prompt)
+            .build()
+            .unwrap()
+            .into()])
+        .build()
+        .unwrap();
+    if stream {
+        req.stream_options = Some(ChatCompletionStreamOptions {
+            include_usage: true,
+        });
+    }
+    req
+}
+
+/// Tool calls through the real binary on the real SmolLM2, read by the
+/// official client (issue 24): a whole answer has `tool_calls`, null
+/// content and finish reason `tool_calls`; a stream sends the call as
+/// deltas (id and name first, then the arguments) and never the model's
+/// call markup as content; log-probabilities come back, from the local
+/// lane, and the response says so.
+#[test]
+fn serve_answers_tool_calls_and_logprobs_as_openai_does() {
+    let model = crate::support::real_model::smollm2()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let server = ServeProcess::start(
+        &[
+            "--model",
+            &model,
+            "--policy",
+            "local-only",
+            "--threads",
+            "2",
+            "--deadline-ms",
+            "120000",
+        ],
+        &[],
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client(&server.url, "unused");
+    let whole = rt
+        .block_on(c.chat().create(tool_request(
+            "What's the weather like in Paris?",
+            ChatCompletionToolChoiceOption::Required,
+            false,
+        )))
+        .unwrap();
+    let choice = &whole.choices[0];
+    assert_eq!(choice.finish_reason, Some(OaFinish::ToolCalls));
+    assert_eq!(choice.message.content, None);
+    let calls = choice.message.tool_calls.as_ref().expect("tool calls");
+    assert_eq!(calls.len(), 1);
+    assert!(["get_weather", "set_timer"].contains(&calls[0].function.name.as_str()));
+    let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+    assert!(args.is_object(), "{args}");
+
+    // Streamed, `required`: the call comes as deltas (id and name first,
+    // then the arguments), never as content.
+    let chunks = rt.block_on(collect_stream(
+        &c,
+        tool_request(
+            "Set a timer for 5 minutes.",
+            ChatCompletionToolChoiceOption::Required,
+            true,
+        ),
+    ));
+    assert_eq!(text_of(&chunks), "", "{chunks:?}");
+    let deltas: Vec<_> = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .filter_map(|c| c.delta.tool_calls.clone())
+        .flatten()
+        .collect();
+    let finish = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .find_map(|c| c.finish_reason);
+    assert_eq!(finish, Some(OaFinish::ToolCalls));
+    let first = deltas.first().expect("tool-call deltas");
+    assert_eq!(first.index, 0);
+    assert!(first
+        .id
+        .as_deref()
+        .is_some_and(|id| id.starts_with("call_")));
+    let name = first.function.as_ref().and_then(|f| f.name.clone());
+    assert!(name.is_some(), "{first:?}");
+    let arguments: String = deltas
+        .iter()
+        .filter_map(|d| d.function.as_ref().and_then(|f| f.arguments.clone()))
+        .collect();
+    serde_json::from_str::<Value>(&arguments).expect("the streamed arguments are JSON");
+
+    // Streamed, `auto`: the model may answer in text (SmolLM2 does here,
+    // up to max_tokens) or call; its call markup is never content.
+    let chunks = rt.block_on(collect_stream(
+        &c,
+        tool_request(
+            "Set a timer for 5 minutes.",
+            ChatCompletionToolChoiceOption::Auto,
+            true,
+        ),
+    ));
+    assert!(!text_of(&chunks).contains("<tool_call>"), "{chunks:?}");
+    let called = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .any(|c| c.delta.tool_calls.is_some());
+    let finish = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .find_map(|c| c.finish_reason);
+    if called {
+        assert_eq!(finish, Some(OaFinish::ToolCalls));
+    } else {
+        assert!(
+            matches!(finish, Some(OaFinish::Stop | OaFinish::Length)),
+            "{finish:?}"
+        );
+    }
+
+    // Log-probabilities, from the local lane's own pass.
+    let (status, _, body) = rt.block_on(post(
+        &server.url,
+        json!({"model": "edgecloud", "messages": user("What is the capital of France?"),
+            "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 2}),
+        &[],
+    ));
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let content = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs");
+    assert!(!content.is_empty());
+    for t in content {
+        assert_eq!(t["top_logprobs"].as_array().map(Vec::len), Some(2), "{t}");
+        assert!(t["logprob"].as_f64().is_some_and(|l| l <= 0.0));
+    }
+    assert_eq!(v["edgecloud"]["logprobs_from"], "local");
+}
+
+/// A prompt longer than every lane's context is a 400
+/// `context_length_exceeded` naming the limit (OpenAI's answer), not a
+/// 502; with a cloud lane in the route, the cloud takes it and the
+/// outcome says why.
+#[test]
+fn a_prompt_over_the_local_context_is_a_400_or_goes_to_the_cloud() {
+    let model = crate::support::real_model::smollm2()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let long = "Tell me about the history of the city of Rome. ".repeat(40);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let local_only = ServeProcess::start(
+        &[
+            "--model",
+            &model,
+            "--policy",
+            "local-only",
+            "--threads",
+            "2",
+            "--context-size",
+            "128",
+        ],
+        &[],
+    );
+    let (status, _, body) = rt.block_on(post(
+        &local_only.url,
+        json!({"model": "edgecloud", "messages": user(&long), "max_tokens": 4}),
+        &[],
+    ));
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{body}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("context of 128 tokens")),
+        "{body}"
+    );
+    drop(local_only);
+
+    let cloud = rt.block_on(crate::support::http::TestServer::openai(
+        crate::support::http::Flavor::OpenAi,
+        &["Rome ", "is ", "old."],
+    ));
+    let hybrid = ServeProcess::start(
+        &[
+            "--model",
+            &model,
+            "--base-url",
+            &cloud.base_url(),
+            "--cloud-model",
+            "scripted",
+            "--policy",
+            "cascade",
+            "--threads",
+            "2",
+            "--context-size",
+            "128",
+        ],
+        &[],
+    );
+    let (status, _, body) = rt.block_on(post(
+        &hybrid.url,
+        json!({"model": "edgecloud", "messages": user(&long), "max_tokens": 4}),
+        &[],
+    ));
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Rome is old.");
+    assert_eq!(v["edgecloud"]["lane"], "cloud");
+    let lanes = v["edgecloud"]["lanes"].as_array().unwrap();
+    let cloud_lane = lanes.iter().find(|l| l["lane"] == "cloud").unwrap();
+    assert!(
+        cloud_lane["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("local could not take the prompt")),
+        "{body}"
+    );
 }

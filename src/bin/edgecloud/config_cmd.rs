@@ -210,6 +210,7 @@ fn local_value(l: &LocalConfig) -> Value {
         "probe_timeout_ms": l.probe_timeout_ms,
         "probe_cache": l.probe_cache,
         "probe_cache_dir": l.probe_cache_dir.as_ref().map(|p| p.display().to_string()),
+        "grammar_pass": l.grammar_pass,
     })
 }
 

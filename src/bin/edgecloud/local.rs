@@ -120,8 +120,8 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         top_k: args.top_k,
         seed: args.seed,
         stop: args.stop.clone(),
-        response_format: None,
         consensus: (args.samples > 1).then(|| edgecloud::Consensus::new(args.samples, args.answer)),
+        ..Sampling::default()
     };
     let start = Instant::now();
     let deadline = args
@@ -193,6 +193,7 @@ fn report(
             "decode_threads": t.decode_threads,
             "context_size": info.context_size,
             "chat_template": info.chat_template,
+            "tool_calls": info.tool_calls,
             "error": Value::Null,
         }))?;
     } else {

@@ -131,15 +131,26 @@ impl Inner {
             return Err(CloudError::EmptyChoices);
         }
         let choice = choices.swap_remove(pos);
-        let content = choice.message.and_then(|m| m.content).unwrap_or_default();
+        let (content, tool_calls) = choice
+            .message
+            .map(|m| {
+                (
+                    m.content.unwrap_or_default(),
+                    m.tool_calls.unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default();
         let mut st = StreamState {
             provider_finish: choice.finish_reason,
             usage: response.usage,
             model: response.model,
             saw_choice: true,
             done: true,
+            tool_calls,
+            logprobs: choice.logprobs.and_then(|l| l.content),
             ..StreamState::default()
         };
+        self.check_tool_call_bytes(&st)?;
         self.append(&mut st.text, &content, sink, probe)?;
         if probe.timings.ttft.is_none() {
             // An empty answer still arrived: its "first token" time is now.

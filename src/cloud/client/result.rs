@@ -72,6 +72,10 @@ pub struct CloudCompletion {
     pub model: Option<String>,
     /// Whether the answer came as server-sent events.
     pub streamed: bool,
+    /// The tool calls the provider returned (names and arguments as sent).
+    pub tool_calls: Vec<crate::tools::ToolCall>,
+    /// Per-token log-probabilities, when asked for and sent.
+    pub logprobs: Option<Vec<crate::lane::TokenLogprob>>,
 }
 
 impl CloudCompletion {

@@ -9,8 +9,9 @@ use super::{Inner, Probe, MAX_DETAIL_CHARS};
 use crate::cloud::error::CloudError;
 use crate::cloud::sse::{SseDecoder, SseError, SseEvent};
 use crate::cloud::{CloudCompletion, CloudTimings};
-use crate::lane::{FinishReason, TokenSink};
-use crate::openai::{self, ChatChunk, Usage};
+use crate::lane::{FinishReason, TokenLogprob, TokenSink};
+use crate::openai::{self, ChatChunk, ToolCallDelta, Usage};
+use crate::tools::{FunctionCall, ToolCall};
 use std::panic::AssertUnwindSafe;
 
 /// What a stream has delivered so far.
@@ -22,6 +23,52 @@ pub(super) struct StreamState {
     pub(super) model: Option<String>,
     pub(super) saw_choice: bool,
     pub(super) done: bool,
+    /// Tool calls so far, by their stream index.
+    pub(super) tool_calls: Vec<ToolCall>,
+    /// Per-token log-probabilities so far, when the provider sends them.
+    pub(super) logprobs: Option<Vec<TokenLogprob>>,
+}
+
+impl StreamState {
+    /// Adds a streamed piece of a tool call: a new call (id, name) or more
+    /// of its arguments. Returns the bytes added, for the content cap.
+    pub(super) fn add_tool_call(&mut self, d: ToolCallDelta) -> usize {
+        let i = d.index as usize;
+        while self.tool_calls.len() <= i {
+            self.tool_calls.push(ToolCall {
+                id: String::new(),
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: String::new(),
+                    arguments: String::new(),
+                },
+            });
+        }
+        let call = &mut self.tool_calls[i];
+        let mut added = 0;
+        if let Some(id) = d.id {
+            call.id = id;
+        }
+        if let Some(f) = d.function {
+            if let Some(name) = f.name {
+                added += name.len();
+                call.function.name.push_str(&name);
+            }
+            if let Some(args) = f.arguments {
+                added += args.len();
+                call.function.arguments.push_str(&args);
+            }
+        }
+        added
+    }
+
+    /// The tool-call bytes so far (they count against the content cap).
+    pub(super) fn tool_call_bytes(&self) -> usize {
+        self.tool_calls
+            .iter()
+            .map(|c| c.function.name.len() + c.function.arguments.len())
+            .sum()
+    }
 }
 
 impl Inner {
@@ -137,12 +184,34 @@ impl Inner {
         }
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
             st.saw_choice = true;
-            if let Some(content) = choice.delta.and_then(|d| d.content) {
+            if let Some(lp) = choice.logprobs.and_then(|l| l.content) {
+                st.logprobs.get_or_insert_with(Vec::new).extend(lp);
+            }
+            let Some(delta) = choice.delta else {
+                if choice.finish_reason.is_some() {
+                    st.provider_finish = choice.finish_reason;
+                }
+                continue;
+            };
+            for d in delta.tool_calls.into_iter().flatten() {
+                st.add_tool_call(d);
+                self.check_tool_call_bytes(st)?;
+            }
+            if let Some(content) = delta.content {
                 self.append(&mut st.text, &content, sink, probe)?;
             }
             if choice.finish_reason.is_some() {
                 st.provider_finish = choice.finish_reason;
             }
+        }
+        Ok(())
+    }
+
+    /// Tool-call names and arguments count against the content cap.
+    pub(super) fn check_tool_call_bytes(&self, st: &StreamState) -> Result<(), CloudError> {
+        let limit = self.config.limits.max_content_bytes;
+        if st.text.len() + st.tool_call_bytes() > limit {
+            return Err(CloudError::ContentTooLarge { limit });
         }
         Ok(())
     }
@@ -195,6 +264,8 @@ impl Inner {
             timings: CloudTimings::default(),
             model: st.model,
             streamed,
+            tool_calls: st.tool_calls,
+            logprobs: st.logprobs,
         }
     }
 }

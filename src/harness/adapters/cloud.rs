@@ -112,6 +112,8 @@ pub fn candidate_from_cloud(c: CloudCompletion) -> Candidate {
         },
         signals: None,
         http_status: Some(c.http_status),
+        tool_calls: c.tool_calls,
+        logprobs: c.logprobs,
         text: c.text,
     }
 }
@@ -134,6 +136,10 @@ fn cloud_kind(e: &CloudError) -> LaneErrorKind {
         E::Auth { .. } => LaneErrorKind::Auth,
         E::RateLimited { .. } => LaneErrorKind::RateLimited,
         E::Server { .. } => LaneErrorKind::ServerError,
+        // The provider says the prompt is over its context (OpenAI's code).
+        E::HttpStatus {
+            code: Some(code), ..
+        } if code == "context_length_exceeded" => LaneErrorKind::ContextLengthExceeded,
         E::NotFound { .. } | E::HttpStatus { .. } | E::Redirect { .. } => LaneErrorKind::HttpStatus,
         E::MalformedJson { .. } | E::Provider { .. } | E::InvalidUtf8 | E::EmptyChoices => {
             LaneErrorKind::Protocol

@@ -114,6 +114,8 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             agreement: c.agreement,
         }),
         http_status: None,
+        tool_calls: c.tool_calls,
+        logprobs: c.logprobs,
         text: c.text,
     }
 }
@@ -136,9 +138,8 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::ProbeTimedOut { .. }
         | LocalError::ProbeFailed { .. } => LaneErrorKind::Model,
         LocalError::ProbeUnavailable { .. } => LaneErrorKind::Unavailable,
-        LocalError::PromptTooLong { .. }
-        | LocalError::InvalidRequest(_)
-        | LocalError::Grammar { .. } => LaneErrorKind::InvalidRequest,
+        LocalError::PromptTooLong { .. } => LaneErrorKind::ContextLengthExceeded,
+        LocalError::InvalidRequest(_) | LocalError::Grammar { .. } => LaneErrorKind::InvalidRequest,
         LocalError::Panicked { .. } => LaneErrorKind::Panicked,
         LocalError::WorkerGone | LocalError::Spawn { .. } => LaneErrorKind::Unavailable,
     }

@@ -112,13 +112,25 @@ impl Core {
         } = f;
         let order = 1 + self.lanes.values().filter(|r| r.finish_order > 0).count() as u32;
         let status = status_of(&result);
-        let scorable = matches!(&result, Ok(c) if c.finish_reason.is_complete());
+        // Validity is part of acceptance: a whole answer that is not what
+        // the request asked for is rejected here, once, with its reason
+        // (a single-lane diagnostic reports any answer as it is).
+        let invalid = match (&result, &self.run.answer_rules) {
+            (Ok(c), Some(rules)) if c.finish_reason.is_complete() && !self.run.diagnostic => rules
+                .check_answer(&c.text, &c.tool_calls)
+                .err()
+                .map(|e| e.to_string()),
+            _ => None,
+        };
+        let scorable =
+            matches!(&result, Ok(c) if c.finish_reason.is_complete()) && invalid.is_none();
         let at_ms = self.at_ms(at);
         let r = &mut self.lanes[lane];
         r.finished = Some(at);
         r.finish_order = order;
         r.saw_cancel = saw_cancel;
         r.result = Some(result);
+        r.invalid = invalid;
         r.phase = Phase::Done;
         fx.push(Effect::Emit(Event::LaneFinished {
             run_id: self.run.run_id,

@@ -75,6 +75,8 @@ pub(crate) enum Reason {
     CommittedCompleted(Lane),
     /// A streaming run's committed lane returned cut short.
     CommittedStoppedEarly(Lane),
+    /// A streaming run's committed lane completed with an invalid answer.
+    CommittedInvalid(Lane),
     /// A streaming run's committed lane failed.
     CommittedFailed(Lane),
     /// The caller aborted the run.
@@ -108,6 +110,9 @@ impl fmt::Display for Reason {
             Reason::CommittedCompleted(l) => write!(f, "stream committed to {l}, which completed"),
             Reason::CommittedStoppedEarly(l) => {
                 write!(f, "stream committed to {l}, which stopped early")
+            }
+            Reason::CommittedInvalid(l) => {
+                write!(f, "stream committed to {l}, whose answer was invalid")
             }
             Reason::CommittedFailed(l) => write!(f, "stream committed to {l}, which failed"),
             Reason::Aborted => f.write_str("run aborted"),
@@ -167,7 +172,7 @@ impl Core {
         let Some(c) = r.candidate() else {
             return false;
         };
-        if !c.is_usable() {
+        if !c.is_usable() || r.invalid.is_some() {
             return false;
         }
         match self.threshold(lane) {
@@ -176,12 +181,13 @@ impl Core {
         }
     }
 
-    /// Returned whole and not blank (a diagnostic takes any completion).
+    /// Returned whole, not blank and valid (a diagnostic takes any
+    /// completion).
     fn usable(&self, lane: Lane) -> bool {
         let r = &self.lanes[lane];
         r.has_returned()
             && r.candidate()
-                .is_some_and(|c| self.run.diagnostic || c.is_usable())
+                .is_some_and(|c| self.run.diagnostic || (c.is_usable() && r.invalid.is_none()))
     }
 
     /// Returned lanes in the order they returned.
@@ -331,6 +337,20 @@ impl Core {
                 verdict(RunStatus::Ok, Some(lane), reason, by, None)
             }
             End::Committed(lane) => match self.lanes[lane].result.as_ref() {
+                Some(Ok(c))
+                    if c.finish_reason.is_complete() && self.lanes[lane].invalid.is_some() =>
+                {
+                    verdict(
+                        RunStatus::Failed,
+                        None,
+                        Reason::CommittedInvalid(lane),
+                        DecidedBy::Nobody,
+                        Some(format!(
+                            "committed lane {lane} gave an invalid answer: {}",
+                            self.lanes[lane].invalid.as_deref().unwrap_or_default()
+                        )),
+                    )
+                }
                 Some(Ok(c)) if c.finish_reason.is_complete() => verdict(
                     RunStatus::Ok,
                     Some(lane),

@@ -45,6 +45,9 @@ pub(super) struct LaneRun {
     pub(super) compressed: (Option<u64>, Option<u64>),
     /// Left out because its backend is down: until it tries again.
     pub(super) retry_in: Option<Duration>,
+    /// Why its whole answer was rejected as invalid (not JSON, off its
+    /// schema, a bad tool call), when it was.
+    pub(super) invalid: Option<String>,
 }
 
 impl LaneRun {
@@ -64,6 +67,7 @@ impl LaneRun {
             want_start: false,
             compressed: (None, None),
             retry_in: None,
+            invalid: None,
         }
     }
 

@@ -50,7 +50,7 @@ use super::policy::{CommitMode, Plan, Policy};
 use super::scoring::Signal;
 use crate::lane::{Lane, PerLane};
 use crate::millis::to_ms;
-use crate::request::ChatMessage;
+use crate::request::{ChatMessage, Sampling};
 use decide::End;
 use lanes::LaneRun;
 use std::time::{Duration, Instant};
@@ -94,6 +94,11 @@ pub(crate) struct CoreSetup {
     pub(crate) lanes: PerLane<Option<LaneInfo>>,
     pub(crate) callbacks: Configured,
     pub(crate) min_score: Option<f64>,
+    /// What an answer must be (JSON, a schema, a tool call): the request's
+    /// sampling when it constrains the answer ([`Sampling::check_answer`]),
+    /// else `None`. A candidate that fails it is neither acceptable nor
+    /// usable (validity is part of acceptance).
+    pub(crate) answer_rules: Option<Sampling>,
     pub(crate) callback_budget: Duration,
     pub(crate) cancel_grace: Duration,
     /// A cascade that escalates early reads this signal from the

@@ -9,6 +9,7 @@
 use super::calls::Call;
 use super::lanes::Phase;
 use super::{Core, Effect};
+use crate::harness::backend::LaneErrorKind;
 use crate::harness::callbacks::{CloudNeed, Compressed};
 use crate::harness::observer::Event;
 use crate::harness::outcome::LaneStatus;
@@ -287,10 +288,27 @@ impl Core {
             Phase::Absent(s) => format!("{primary} was {}", s.as_str()),
             Phase::Done if !self.acceptable(primary) => format!(
                 "{primary} {}",
-                match self.lanes[primary].candidate() {
-                    None => "failed",
-                    Some(c) if !c.is_usable() => "gave no usable answer",
-                    Some(_) => "scored below the threshold",
+                match (
+                    self.lanes[primary].candidate(),
+                    &self.lanes[primary].invalid
+                ) {
+                    // A prompt over the local context goes to the cloud.
+                    (None, _)
+                        if self.lanes[primary].error().map(|e| e.kind())
+                            == Some(LaneErrorKind::ContextLengthExceeded) =>
+                    {
+                        format!(
+                            "could not take the prompt ({})",
+                            self.lanes[primary]
+                                .error()
+                                .map(|e| crate::error_chain(e))
+                                .unwrap_or_default()
+                        )
+                    }
+                    (None, _) => "failed".to_string(),
+                    (Some(c), _) if !c.is_usable() => "gave no usable answer".to_string(),
+                    (Some(_), Some(why)) => format!("gave an invalid answer ({why})"),
+                    (Some(_), None) => "scored below the threshold".to_string(),
                 }
             ),
             _ => return,

@@ -152,6 +152,7 @@ impl Core {
             rep.finish_reason = Some(c.finish_reason);
             if winner != Some(lane) {
                 rep.text = Some(c.text.clone());
+                rep.tool_calls = c.tool_calls.clone();
             }
             if rep.ttft_ms.is_none() {
                 rep.ttft_ms = c.timings.ttft.map(to_ms);
@@ -168,6 +169,10 @@ impl Core {
         rep.error = r.error().cloned();
         rep.cancel = cancel;
         rep.note = r.note.clone();
+        rep.rejected = r
+            .invalid
+            .as_ref()
+            .map(|why| format!("invalid answer: {why}"));
         rep.retry_in_ms = r.retry_in.map(to_ms);
         rep
     }

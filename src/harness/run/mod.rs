@@ -157,6 +157,11 @@ impl Shell {
                 arbiter: route.arbiter.is_some(),
             },
             min_score: route.min_score,
+            answer_rules: s
+                .request
+                .sampling
+                .constrains_answer()
+                .then(|| s.request.sampling.clone()),
             callback_budget: route.callback_budget,
             cancel_grace: route.cancel_grace,
             early: route.escalate_early,

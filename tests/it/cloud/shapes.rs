@@ -117,6 +117,81 @@ async fn response_format_is_passed_through_unchanged() {
     );
 }
 
+/// `tools`, `tool_choice`, `logprobs` and `top_logprobs` are passed
+/// through (issue 24), and the provider's `tool_calls` and per-token
+/// `logprobs` come back on the completion, streamed (as deltas, arguments
+/// in pieces) and whole.
+#[tokio::test]
+async fn tools_and_logprobs_are_passed_through_and_come_back() {
+    let lp = r#"{"content": [{"token": "x", "logprob": -0.5, "bytes": [120], "top_logprobs": [{"token": "x", "logprob": -0.5}]}]}"#;
+    let server = TestServer::start(move |mut conn| async move {
+        while let Some(req) = conn.read_request().await {
+            if req.wants_stream() {
+                conn.sse_head().await.unwrap();
+                let events = [
+                    r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}"#.to_string(),
+                    r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_9","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#.to_string(),
+                    r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}"#.to_string(),
+                    format!(r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"function":{{"arguments":"\"Oslo\"}}"}}}}]}},"logprobs":{lp}}}]}}"#),
+                    r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#.to_string(),
+                ];
+                for ev in events {
+                    conn.event(&ev).await.unwrap();
+                }
+                conn.event("[DONE]").await.unwrap();
+                conn.end_chunks().await.unwrap();
+            } else {
+                let body = format!(
+                    r#"{{"choices":[{{"index":0,"finish_reason":"tool_calls","logprobs":{lp},
+                    "message":{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_9",
+                    "type":"function","function":{{"name":"get_weather","arguments":"{{\"city\":\"Oslo\"}}"}}}}]}}}}]}}"#
+                );
+                conn.json(200, &body).await.unwrap();
+            }
+        }
+    })
+    .await;
+    let sampling = Sampling {
+        tools: vec![edgecloud::Tool::function(
+            "get_weather",
+            "Weather in a city",
+            serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        )],
+        tool_choice: Some(edgecloud::ToolChoice::Required),
+        logprobs: Some(1),
+        ..Sampling::default()
+    };
+    for stream in [true, false] {
+        let lane = lane_with(&server, |c| c.stream = stream);
+        let j = LaneJob::new(
+            vec![ChatMessage::user("weather in Oslo?")],
+            sampling.clone(),
+            Instant::now() + Duration::from_secs(30),
+        );
+        let done = lane.run(j).await.unwrap();
+        assert_eq!(done.tool_calls.len(), 1, "stream={stream}");
+        let call = &done.tool_calls[0];
+        assert_eq!(
+            (
+                call.id.as_str(),
+                call.function.name.as_str(),
+                call.function.arguments.as_str()
+            ),
+            ("call_9", "get_weather", r#"{"city":"Oslo"}"#),
+            "stream={stream}"
+        );
+        assert_eq!(done.provider_finish_reason.as_deref(), Some("tool_calls"));
+        let lp = done.logprobs.expect("the provider's log-probabilities");
+        assert_eq!((lp[0].token.as_str(), lp[0].logprob), ("x", -0.5));
+        assert_eq!(lp[0].top_logprobs.len(), 1);
+    }
+    let body = server.requests()[0].json();
+    assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+    assert_eq!(body["tool_choice"], "required");
+    assert_eq!(body["logprobs"], true);
+    assert_eq!(body["top_logprobs"], 1);
+}
+
 #[tokio::test]
 async fn no_key_means_no_authorization_header() {
     let server = TestServer::openai(Flavor::Ollama, GOOD).await;

@@ -9,6 +9,7 @@ mod early;
 mod policies;
 mod reasons;
 mod stages;
+mod validity;
 
 use super::decide::{Pool, Reason};
 use super::*;
@@ -43,6 +44,7 @@ pub(super) fn setup(policy: Policy) -> CoreSetup {
         lanes: PerLane::new(Some(info("local")), Some(info("cloud"))),
         callbacks: Configured::default(),
         min_score: None,
+        answer_rules: None,
         callback_budget: Duration::from_millis(10),
         cancel_grace: Duration::from_millis(5),
         early: None,
@@ -142,7 +144,7 @@ impl Sim {
         self.returned(lane, Err(e), ms);
     }
 
-    fn returned(&mut self, lane: Lane, result: Result<Candidate, BackendError>, ms: Ms) {
+    pub(super) fn returned(&mut self, lane: Lane, result: Result<Candidate, BackendError>, ms: Ms) {
         let f = Finished {
             lane,
             result,
