@@ -1260,6 +1260,51 @@ fn serve_answers_tool_calls_and_logprobs_as_openai_does() {
     assert_eq!(v["edgecloud"]["logprobs_from"], "local");
 }
 
+/// Qwen2.5-Coder-0.5B through the real binary (issue 24): its own chat
+/// template renders the tools, its `<tool_call>` syntax is parsed, and the
+/// official client reads the call (`auto`: the model chooses to call).
+#[test]
+fn serve_answers_qwen_tool_calls_through_its_own_template() {
+    let model = crate::support::real_model::qwen05()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let server = ServeProcess::start(
+        &[
+            "--model",
+            &model,
+            "--policy",
+            "local-only",
+            "--threads",
+            "2",
+            "--deadline-ms",
+            "120000",
+        ],
+        &[],
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client(&server.url, "unused");
+    let whole = rt
+        .block_on(c.chat().create(tool_request(
+            "What's the weather like in Paris right now?",
+            ChatCompletionToolChoiceOption::Auto,
+            false,
+        )))
+        .unwrap();
+    let choice = &whole.choices[0];
+    assert_eq!(choice.finish_reason, Some(OaFinish::ToolCalls), "{whole:?}");
+    assert_eq!(choice.message.content, None);
+    let calls = choice.message.tool_calls.as_ref().expect("tool calls");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].function.name, "get_weather");
+    let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+    assert_eq!(
+        args["city"].as_str().map(str::to_lowercase).as_deref(),
+        Some("paris"),
+        "{args}"
+    );
+}
+
 /// A prompt longer than every lane's context is a 400
 /// `context_length_exceeded` naming the limit (OpenAI's answer), not a
 /// 502; with a cloud lane in the route, the cloud takes it and the
