@@ -23,6 +23,7 @@ use edgecloud::Lane;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -632,6 +633,14 @@ impl ServeProcess {
         }
     }
 
+    /// A local-only server on `model` with 2 threads, plus `extra` flags.
+    fn local_only(model: &Path, extra: &[&str]) -> Self {
+        let model = model.to_str().unwrap();
+        let mut args = vec!["--model", model, "--policy", "local-only", "--threads", "2"];
+        args.extend_from_slice(extra);
+        Self::start(&args, &[])
+    }
+
     /// Sends `signal` and waits; returns whether it exited with success,
     /// and its stderr.
     fn stop(mut self, signal: &str) -> (bool, String) {
@@ -1026,21 +1035,7 @@ fn serve_parallel_runs_that_many_instances_over_one_model_and_says_so() {
 /// schema keyword outside the supported subset is a 400 naming it.
 #[test]
 fn serve_answers_json_meeting_the_response_format_schema() {
-    let model = crate::support::real_model::smollm2()
-        .to_str()
-        .unwrap()
-        .to_string();
-    let server = ServeProcess::start(
-        &[
-            "--model",
-            &model,
-            "--policy",
-            "local-only",
-            "--threads",
-            "2",
-        ],
-        &[],
-    );
+    let server = ServeProcess::local_only(crate::support::real_model::smollm2(), &[]);
     let schema = json!({"type": "object", "additionalProperties": false,
         "required": ["city", "country"],
         "properties": {"city": {"type": "string", "maxLength": 40},
@@ -1133,6 +1128,27 @@ fn tool_request(
     req
 }
 
+/// A whole (not streamed) answer that must be one tool call as OpenAI
+/// sends it: finish reason `tool_calls`, null content, one call whose
+/// arguments are JSON. Returns the function's name and arguments.
+fn whole_tool_call(
+    rt: &tokio::runtime::Runtime,
+    c: &async_openai::Client<OpenAIConfig>,
+    prompt: &str,
+    choice: ChatCompletionToolChoiceOption,
+) -> (String, Value) {
+    let whole = rt
+        .block_on(c.chat().create(tool_request(prompt, choice, false)))
+        .unwrap();
+    let choice = &whole.choices[0];
+    assert_eq!(choice.finish_reason, Some(OaFinish::ToolCalls), "{whole:?}");
+    assert_eq!(choice.message.content, None);
+    let calls = choice.message.tool_calls.as_ref().expect("tool calls");
+    assert_eq!(calls.len(), 1);
+    let args = serde_json::from_str(&calls[0].function.arguments).unwrap();
+    (calls[0].function.name.clone(), args)
+}
+
 /// Tool calls through the real binary on the real SmolLM2, read by the
 /// official client (issue 24): a whole answer has `tool_calls`, null
 /// content and finish reason `tool_calls`; a stream sends the call as
@@ -1141,39 +1157,19 @@ fn tool_request(
 /// lane, and the response says so.
 #[test]
 fn serve_answers_tool_calls_and_logprobs_as_openai_does() {
-    let model = crate::support::real_model::smollm2()
-        .to_str()
-        .unwrap()
-        .to_string();
-    let server = ServeProcess::start(
-        &[
-            "--model",
-            &model,
-            "--policy",
-            "local-only",
-            "--threads",
-            "2",
-            "--deadline-ms",
-            "120000",
-        ],
-        &[],
+    let server = ServeProcess::local_only(
+        crate::support::real_model::smollm2(),
+        &["--deadline-ms", "120000"],
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = client(&server.url, "unused");
-    let whole = rt
-        .block_on(c.chat().create(tool_request(
-            "What's the weather like in Paris?",
-            ChatCompletionToolChoiceOption::Required,
-            false,
-        )))
-        .unwrap();
-    let choice = &whole.choices[0];
-    assert_eq!(choice.finish_reason, Some(OaFinish::ToolCalls));
-    assert_eq!(choice.message.content, None);
-    let calls = choice.message.tool_calls.as_ref().expect("tool calls");
-    assert_eq!(calls.len(), 1);
-    assert!(["get_weather", "set_timer"].contains(&calls[0].function.name.as_str()));
-    let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+    let (name, args) = whole_tool_call(
+        &rt,
+        &c,
+        "What's the weather like in Paris?",
+        ChatCompletionToolChoiceOption::Required,
+    );
+    assert!(["get_weather", "set_timer"].contains(&name.as_str()));
     assert!(args.is_object(), "{args}");
 
     // Streamed, `required`: the call comes as deltas (id and name first,
@@ -1265,39 +1261,19 @@ fn serve_answers_tool_calls_and_logprobs_as_openai_does() {
 /// official client reads the call (`auto`: the model chooses to call).
 #[test]
 fn serve_answers_qwen_tool_calls_through_its_own_template() {
-    let model = crate::support::real_model::qwen05()
-        .to_str()
-        .unwrap()
-        .to_string();
-    let server = ServeProcess::start(
-        &[
-            "--model",
-            &model,
-            "--policy",
-            "local-only",
-            "--threads",
-            "2",
-            "--deadline-ms",
-            "120000",
-        ],
-        &[],
+    let server = ServeProcess::local_only(
+        crate::support::real_model::qwen05(),
+        &["--deadline-ms", "120000"],
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = client(&server.url, "unused");
-    let whole = rt
-        .block_on(c.chat().create(tool_request(
-            "What's the weather like in Paris right now?",
-            ChatCompletionToolChoiceOption::Auto,
-            false,
-        )))
-        .unwrap();
-    let choice = &whole.choices[0];
-    assert_eq!(choice.finish_reason, Some(OaFinish::ToolCalls), "{whole:?}");
-    assert_eq!(choice.message.content, None);
-    let calls = choice.message.tool_calls.as_ref().expect("tool calls");
-    assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].function.name, "get_weather");
-    let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+    let (name, args) = whole_tool_call(
+        &rt,
+        &c,
+        "What's the weather like in Paris right now?",
+        ChatCompletionToolChoiceOption::Auto,
+    );
+    assert_eq!(name, "get_weather");
     assert_eq!(
         args["city"].as_str().map(str::to_lowercase).as_deref(),
         Some("paris"),
@@ -1317,19 +1293,7 @@ fn a_prompt_over_the_local_context_is_a_400_or_goes_to_the_cloud() {
         .to_string();
     let long = "Tell me about the history of the city of Rome. ".repeat(40);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let local_only = ServeProcess::start(
-        &[
-            "--model",
-            &model,
-            "--policy",
-            "local-only",
-            "--threads",
-            "2",
-            "--context-size",
-            "128",
-        ],
-        &[],
-    );
+    let local_only = ServeProcess::local_only(Path::new(&model), &["--context-size", "128"]);
     let (status, _, body) = rt.block_on(post(
         &local_only.url,
         json!({"model": "edgecloud", "messages": user(&long), "max_tokens": 4}),
