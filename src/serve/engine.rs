@@ -29,12 +29,22 @@ pub(crate) struct Job {
     pub(crate) stream: bool,
 }
 
+/// The part of a request a [`StartError::Invalid`] is about; the HTTP
+/// layer names it as the wire field the request used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Param {
+    /// The policy the request named (body or header).
+    Policy,
+    /// The model (route) the request named.
+    Model,
+}
+
 /// Why a run could not start.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum StartError {
-    /// The request is unusable as given (`param` names the field).
+    /// The request is unusable as given (`param` says which part).
     Invalid {
-        param: Option<String>,
+        param: Option<Param>,
         message: String,
     },
     /// No new runs: the engine is shutting down.

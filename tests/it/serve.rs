@@ -899,9 +899,9 @@ async fn a_pool_serves_one_request_per_instance_and_refuses_the_rest_with_503() 
         .instances(2)
         .policy(Policy::LocalOnly)
         .deadline(LONG)
-        .build_pool()
+        .build()
         .unwrap();
-    let server = Server::bind_pool(pool, loopback())
+    let server = Server::bind(pool, loopback())
         .await
         .expect("bind a loopback port")
         .spawn();
