@@ -3,7 +3,8 @@
 //! batch per step, as llama-server's slots are (continuous batching).
 //!
 //! ```text
-//!  jobs (seq id) ──> per-sequence queue ──> start: template, tokenize,
+//!  jobs (seq id) ──> per-sequence queue ──> start: prepare::Task (template,
+//!                                           tokenize, grammar, picker, stops),
 //!                                           reuse the sequence's cached prefix
 //!  every step:  stopped (cancel / deadline)?  -> finish, its KV tail is cut
 //!               batch = each generating sequence's last token
@@ -38,13 +39,20 @@
 //! the first allowed token in rank order, see `pick`), the same whatever
 //! else is in the batch (tested against the lane alone).
 //!
+//! What a job's request becomes before its first step (its prompt's
+//! tokens, its grammar, its samples' pickers and stop strings) is
+//! `prepare`'s: this module steps the prepared task and does not look at
+//! the request's sampling settings other than to follow them (they were
+//! validated where the request came in).
+//!
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
 use super::ffi::{AbortSignal, ThreadControl};
-use super::generate::{emit, grammar_for, Progress, PromptFormat};
+use super::generate::{emit, Progress, PromptFormat};
 use super::governor::{Governor, StepFigure, StepKind};
-use super::pick::{GrammarPass, Picker};
+use super::pick::{GrammarPass, GrammarSpec, Picker};
+use super::prepare::{self, Preparer, Task};
 use super::stop::{StopMatcher, StopState};
 use super::toolcall::{self, CallStyle, ToolJob};
 use super::utf8::Utf8Stream;
@@ -120,6 +128,9 @@ struct Active {
     aborted_in_decode: bool,
     /// What the job's tools mean here, when it has any.
     tools: Option<ToolJob>,
+    /// The grammar its samples decode under (the further samples of a
+    /// consensus get their pickers from it).
+    grammar: Option<GrammarSpec>,
 }
 
 /// One answer being generated, on one sequence id.
@@ -382,7 +393,8 @@ impl<'m> Engine<'m> {
     }
 
     /// Starts the next queued job of a free sequence (several, when jobs
-    /// end before any decoding: an invalid request, a job already stopped).
+    /// end before any decoding: a job its preparation refused, a job
+    /// already stopped).
     fn start_next(&mut self, seq: usize) {
         while self.seqs[seq].active.is_none() {
             let Some(envelope) = self.seqs[seq].queue.pop_front() else {
@@ -410,61 +422,29 @@ impl<'m> Engine<'m> {
         } = envelope;
         let started = Instant::now();
         let permit = job.permit.take();
-        let prepared = job
-            .sampling
-            .validate()
-            .map_err(LocalError::from)
-            .and_then(|()| {
-                self.format
-                    .render_job(self.model, &job.messages, &job.sampling)
-            })
-            .map(|(prompt, tools)| {
-                let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
-                (tokens, tools)
-            })
-            .and_then(|(tokens, tools)| {
-                if tokens.is_empty() || tokens.len() >= self.seq_context {
-                    Err(LocalError::PromptTooLong {
-                        prompt_tokens: tokens.len() as u32,
-                        context_size: self.seq_context as u32,
-                    })
-                } else {
-                    Ok((tokens, tools))
-                }
-            });
-        // More samples than the lane has sequence ids for is the
-        // caller's mistake, told as such.
-        let samples = job.sampling.consensus.map_or(1, |c| c.samples as usize);
-        let prepared = prepared.and_then(|ready| {
-            if samples > self.max_samples {
-                Err(LocalError::InvalidRequest(
-                    crate::request::InvalidRequest::new(format!(
-                        "consensus.samples {samples} is more than this lane's max_samples \
-                         {} (LocalConfig::max_samples)",
-                        self.max_samples
-                    )),
-                ))
-            } else {
-                Ok(ready)
-            }
-        });
-        // A `response_format` or a tool call adds llama.cpp's grammar
-        // (greedy jobs too); one it cannot compile fails the job here.
-        let grammar_pass = self.grammar_pass;
-        let prepared = prepared.and_then(|(tokens, tools)| {
-            let grammar = grammar_for(&job.sampling, tools.as_ref())?;
-            Picker::new(self.model, &job.sampling, grammar.as_ref(), grammar_pass, 0)
-                .map(|picker| (tokens, tools, picker))
-        });
-        let (tokens, tools, picker) = match prepared {
-            Ok(ready) => ready,
+        let prepared = Preparer {
+            model: self.model,
+            format: &self.format,
+            grammar_pass: self.grammar_pass,
+            seq_context: self.seq_context,
+            max_samples: self.max_samples,
+        }
+        .task(&job);
+        let Task {
+            tokens,
+            tools,
+            grammar,
+            samples,
+            picker,
+            stops,
+        } = match prepared {
+            Ok(task) => task,
             Err(e) => {
                 reply_after(permit, job, progress, reply, Err(e));
                 return;
             }
         };
         let out = Progress::new(&job, submitted_at, started, tokens.len());
-        let stops = stops_for(&job, tools.as_ref());
         let mut active = Active {
             job,
             permit,
@@ -486,6 +466,7 @@ impl<'m> Engine<'m> {
             }],
             aborted_in_decode: false,
             tools,
+            grammar,
         };
         if active.job.stop_reason().is_none() {
             active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
@@ -683,17 +664,13 @@ impl<'m> Engine<'m> {
             let total = a.tokens.len() as u32;
             report(PromptProgress { done: total, total });
         }
-        let grammar = if ids.is_empty() {
-            None
-        } else {
-            grammar_for(&a.job.sampling, a.tools.as_ref())?
-        };
         for (i, &id) in ids.iter().enumerate() {
-            let picker = Picker::new(
+            let (picker, stops) = prepare::sample_parts(
                 model,
-                &a.job.sampling,
-                grammar.as_ref(),
                 self.grammar_pass,
+                &a.job,
+                a.grammar.as_ref(),
+                a.tools.as_ref(),
                 i as u32 + 1,
             )?;
             let out = a.branches[0].out.clone();
@@ -703,7 +680,7 @@ impl<'m> Engine<'m> {
                 out,
                 pending: None,
                 picker,
-                stops: stops_for(&a.job, a.tools.as_ref()),
+                stops,
                 utf8: Utf8Stream::default(),
                 ended: None,
             });
@@ -1047,16 +1024,6 @@ fn finish_job(
     let took = c.timings.generation.as_secs_f64();
     c.timings.gen_tokens_per_s = (sampled > n && took > 0.0).then(|| (sampled - n) as f64 / took);
     c
-}
-
-/// A job's stop strings, holding back its model's tool-call markup from
-/// the stream when it may call tools.
-fn stops_for(job: &LaneJob, tools: Option<&ToolJob>) -> StopMatcher {
-    let stops = StopMatcher::new(&job.sampling.stop);
-    match tools.and_then(ToolJob::held_markers) {
-        Some(held) => stops.holding(held),
-        None => stops,
-    }
 }
 
 /// The completion with its tool calls parsed out of its text.

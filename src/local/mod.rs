@@ -49,6 +49,7 @@ mod generate;
 mod governor;
 mod jinja;
 mod pick;
+mod prepare;
 pub mod probe;
 mod signals;
 mod simd;
@@ -465,6 +466,16 @@ impl LocalLane {
 
     fn enqueue(&self, job: LaneJob, progress: Option<ProgressSink>) -> LocalTicket {
         let (reply, rx) = oneshot::channel();
+        // The lane's door: a job given to the lane directly is checked by
+        // the one validator of a request's sampling (the harness checked
+        // its request the same way when the run started); the worker's
+        // preparation and decode loop trust it from here on.
+        if let Err(e) = job.sampling.validate() {
+            // The permit goes with the job, before the result is seen.
+            drop(job);
+            let _ = reply.send(Err(e.into()));
+            return LocalTicket { rx };
+        }
         let envelope = Envelope {
             seq: self.seq,
             job,
