@@ -108,7 +108,7 @@ impl ChatMessage {
 pub struct Sampling {
     /// Most tokens to generate.
     pub max_tokens: u32,
-    /// Softmax temperature; 0 means greedy.
+    /// Softmax temperature, 0 to [`MAX_TEMPERATURE`]; 0 means greedy.
     pub temperature: f32,
     /// Nucleus sampling threshold in (0, 1]; 1 disables it.
     pub top_p: f32,
