@@ -6,11 +6,13 @@
 //!  jobs (seq id) ──> per-sequence queue ──> start: prepare::Task (template,
 //!                                           tokenize, grammar, picker, stops),
 //!                                           reuse the sequence's cached prefix
-//!  every step:  stopped (cancel / deadline)?  -> finish, its KV tail is cut
+//!  every step:  stopped (cancel / deadline)?  -> it ends, its KV tail is cut
 //!               batch = each generating sequence's last token
 //!                     + prompt chunks of the others, up to `batch_size`
 //!               arm the abort signal with the batch's jobs, llama_decode
 //!               sample each sequence from its own logits row
+//!  job ended:   its branches ──> finish (the vote, tool calls, answer
+//!                                 check) ──> the reply, after the permit
 //! ```
 //!
 //! Each sequence keeps what a lane alone keeps: its own positions and KV
@@ -24,7 +26,7 @@
 //! first token from the prompt's one row of logits with its own sampler
 //! (seed + i), and the k samples decode side by side in the same batch,
 //! each one row per step, until every one has ended. The samples then vote
-//! (`crate::answer::majority`): the answer is the first sample giving the
+//! (in `finish`, by `crate::answer::majority`): the answer is the first sample giving the
 //! majority answer, whole (a consensus job streams nothing before it
 //! ends), and the share agreeing is its `agreement`. The other ids' cells
 //! are dropped when the job ends. Sample ids of lane `s` of `n`:
@@ -41,22 +43,24 @@
 //!
 //! What a job's request becomes before its first step (its prompt's
 //! tokens, its grammar, its samples' pickers and stop strings) is
-//! `prepare`'s: this module steps the prepared task and does not look at
-//! the request's sampling settings other than to follow them (they were
-//! validated where the request came in).
+//! `prepare`'s, and what its ended branches become is `finish`'s: data
+//! flows prepare -> this loop -> finish, and neither end knows the batch.
+//! This module steps the prepared task and does not check the request's
+//! sampling settings, only follows them (they were validated where the
+//! request came in).
 //!
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
 use super::ffi::{AbortSignal, ThreadControl};
+use super::finish::{self, Ended};
 use super::generate::{emit, Progress, PromptFormat};
 use super::governor::{Governor, StepFigure, StepKind};
 use super::pick::{GrammarPass, GrammarSpec, Picker};
 use super::prepare::{self, Preparer, Task};
 use super::stop::{StopMatcher, StopState};
-use super::toolcall::{self, CallStyle, ToolJob};
+use super::toolcall::ToolJob;
 use super::utf8::Utf8Stream;
-use super::LocalSample;
 use super::{signals, simd};
 use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob, LanePermit, TokenLogprob, TopLogprob};
@@ -886,8 +890,16 @@ impl<'m> Engine<'m> {
             ..
         } = a;
         let grammar_pass = self.grammar_pass;
+        let ended = branches
+            .into_iter()
+            .map(|br| Ended {
+                out: br.out,
+                stops: br.stops,
+                ended: br.ended,
+            })
+            .collect();
         let finished = catch_unwind(AssertUnwindSafe(|| {
-            finish_job(&mut job, branches, samples, reason, aborted_in_decode)
+            finish::completion(&mut job, ended, samples, reason, aborted_in_decode)
         }));
         let result = finished
             .map_err(|panic| {
@@ -896,31 +908,7 @@ impl<'m> Engine<'m> {
                     detail: crate::panic_payload::message(&*panic),
                 }
             })
-            // A whole answer is split into its text and its tool calls,
-            // then checked: under a grammar it is valid unless it was cut
-            // short (max_tokens, a stop string), and that is a typed error,
-            // never a malformed answer passed on as good. A cancelled or
-            // late job keeps its partial text (the harness does not accept
-            // it as an answer anyway).
-            .and_then(|c| {
-                if !c.finish_reason.is_complete() {
-                    return Ok(c);
-                }
-                // Without a grammar (`GrammarPass::Off`) the answer is
-                // handed back as the model wrote it, calls parsed where
-                // they parse: judging it is the caller's (the harness
-                // rejects an invalid answer as it would a cloud's).
-                let unconstrained = grammar_pass == GrammarPass::Off;
-                let c = match tools.as_ref().filter(|t| t.offered) {
-                    Some(t) if unconstrained => with_tool_calls(c.clone(), t.style).unwrap_or(c),
-                    Some(t) => with_tool_calls(c, t.style)?,
-                    None => c,
-                };
-                if job.sampling.constrains_answer() && !unconstrained {
-                    job.sampling.check_answer(&c.text, &c.tool_calls)?;
-                }
-                Ok(c)
-            });
+            .and_then(|c| finish::answer(c, &job.sampling, tools.as_ref(), grammar_pass));
         reply_after(permit, job, progress, reply, result);
     }
 
@@ -965,76 +953,6 @@ impl<'m> Engine<'m> {
             );
         }
     }
-}
-
-/// The job's completion from its branches: a lone answer as it is; for a
-/// consensus, every sample's text voted on, the first sample giving the
-/// majority answer as the answer, emitted whole to the job's sink.
-fn finish_job(
-    job: &mut LaneJob,
-    branches: Vec<Branch>,
-    samples: usize,
-    reason: FinishReason,
-    aborted_in_decode: bool,
-) -> LocalCompletion {
-    if samples == 1 {
-        let br = branches
-            .into_iter()
-            .next()
-            .expect("a job has its first branch from the start");
-        let mut stops = br.stops;
-        emit(job, stops.release_rest());
-        let reason = br.ended.unwrap_or(reason);
-        return br.out.finish(reason, stops.into_text(), aborted_in_decode);
-    }
-    let kind = job.sampling.consensus.map(|c| c.answer).unwrap_or_default();
-    // A job stopped before its prompt was decoded has one branch.
-    let finished: Vec<(Progress, String, FinishReason)> = branches
-        .into_iter()
-        .map(|br| {
-            let reason = br.ended.unwrap_or(reason);
-            (br.out, br.stops.into_text(), reason)
-        })
-        .collect();
-    let texts: Vec<&str> = finished.iter().map(|(_, t, _)| t.as_str()).collect();
-    let vote = crate::answer::majority(kind, &texts);
-    let sampled: usize = finished.iter().map(|(p, _, _)| p.completion_tokens).sum();
-    let sample_list: Vec<LocalSample> = finished
-        .iter()
-        .map(|(p, text, r)| LocalSample {
-            text: text.clone(),
-            finish_reason: *r,
-            completion_tokens: p.completion_tokens as u32,
-            mean_logprob: p.mean_logprob(),
-            answer: kind.extract(text),
-        })
-        .collect();
-    let (out, text, reason) = finished
-        .into_iter()
-        .nth(vote.chosen)
-        .expect("the chosen sample is one of them");
-    emit(job, &text);
-    let mut c = out.finish(reason, text, aborted_in_decode);
-    c.agreement = Some(vote.share() as f32);
-    c.samples = sample_list;
-    c.sampled_tokens = sampled as u32;
-    // Generation speed of the job: every sample's tokens after its first,
-    // over the time the samples took together.
-    let n = c.samples.len();
-    let took = c.timings.generation.as_secs_f64();
-    c.timings.gen_tokens_per_s = (sampled > n && took > 0.0).then(|| (sampled - n) as f64 / took);
-    c
-}
-
-/// The completion with its tool calls parsed out of its text.
-fn with_tool_calls(
-    mut c: LocalCompletion,
-    style: CallStyle,
-) -> Result<LocalCompletion, LocalError> {
-    let (content, calls) = toolcall::parse(style, &c.text)?;
-    c.text = content;
-    c.tool_calls = calls;
-    Ok(c)
 }
 
 /// A token's text and bytes as a log-probability entry.

@@ -45,6 +45,7 @@ mod batch;
 pub mod devices;
 mod error;
 mod ffi;
+mod finish;
 mod generate;
 mod governor;
 mod jinja;
