@@ -334,14 +334,23 @@ impl Request {
 
     /// Checks the request, naming what is wrong.
     pub fn validate(&self) -> Result<(), InvalidRequest> {
-        if self.messages.is_empty() {
-            return Err(InvalidRequest::at(
-                RequestField::Messages,
-                "a request needs at least one message",
-            ));
-        }
-        self.sampling.validate()
+        validate_parts(&self.messages, &self.sampling)
     }
+}
+
+/// [`Request::validate`] on a request's parts, for a lane given them
+/// without the request (the cloud lane's job).
+pub(crate) fn validate_parts(
+    messages: &[ChatMessage],
+    sampling: &Sampling,
+) -> Result<(), InvalidRequest> {
+    if messages.is_empty() {
+        return Err(InvalidRequest::at(
+            RequestField::Messages,
+            "a request needs at least one message",
+        ));
+    }
+    sampling.validate()
 }
 
 /// A request or setting that cannot be served as given.
