@@ -108,7 +108,7 @@ impl ChatMessage {
 pub struct Sampling {
     /// Most tokens to generate.
     pub max_tokens: u32,
-    /// Softmax temperature; 0 means greedy.
+    /// Softmax temperature, 0 to [`MAX_TEMPERATURE`]; 0 means greedy.
     pub temperature: f32,
     /// Nucleus sampling threshold in (0, 1]; 1 disables it.
     pub top_p: f32,
@@ -192,41 +192,63 @@ impl Default for Sampling {
 
 impl Sampling {
     /// Checks the settings, naming the first field that is out of range.
+    ///
+    /// This is the one home of every sampling rule: the harness calls it
+    /// (through [`Request::validate`]) when a run starts, `serve` and the
+    /// bench's workloads when they build a request from an OpenAI body
+    /// (their parser reads types and shapes and leaves ranges to this),
+    /// and the lanes trust what passed it. The error names the field
+    /// ([`InvalidRequest::field`]) so a wire layer can name it as its
+    /// clients spell it.
     pub fn validate(&self) -> Result<(), InvalidRequest> {
+        use RequestField as F;
         if self.max_tokens == 0 {
-            return Err(InvalidRequest::new("max_tokens must be at least 1"));
+            return Err(InvalidRequest::at(
+                F::MaxTokens,
+                "max_tokens must be at least 1",
+            ));
         }
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(InvalidRequest::new(
-                "temperature must be a finite number >= 0",
+        if !(self.temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&self.temperature)) {
+            return Err(InvalidRequest::at(
+                F::Temperature,
+                format!("temperature must be a number between 0 and {MAX_TEMPERATURE}"),
             ));
         }
         if !(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(InvalidRequest::new("top_p must be in (0, 1]"));
+            return Err(InvalidRequest::at(F::TopP, "top_p must be in (0, 1]"));
         }
-        if self.stop.iter().any(String::is_empty) {
-            return Err(InvalidRequest::new("stop strings must not be empty"));
+        if let Some(i) = self.stop.iter().position(String::is_empty) {
+            return Err(InvalidRequest::at(
+                F::Stop(i),
+                "stop strings must not be empty",
+            ));
         }
         if let Some(f) = &self.response_format {
-            f.check()
-                .map_err(|e| InvalidRequest::new(format!("response_format: {e}")))?;
+            f.check().map_err(|e| {
+                InvalidRequest::at(F::ResponseFormat, format!("response_format: {e}"))
+            })?;
         }
         check_tools(&self.tools, self.tool_choice.as_ref())
-            .map_err(|e| InvalidRequest::new(e.message))?;
+            .map_err(|e| InvalidRequest::at(F::Tools, e.message))?;
         if self.logprobs.is_some_and(|n| n > MAX_TOP_LOGPROBS) {
-            return Err(InvalidRequest::new(format!(
-                "top_logprobs must be at most {MAX_TOP_LOGPROBS}"
-            )));
+            return Err(InvalidRequest::at(
+                F::TopLogprobs,
+                format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}"),
+            ));
         }
         if let Some(c) = &self.consensus {
             if !(1..=MAX_SAMPLES).contains(&c.samples) {
-                return Err(InvalidRequest::new(format!(
-                    "consensus.samples must be 1 to {MAX_SAMPLES}, got {}",
-                    c.samples
-                )));
+                return Err(InvalidRequest::at(
+                    F::ConsensusSamples,
+                    format!(
+                        "consensus.samples must be 1 to {MAX_SAMPLES}, got {}",
+                        c.samples
+                    ),
+                ));
             }
             if c.samples > 1 && self.temperature <= 0.0 {
-                return Err(InvalidRequest::new(
+                return Err(InvalidRequest::at(
+                    F::ConsensusSamples,
                     "consensus.samples above 1 needs a temperature above 0 \
                      (greedy samples all give the same answer)",
                 ));
@@ -279,6 +301,10 @@ impl Sampling {
 /// The most alternatives per token a request may ask for (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: u8 = 20;
 
+/// The highest temperature a request may ask for (OpenAI's range is 0 to
+/// 2; a cloud lane would refuse more).
+pub const MAX_TEMPERATURE: f32 = 2.0;
+
 /// A request: messages, sampling, and an optional deadline and id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -308,11 +334,23 @@ impl Request {
 
     /// Checks the request, naming what is wrong.
     pub fn validate(&self) -> Result<(), InvalidRequest> {
-        if self.messages.is_empty() {
-            return Err(InvalidRequest::new("a request needs at least one message"));
-        }
-        self.sampling.validate()
+        validate_parts(&self.messages, &self.sampling)
     }
+}
+
+/// [`Request::validate`] on a request's parts, for a lane given them
+/// without the request (the cloud lane's job).
+pub(crate) fn validate_parts(
+    messages: &[ChatMessage],
+    sampling: &Sampling,
+) -> Result<(), InvalidRequest> {
+    if messages.is_empty() {
+        return Err(InvalidRequest::at(
+            RequestField::Messages,
+            "a request needs at least one message",
+        ));
+    }
+    sampling.validate()
 }
 
 /// A request or setting that cannot be served as given.
@@ -321,13 +359,69 @@ impl Request {
 pub struct InvalidRequest {
     /// What is wrong, in words.
     pub reason: String,
+    /// The request's field at fault, when one is.
+    pub field: Option<RequestField>,
 }
 
 impl InvalidRequest {
-    /// An error with the given reason.
+    /// An error with the given reason, naming no field.
     pub fn new(reason: impl Into<String>) -> Self {
         Self {
             reason: reason.into(),
+            field: None,
+        }
+    }
+
+    /// An error about one field of the request.
+    pub fn at(field: RequestField, reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            field: Some(field),
+        }
+    }
+}
+
+/// A field of a [`Request`] that [`Request::validate`] refused: a typed
+/// name a wire layer maps to its own spelling (serve's `param`), never a
+/// string another layer has to match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RequestField {
+    /// [`Request::messages`].
+    Messages,
+    /// [`Sampling::max_tokens`].
+    MaxTokens,
+    /// [`Sampling::temperature`].
+    Temperature,
+    /// [`Sampling::top_p`].
+    TopP,
+    /// The stop string at this index of [`Sampling::stop`].
+    Stop(usize),
+    /// [`Sampling::response_format`].
+    ResponseFormat,
+    /// [`Sampling::tools`] or [`Sampling::tool_choice`].
+    Tools,
+    /// [`Sampling::logprobs`] (OpenAI's `top_logprobs`).
+    TopLogprobs,
+    /// [`Consensus::samples`] of [`Sampling::consensus`].
+    ConsensusSamples,
+}
+
+impl RequestField {
+    /// The field's name as OpenAI's chat-completions body spells it
+    /// (`top_p`, `stop[1]`), or ours where OpenAI has none
+    /// (`consensus.samples`).
+    pub fn name(self) -> String {
+        match self {
+            RequestField::Messages => "messages".into(),
+            RequestField::MaxTokens => "max_tokens".into(),
+            RequestField::Temperature => "temperature".into(),
+            RequestField::TopP => "top_p".into(),
+            RequestField::Stop(i) => format!("stop[{i}]"),
+            RequestField::ResponseFormat => "response_format".into(),
+            RequestField::Tools => "tools".into(),
+            RequestField::TopLogprobs => "top_logprobs".into(),
+            RequestField::ConsensusSamples => "consensus.samples".into(),
         }
     }
 }
@@ -352,7 +446,110 @@ mod opt_millis {
 
 #[cfg(test)]
 mod tests {
-    use super::{ChatMessage, Role};
+    use super::{ChatMessage, Consensus, Request, RequestField, Role, Sampling};
+
+    /// Each rule of a field lives in `Sampling::validate` (or
+    /// `Request::validate`) and names its field.
+    #[test]
+    fn each_out_of_range_field_is_named() {
+        let s = Sampling::default;
+        let cases: Vec<(RequestField, Sampling)> = vec![
+            (
+                RequestField::MaxTokens,
+                Sampling {
+                    max_tokens: 0,
+                    ..s()
+                },
+            ),
+            (
+                RequestField::Temperature,
+                Sampling {
+                    temperature: -0.1,
+                    ..s()
+                },
+            ),
+            (
+                RequestField::Temperature,
+                Sampling {
+                    temperature: 2.5,
+                    ..s()
+                },
+            ),
+            (
+                RequestField::Temperature,
+                Sampling {
+                    temperature: f32::INFINITY,
+                    ..s()
+                },
+            ),
+            (RequestField::TopP, Sampling { top_p: 0.0, ..s() }),
+            (RequestField::TopP, Sampling { top_p: 2.0, ..s() }),
+            (
+                RequestField::TopP,
+                Sampling {
+                    top_p: f32::NAN,
+                    ..s()
+                },
+            ),
+            (
+                RequestField::Stop(2),
+                Sampling {
+                    stop: vec!["a".into(), "b".into(), String::new()],
+                    ..s()
+                },
+            ),
+            (
+                RequestField::TopLogprobs,
+                Sampling {
+                    logprobs: Some(21),
+                    ..s()
+                },
+            ),
+            (
+                RequestField::ConsensusSamples,
+                Sampling {
+                    consensus: Some(Consensus::new(0, Default::default())),
+                    ..s()
+                },
+            ),
+            (
+                RequestField::ConsensusSamples,
+                Sampling {
+                    temperature: 0.0,
+                    consensus: Some(Consensus::new(2, Default::default())),
+                    ..s()
+                },
+            ),
+        ];
+        for (field, sampling) in cases {
+            let e = sampling.validate().unwrap_err();
+            assert_eq!(e.field, Some(field), "{e}");
+        }
+        for ok in [
+            Sampling {
+                temperature: 0.0,
+                ..s()
+            },
+            Sampling {
+                temperature: 2.0,
+                top_p: 1.0,
+                ..s()
+            },
+            Sampling {
+                logprobs: Some(20),
+                ..s()
+            },
+        ] {
+            ok.validate().unwrap();
+        }
+        let mut r = Request::user("q");
+        r.messages.clear();
+        assert_eq!(
+            r.validate().unwrap_err().field,
+            Some(RequestField::Messages)
+        );
+        assert_eq!(RequestField::Stop(3).name(), "stop[3]");
+    }
 
     #[test]
     fn conversation_puts_the_system_message_first_when_given() {

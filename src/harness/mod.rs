@@ -100,7 +100,7 @@ mod timer;
 #[cfg(feature = "cloud")]
 pub use adapters::{candidate_from_cloud, CloudBackend};
 #[cfg(feature = "local")]
-pub use adapters::{candidate_from_local, LocalBackend, HARNESS_COMPUTE_NICE};
+pub use adapters::{candidate_from_local, LocalBackend};
 pub use api::{Diagnostic, Harness, PoolStats};
 pub use arbitration::pick_highest;
 pub use availability::{Availability, LaneHealth};

@@ -3,13 +3,16 @@
 //! batch per step, as llama-server's slots are (continuous batching).
 //!
 //! ```text
-//!  jobs (seq id) ──> per-sequence queue ──> start: template, tokenize,
+//!  jobs (seq id) ──> per-sequence queue ──> start: prepare::Task (template,
+//!                                           tokenize, grammar, picker, stops),
 //!                                           reuse the sequence's cached prefix
-//!  every step:  stopped (cancel / deadline)?  -> finish, its KV tail is cut
+//!  every step:  stopped (cancel / deadline)?  -> it ends, its KV tail is cut
 //!               batch = each generating sequence's last token
 //!                     + prompt chunks of the others, up to `batch_size`
 //!               arm the abort signal with the batch's jobs, llama_decode
 //!               sample each sequence from its own logits row
+//!  job ended:   its branches ──> finish (the vote, tool calls, answer
+//!                                 check) ──> the reply, after the permit
 //! ```
 //!
 //! Each sequence keeps what a lane alone keeps: its own positions and KV
@@ -23,7 +26,7 @@
 //! first token from the prompt's one row of logits with its own sampler
 //! (seed + i), and the k samples decode side by side in the same batch,
 //! each one row per step, until every one has ended. The samples then vote
-//! (`crate::answer::majority`): the answer is the first sample giving the
+//! (in `finish`, by `crate::answer::majority`): the answer is the first sample giving the
 //! majority answer, whole (a consensus job streams nothing before it
 //! ends), and the share agreeing is its `agreement`. The other ids' cells
 //! are dropped when the job ends. Sample ids of lane `s` of `n`:
@@ -38,17 +41,26 @@
 //! the first allowed token in rank order, see `pick`), the same whatever
 //! else is in the batch (tested against the lane alone).
 //!
+//! What a job's request becomes before its first step (its prompt's
+//! tokens, its grammar, its samples' pickers and stop strings) is
+//! `prepare`'s, and what its ended branches become is `finish`'s: data
+//! flows prepare -> this loop -> finish, and neither end knows the batch.
+//! This module steps the prepared task and does not check the request's
+//! sampling settings, only follows them (they were validated where the
+//! request came in).
+//!
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
 use super::ffi::{AbortSignal, ThreadControl};
-use super::generate::{emit, grammar_for, Progress, PromptFormat};
+use super::finish::{self, Ended};
+use super::generate::{emit, Progress, PromptFormat};
 use super::governor::{Governor, StepFigure, StepKind};
-use super::pick::{GrammarPass, Picker};
+use super::pick::{GrammarPass, GrammarSpec, Picker};
+use super::prepare::{self, Preparer, Task};
 use super::stop::{StopMatcher, StopState};
-use super::toolcall::{self, CallStyle, ToolJob};
+use super::toolcall::ToolJob;
 use super::utf8::Utf8Stream;
-use super::LocalSample;
 use super::{signals, simd};
 use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
 use crate::lane::{FinishReason, LaneJob, LanePermit, TokenLogprob, TopLogprob};
@@ -120,6 +132,9 @@ struct Active {
     aborted_in_decode: bool,
     /// What the job's tools mean here, when it has any.
     tools: Option<ToolJob>,
+    /// The grammar its samples decode under (the further samples of a
+    /// consensus get their pickers from it).
+    grammar: Option<GrammarSpec>,
 }
 
 /// One answer being generated, on one sequence id.
@@ -382,7 +397,8 @@ impl<'m> Engine<'m> {
     }
 
     /// Starts the next queued job of a free sequence (several, when jobs
-    /// end before any decoding: an invalid request, a job already stopped).
+    /// end before any decoding: a job its preparation refused, a job
+    /// already stopped).
     fn start_next(&mut self, seq: usize) {
         while self.seqs[seq].active.is_none() {
             let Some(envelope) = self.seqs[seq].queue.pop_front() else {
@@ -410,61 +426,29 @@ impl<'m> Engine<'m> {
         } = envelope;
         let started = Instant::now();
         let permit = job.permit.take();
-        let prepared = job
-            .sampling
-            .validate()
-            .map_err(LocalError::from)
-            .and_then(|()| {
-                self.format
-                    .render_job(self.model, &job.messages, &job.sampling)
-            })
-            .map(|(prompt, tools)| {
-                let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
-                (tokens, tools)
-            })
-            .and_then(|(tokens, tools)| {
-                if tokens.is_empty() || tokens.len() >= self.seq_context {
-                    Err(LocalError::PromptTooLong {
-                        prompt_tokens: tokens.len() as u32,
-                        context_size: self.seq_context as u32,
-                    })
-                } else {
-                    Ok((tokens, tools))
-                }
-            });
-        // More samples than the lane has sequence ids for is the
-        // caller's mistake, told as such.
-        let samples = job.sampling.consensus.map_or(1, |c| c.samples as usize);
-        let prepared = prepared.and_then(|ready| {
-            if samples > self.max_samples {
-                Err(LocalError::InvalidRequest(
-                    crate::request::InvalidRequest::new(format!(
-                        "consensus.samples {samples} is more than this lane's max_samples \
-                         {} (LocalConfig::max_samples)",
-                        self.max_samples
-                    )),
-                ))
-            } else {
-                Ok(ready)
-            }
-        });
-        // A `response_format` or a tool call adds llama.cpp's grammar
-        // (greedy jobs too); one it cannot compile fails the job here.
-        let grammar_pass = self.grammar_pass;
-        let prepared = prepared.and_then(|(tokens, tools)| {
-            let grammar = grammar_for(&job.sampling, tools.as_ref())?;
-            Picker::new(self.model, &job.sampling, grammar.as_ref(), grammar_pass, 0)
-                .map(|picker| (tokens, tools, picker))
-        });
-        let (tokens, tools, picker) = match prepared {
-            Ok(ready) => ready,
+        let prepared = Preparer {
+            model: self.model,
+            format: &self.format,
+            grammar_pass: self.grammar_pass,
+            seq_context: self.seq_context,
+            max_samples: self.max_samples,
+        }
+        .task(&job);
+        let Task {
+            tokens,
+            tools,
+            grammar,
+            samples,
+            picker,
+            stops,
+        } = match prepared {
+            Ok(task) => task,
             Err(e) => {
                 reply_after(permit, job, progress, reply, Err(e));
                 return;
             }
         };
         let out = Progress::new(&job, submitted_at, started, tokens.len());
-        let stops = stops_for(&job, tools.as_ref());
         let mut active = Active {
             job,
             permit,
@@ -486,6 +470,7 @@ impl<'m> Engine<'m> {
             }],
             aborted_in_decode: false,
             tools,
+            grammar,
         };
         if active.job.stop_reason().is_none() {
             active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
@@ -683,17 +668,13 @@ impl<'m> Engine<'m> {
             let total = a.tokens.len() as u32;
             report(PromptProgress { done: total, total });
         }
-        let grammar = if ids.is_empty() {
-            None
-        } else {
-            grammar_for(&a.job.sampling, a.tools.as_ref())?
-        };
         for (i, &id) in ids.iter().enumerate() {
-            let picker = Picker::new(
+            let (picker, stops) = prepare::sample_parts(
                 model,
-                &a.job.sampling,
-                grammar.as_ref(),
                 self.grammar_pass,
+                &a.job,
+                a.grammar.as_ref(),
+                a.tools.as_ref(),
                 i as u32 + 1,
             )?;
             let out = a.branches[0].out.clone();
@@ -703,7 +684,7 @@ impl<'m> Engine<'m> {
                 out,
                 pending: None,
                 picker,
-                stops: stops_for(&a.job, a.tools.as_ref()),
+                stops,
                 utf8: Utf8Stream::default(),
                 ended: None,
             });
@@ -909,8 +890,16 @@ impl<'m> Engine<'m> {
             ..
         } = a;
         let grammar_pass = self.grammar_pass;
+        let ended = branches
+            .into_iter()
+            .map(|br| Ended {
+                out: br.out,
+                stops: br.stops,
+                ended: br.ended,
+            })
+            .collect();
         let finished = catch_unwind(AssertUnwindSafe(|| {
-            finish_job(&mut job, branches, samples, reason, aborted_in_decode)
+            finish::completion(&mut job, ended, samples, reason, aborted_in_decode)
         }));
         let result = finished
             .map_err(|panic| {
@@ -919,31 +908,7 @@ impl<'m> Engine<'m> {
                     detail: crate::panic_payload::message(&*panic),
                 }
             })
-            // A whole answer is split into its text and its tool calls,
-            // then checked: under a grammar it is valid unless it was cut
-            // short (max_tokens, a stop string), and that is a typed error,
-            // never a malformed answer passed on as good. A cancelled or
-            // late job keeps its partial text (the harness does not accept
-            // it as an answer anyway).
-            .and_then(|c| {
-                if !c.finish_reason.is_complete() {
-                    return Ok(c);
-                }
-                // Without a grammar (`GrammarPass::Off`) the answer is
-                // handed back as the model wrote it, calls parsed where
-                // they parse: judging it is the caller's (the harness
-                // rejects an invalid answer as it would a cloud's).
-                let unconstrained = grammar_pass == GrammarPass::Off;
-                let c = match tools.as_ref().filter(|t| t.offered) {
-                    Some(t) if unconstrained => with_tool_calls(c.clone(), t.style).unwrap_or(c),
-                    Some(t) => with_tool_calls(c, t.style)?,
-                    None => c,
-                };
-                if job.sampling.constrains_answer() && !unconstrained {
-                    job.sampling.check_answer(&c.text, &c.tool_calls)?;
-                }
-                Ok(c)
-            });
+            .and_then(|c| finish::answer(c, &job.sampling, tools.as_ref(), grammar_pass));
         reply_after(permit, job, progress, reply, result);
     }
 
@@ -988,86 +953,6 @@ impl<'m> Engine<'m> {
             );
         }
     }
-}
-
-/// The job's completion from its branches: a lone answer as it is; for a
-/// consensus, every sample's text voted on, the first sample giving the
-/// majority answer as the answer, emitted whole to the job's sink.
-fn finish_job(
-    job: &mut LaneJob,
-    branches: Vec<Branch>,
-    samples: usize,
-    reason: FinishReason,
-    aborted_in_decode: bool,
-) -> LocalCompletion {
-    if samples == 1 {
-        let br = branches
-            .into_iter()
-            .next()
-            .expect("a job has its first branch from the start");
-        let mut stops = br.stops;
-        emit(job, stops.release_rest());
-        let reason = br.ended.unwrap_or(reason);
-        return br.out.finish(reason, stops.into_text(), aborted_in_decode);
-    }
-    let kind = job.sampling.consensus.map(|c| c.answer).unwrap_or_default();
-    // A job stopped before its prompt was decoded has one branch.
-    let finished: Vec<(Progress, String, FinishReason)> = branches
-        .into_iter()
-        .map(|br| {
-            let reason = br.ended.unwrap_or(reason);
-            (br.out, br.stops.into_text(), reason)
-        })
-        .collect();
-    let texts: Vec<&str> = finished.iter().map(|(_, t, _)| t.as_str()).collect();
-    let vote = crate::answer::majority(kind, &texts);
-    let sampled: usize = finished.iter().map(|(p, _, _)| p.completion_tokens).sum();
-    let sample_list: Vec<LocalSample> = finished
-        .iter()
-        .map(|(p, text, r)| LocalSample {
-            text: text.clone(),
-            finish_reason: *r,
-            completion_tokens: p.completion_tokens as u32,
-            mean_logprob: p.mean_logprob(),
-            answer: kind.extract(text),
-        })
-        .collect();
-    let (out, text, reason) = finished
-        .into_iter()
-        .nth(vote.chosen)
-        .expect("the chosen sample is one of them");
-    emit(job, &text);
-    let mut c = out.finish(reason, text, aborted_in_decode);
-    c.agreement = Some(vote.share() as f32);
-    c.samples = sample_list;
-    c.sampled_tokens = sampled as u32;
-    // Generation speed of the job: every sample's tokens after its first,
-    // over the time the samples took together.
-    let n = c.samples.len();
-    let took = c.timings.generation.as_secs_f64();
-    c.timings.gen_tokens_per_s = (sampled > n && took > 0.0).then(|| (sampled - n) as f64 / took);
-    c
-}
-
-/// A job's stop strings, holding back its model's tool-call markup from
-/// the stream when it may call tools.
-fn stops_for(job: &LaneJob, tools: Option<&ToolJob>) -> StopMatcher {
-    let stops = StopMatcher::new(&job.sampling.stop);
-    match tools.and_then(ToolJob::held_markers) {
-        Some(held) => stops.holding(held),
-        None => stops,
-    }
-}
-
-/// The completion with its tool calls parsed out of its text.
-fn with_tool_calls(
-    mut c: LocalCompletion,
-    style: CallStyle,
-) -> Result<LocalCompletion, LocalError> {
-    let (content, calls) = toolcall::parse(style, &c.text)?;
-    c.text = content;
-    c.tool_calls = calls;
-    Ok(c)
 }
 
 /// A token's text and bytes as a log-probability entry.

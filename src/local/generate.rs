@@ -1,8 +1,9 @@
-//! What one job needs besides the decode loop (`batch`): how messages
-//! become a prompt, the sampler a request asks for, and the job's
-//! counters and clocks that become its [`LocalCompletion`].
+//! What one job needs besides the decode loop (`batch`) and its
+//! preparation (`prepare`): how messages become a prompt (the lane's
+//! [`PromptFormat`], resolved at start-up), streaming text to the job's
+//! sink, and the job's counters and clocks that become its
+//! [`LocalCompletion`].
 
-use super::pick::GrammarSpec;
 use super::signals;
 use super::template::{self, Origin};
 use super::toolcall::{self, ToolJob, ToolTemplate};
@@ -10,7 +11,6 @@ use super::{LocalCompletion, LocalError, LocalTimings, ThreadSteps};
 use crate::lane::{FinishReason, LaneJob, TokenLogprob};
 use crate::request::ChatMessage;
 use crate::request::Sampling;
-use crate::structured::ResponseFormat;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use std::time::{Duration, Instant};
 
@@ -184,39 +184,6 @@ pub(super) fn emit(job: &mut LaneJob, text: &str) {
     if let Some(sink) = job.on_token.as_mut() {
         sink(text);
     }
-}
-
-/// The grammar a job's answer must follow, if any: its tool call's (see
-/// `toolcall`), or llama.cpp's own translation of its `response_format`
-/// schema (`json_object` is the
-/// schema `{"type": "object"}`, any JSON object), so no grammar is written
-/// by hand here.
-pub(super) fn grammar_for(
-    sampling: &Sampling,
-    tools: Option<&ToolJob>,
-) -> Result<Option<GrammarSpec>, LocalError> {
-    // A call's grammar takes precedence: with tools offered, an answer
-    // without a call is validated against the `response_format` but not
-    // decoded under it.
-    if let Some(job) = tools.filter(|j| j.offered) {
-        return toolcall::grammar(job, sampling);
-    }
-    let Some(format) = &sampling.response_format else {
-        return Ok(None);
-    };
-    Ok(Some(GrammarSpec {
-        text: grammar_text(format)?,
-        root: "root".into(),
-        triggers: None,
-    }))
-}
-
-/// The GBNF text of a response format.
-pub(super) fn grammar_text(format: &ResponseFormat) -> Result<String, LocalError> {
-    let schema = format.schema().to_string();
-    llama_cpp_2::json_schema_to_grammar(&schema).map_err(|e| LocalError::Grammar {
-        detail: e.to_string(),
-    })
 }
 
 /// Counters and clocks of one job (of one sample of a consensus job).

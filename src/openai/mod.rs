@@ -1,5 +1,5 @@
 //! The OpenAI chat-completions wire format, in one place: the typed
-//! request ([`ChatRequest`]) and the one validator that reads it from JSON
+//! request ([`ChatRequest`]) and the one reader that parses it from JSON
 //! naming the offending field ([`parse_request`]), the single list of
 //! fields no lane can honour (`refused`), and the typed whole response,
 //! stream chunk, usage, error and model-list shapes (`response`, `error`).

@@ -609,6 +609,7 @@ async fn bad_requests_get_their_status_and_error_object_and_the_server_keeps_ser
     let cases: Vec<Case> = vec![
         ("malformed JSON", b"{\"model\": ".to_vec(), 400, "invalid_request_error", Value::Null, json!("invalid_json")),
         ("wrong type", json!({"model": "edgecloud", "messages": user("x"), "temperature": "warm"}).to_string().into_bytes(), 400, "invalid_request_error", json!("temperature"), json!("invalid_type")),
+        ("out of range", json!({"model": "edgecloud", "messages": user("x"), "top_p": 2.0}).to_string().into_bytes(), 400, "invalid_request_error", json!("top_p"), Value::Null),
         ("wrong message type", json!({"model": "edgecloud", "messages": [{"role": "user", "content": 7}]}).to_string().into_bytes(), 400, "invalid_request_error", json!("messages[0].content"), json!("invalid_type")),
         ("unknown model", json!({"model": "gpt-9", "messages": user("x")}).to_string().into_bytes(), 404, "invalid_request_error", json!("model"), json!("model_not_found")),
         ("oversized body", json!({"model": "edgecloud", "messages": user(&"x".repeat(4096))}).to_string().into_bytes(), 413, "invalid_request_error", Value::Null, json!("request_too_large")),

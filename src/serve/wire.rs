@@ -1,11 +1,13 @@
 //! The server's side of the OpenAI wire format, over `crate::openai`:
-//! a request body read into our vocabulary (the shared validator, plus
-//! edgecloud's own `edgecloud` extension object and the server's caps),
+//! a request body read into our vocabulary (the shared reader, plus
+//! edgecloud's own `edgecloud` extension object and the server's caps,
+//! then `Request::validate`, the one home of each field's rule, its error
+//! mapped to a 400 naming the field as the client spelled it),
 //! and [`ApiError`], an error with its HTTP status. No I/O and no run
 //! logic here; the response and chunk shapes are `openai`'s.
 
 use crate::openai::{self, ErrorBody, ErrorObject, FieldError, ParseOptions};
-use crate::request::{ChatMessage, Sampling};
+use crate::request::{ChatMessage, InvalidRequest, Request, RequestField, Sampling};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -101,9 +103,9 @@ pub(crate) struct ChatParams {
     pub(crate) deadline: Option<Duration>,
 }
 
-/// Parses a request body: the shared validator (unknown fields are
-/// ignored, clients send many optional ones; the refused ones are not),
-/// then the `edgecloud` extension object and the sampling checks.
+/// Parses a request body: the shared reader (unknown fields are ignored,
+/// clients send many optional ones; the refused ones are not), then the
+/// `edgecloud` extension object, then the request's own validation.
 pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::new(
@@ -131,23 +133,41 @@ pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiE
         },
     )?;
     let (policy, deadline) = extension(present(&parsed.extra, "edgecloud"), limits.max_deadline)?;
-    let request = parsed.request;
-    let sampling = request.sampling(Sampling {
-        max_tokens: limits.default_max_tokens,
-        ..Sampling::default()
-    });
-    sampling
-        .validate()
-        .map_err(|e| ApiError::new(400, INVALID_REQUEST, e.reason))?;
+    let mut body = parsed.request;
+    let request = Request {
+        id: None,
+        messages: std::mem::take(&mut body.messages).into_owned(),
+        sampling: body.sampling(Sampling {
+            max_tokens: limits.default_max_tokens,
+            ..Sampling::default()
+        }),
+        deadline,
+    };
+    request.validate().map_err(|e| invalid(e, &body))?;
     Ok(ChatParams {
-        include_usage: request.include_usage(),
-        stream: request.stream,
-        model: request.model.into_owned(),
-        messages: request.messages.into_owned(),
-        sampling,
+        include_usage: body.include_usage(),
+        stream: body.stream,
+        model: body.model.into_owned(),
+        messages: request.messages,
+        sampling: request.sampling,
         policy,
         deadline,
     })
+}
+
+/// A request the validator refused, as a 400 naming its field the way
+/// the client's body spelled it.
+fn invalid(e: InvalidRequest, body: &openai::ChatRequest<'_>) -> ApiError {
+    let param = e.field.map(|field| match field {
+        // The newer spelling, when that is the one the body gave.
+        RequestField::MaxTokens if body.max_completion_tokens.is_some() => {
+            "max_completion_tokens".to_string()
+        }
+        other => other.name(),
+    });
+    let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
+    api.param = param;
+    api
 }
 
 /// The `edgecloud` extension object: `{"policy": "...", "deadline_ms": N}`.
@@ -310,6 +330,8 @@ mod tests {
         for (field, value) in [
             ("temperature", json!(3)),
             ("top_p", json!(0)),
+            ("top_p", json!(2.0)),
+            ("max_completion_tokens", json!(0)),
             ("max_tokens", json!(0)),
             ("max_tokens", json!(-2)),
             ("max_tokens", json!(1.5)),
@@ -358,6 +380,10 @@ mod tests {
             "stop[0]"
         );
         assert_eq!(
+            param_of(json!({"model": "m", "messages": user, "logprobs": true, "top_logprobs": 21})),
+            "top_logprobs"
+        );
+        assert_eq!(
             param_of(json!({"model": "m", "messages": user, "edgecloud": {"polcy": "race"}})),
             "edgecloud.polcy"
         );
@@ -368,6 +394,36 @@ mod tests {
         assert_eq!(
             param_of(json!({"model": "m", "messages": user, "edgecloud": {"deadline_ms": 61000}})),
             "edgecloud.deadline_ms"
+        );
+    }
+
+    /// The range of a sampling field is `Request::validate`'s alone: the
+    /// wire reads the number, the validator refuses it, and the 400 names
+    /// the field as the body spelled it.
+    #[test]
+    fn a_range_error_is_the_validators_named_as_the_client_spelled_it() {
+        let user = json!([{"role": "user", "content": "x"}]);
+        let e = parse(json!({"model": "m", "messages": user, "top_p": 2.0})).unwrap_err();
+        assert_eq!(
+            (e.status, e.kind, e.param.as_deref(), e.code),
+            (400, INVALID_REQUEST, Some("top_p"), None)
+        );
+        let direct = Sampling {
+            top_p: 2.0,
+            ..Sampling::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.message, direct.reason);
+        assert_eq!(
+            param_of(json!({"model": "m", "messages": user, "max_tokens": 0})),
+            "max_tokens"
+        );
+        assert_eq!(
+            param_of(
+                json!({"model": "m", "messages": user, "max_completion_tokens": 0, "max_tokens": 5})
+            ),
+            "max_completion_tokens"
         );
     }
 

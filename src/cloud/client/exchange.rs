@@ -11,7 +11,7 @@ use crate::cloud::status;
 use crate::cloud::CloudCompletion;
 use crate::lane::{CancellationToken, LaneJob};
 use crate::openai::ChatRequest;
-use crate::request::InvalidRequest;
+use crate::request::validate_parts;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -23,10 +23,9 @@ impl Inner {
         job: &mut LaneJob,
         probe: &mut Probe,
     ) -> Result<CloudCompletion, CloudError> {
-        if job.messages.is_empty() {
-            return Err(InvalidRequest::new("a request needs at least one message").into());
-        }
-        job.sampling.validate()?;
+        // The cloud lane's door (it may be used alone): the request's one
+        // validator.
+        validate_parts(&job.messages, &job.sampling)?;
         if job.cancel.is_cancelled() {
             return Err(CloudError::Cancelled);
         }

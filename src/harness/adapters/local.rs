@@ -20,30 +20,19 @@ impl LocalBackend {
         Self { lane }
     }
 
-    /// Starts a lane (loads the model; blocking) and wraps it.
-    ///
-    /// Unless `config.nice` is set, llama.cpp's compute threads run
-    /// [`HARNESS_COMPUTE_NICE`] nice steps below normal: they take every
-    /// core, and when a deadline comes the harness's timer and the run's task
-    /// (which also ask the kernel for short time slices) must get one at
-    /// once. Threads default to all physical cores, as for the lane alone.
-    pub fn start(mut config: LocalConfig) -> Result<Self, LocalError> {
-        if config.nice.is_none() {
-            config.nice = Some(HARNESS_COMPUTE_NICE);
-        }
+    /// Starts a lane (loads the model; blocking) and wraps it. The
+    /// configuration is the lane's own: threads default to all physical
+    /// cores and the compute threads keep their nice value unless
+    /// `config.nice` says otherwise, as for the lane alone (a nice of 5
+    /// starved llama.cpp on a loaded machine: docs/performance.md).
+    pub fn start(config: LocalConfig) -> Result<Self, LocalError> {
         LocalLane::start(config).map(Self::new)
     }
 
     /// Like [`start`](Self::start), for the local lanes of a pool of
     /// `instances`: one loaded model, one batched decode loop, one lane
     /// (sequence) per instance (see `LocalLane::start_shared`).
-    pub fn start_shared(
-        mut config: LocalConfig,
-        instances: usize,
-    ) -> Result<Vec<Self>, LocalError> {
-        if config.nice.is_none() {
-            config.nice = Some(HARNESS_COMPUTE_NICE);
-        }
+    pub fn start_shared(config: LocalConfig, instances: usize) -> Result<Vec<Self>, LocalError> {
         Ok(LocalLane::start_shared(config, instances)?
             .into_iter()
             .map(Self::new)
@@ -55,11 +44,6 @@ impl LocalBackend {
         &self.lane
     }
 }
-
-/// How many nice steps below normal llama.cpp's compute threads run under
-/// the harness unless `LocalConfig::nice` says otherwise (see
-/// [`LocalBackend::start`]).
-pub const HARNESS_COMPUTE_NICE: u8 = 0;
 
 impl Backend for LocalBackend {
     fn info(&self) -> BackendInfo {

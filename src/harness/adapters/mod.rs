@@ -12,4 +12,4 @@ mod local;
 #[cfg(feature = "cloud")]
 pub use cloud::{candidate_from_cloud, CloudBackend};
 #[cfg(feature = "local")]
-pub use local::{candidate_from_local, LocalBackend, HARNESS_COMPUTE_NICE};
+pub use local::{candidate_from_local, LocalBackend};

@@ -182,6 +182,49 @@ fn invalid_requests_are_refused_before_a_run_starts() {
     assert_eq!(h.stats().runs_started, 0);
 }
 
+/// Sampling is checked once, by `Request::validate` when the run starts:
+/// a request built in Rust with a bad field is refused naming it, and no
+/// lane sees it.
+#[test]
+fn a_bad_sampling_field_is_refused_at_the_request_before_any_lane() {
+    use edgecloud::request::RequestField;
+    let (local, cloud) = (Scripted::new("l"), Scripted::new("c"));
+    let h = both(&local, &cloud, Policy::Race).build().unwrap();
+    let bad = [
+        (RequestField::TopP, {
+            let mut r = Request::user("q");
+            r.sampling.top_p = 2.0;
+            r
+        }),
+        (RequestField::Temperature, {
+            let mut r = Request::user("q");
+            r.sampling.temperature = f32::NAN;
+            r
+        }),
+        (RequestField::Stop(1), {
+            let mut r = Request::user("q");
+            r.sampling.stop = vec!["a".into(), String::new()];
+            r
+        }),
+        (RequestField::Messages, {
+            let mut r = Request::user("q");
+            r.messages.clear();
+            r
+        }),
+    ];
+    for (field, r) in bad {
+        match h.start(r, RunOptions::new()) {
+            Err(HarnessError::InvalidRequest(e)) => assert_eq!(e.field, Some(field), "{e}"),
+            other => panic!(
+                "{field:?}: expected an invalid request, got {:?}",
+                other.err()
+            ),
+        }
+    }
+    assert_eq!(h.stats().runs_started, 0);
+    assert_eq!((local.counters().started, cloud.counters().started), (0, 0));
+}
+
 #[test]
 fn compressed_prompts_report_estimates_apart_from_real_counts() {
     let cloud = Scripted::new("c");
