@@ -151,7 +151,7 @@ pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiE
 }
 
 /// The `edgecloud` extension object: `{"policy": "...", "deadline_ms": N}`.
-fn extension(
+pub(crate) fn extension(
     v: Option<&Value>,
     max_deadline: Duration,
 ) -> Result<(Option<String>, Option<Duration>), ApiError> {
