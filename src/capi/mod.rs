@@ -26,6 +26,7 @@ use crate::embed::{self, Embedded, ErrorKind};
 use crate::harness::{AbortHandle, AbortResult, HarnessError, Outcome, RunHandle};
 use boundary::{c_string, guard, put, str_arg, Failure};
 use std::ffi::{c_char, c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A status: `EC_OK` (0) or one of the `EC_ERR_*` codes.
@@ -125,6 +126,8 @@ pub struct ec_harness {
 pub struct ec_handle {
     abort: AbortHandle,
     state: Mutex<HandleState>,
+    /// Set by `ec_handle_free`: `on_delta` is called no more.
+    freed: Arc<AtomicBool>,
 }
 
 enum HandleState {
@@ -200,6 +203,7 @@ impl Finished {
 struct DeltaTarget {
     f: unsafe extern "C" fn(*const c_char, *mut c_void),
     user_data: *mut c_void,
+    freed: Arc<AtomicBool>,
 }
 
 // SAFETY: the header tells the caller `on_delta` is called on an
@@ -208,6 +212,10 @@ unsafe impl Send for DeltaTarget {}
 
 impl DeltaTarget {
     fn call(&self, delta: &str) {
+        // Freed from inside `on_delta`: `user_data` may be gone.
+        if self.freed.load(Ordering::Acquire) {
+            return;
+        }
         let text = c_string(embed::delta_json(delta));
         // SAFETY: the caller's callback, with a string valid for the call
         // and its own `user_data` (the header's contract).
@@ -409,10 +417,15 @@ pub unsafe extern "C" fn ec_start(
         let json = unsafe { str_arg(request_json, "request_json") }?;
         let mut run = h.embedded.start_run(json, on_delta.is_some())?;
         let abort = run.abort_handle();
+        let freed = Arc::new(AtomicBool::new(false));
         let state = match on_delta {
             None => HandleState::Running(run),
             Some(f) => {
-                let target = DeltaTarget { f, user_data };
+                let target = DeltaTarget {
+                    f,
+                    user_data,
+                    freed: freed.clone(),
+                };
                 let spawned = std::thread::Builder::new()
                     .name("edgecloud-delta".into())
                     .spawn(move || {
@@ -437,6 +450,7 @@ pub unsafe extern "C" fn ec_start(
         handle = Box::into_raw(Box::new(ec_handle {
             abort,
             state: Mutex::new(state),
+            freed,
         }));
         Ok(EC_OK)
     });
@@ -529,6 +543,7 @@ pub unsafe extern "C" fn ec_handle_free(handle: *mut ec_handle) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the contract: ours, from `Box::into_raw`, freed once.
         let handle = unsafe { Box::from_raw(handle) };
+        handle.freed.store(true, Ordering::Release);
         let _ = handle.abort.abort();
         let state = handle.state.into_inner().unwrap_or_else(|p| p.into_inner());
         if let HandleState::Streaming(thread) = state {

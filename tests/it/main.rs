@@ -1,6 +1,7 @@
 //! edgecloud's integration tests: one binary, one shared `support` module.
 
 mod bench;
+mod capi_header;
 mod cli;
 mod cli_conventions;
 mod cloud;
