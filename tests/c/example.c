@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
 
     const char *request =
         "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],"
-        "\"max_tokens\":16,\"temperature\":0,"
+        "\"max_tokens\":16,\"seed\":7,"
         "\"edgecloud\":{\"deadline_ms\":3000}}";
 
     /* Blocking: the outcome is the JSON of `edgecloud run --json`. */
