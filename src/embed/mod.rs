@@ -3,7 +3,7 @@
 //! [`Harness`] (docs/DESIGN.md point 15): the same settings, policies,
 //! deadline, late-worker rule and outcome JSON in every language.
 //!
-//! - Settings ([`settings`](self::settings)): a configuration from TOML
+//! - Settings ([`settings`]): a configuration from TOML
 //!   text or a JSON-like value with the same keys, and [`Overrides`] that
 //!   win over it as the CLI's flags do (the CLI goes through them too);
 //!   a model given in any form `-m` takes ([`resolve_model`]).
@@ -28,7 +28,8 @@
 //! use edgecloud::embed::{self, Callbacks, Embedded, Overrides};
 //! # fn main() -> Result<(), edgecloud::embed::Error> {
 //! let mut cfg = embed::config_from_toml("[harness]\npolicy = \"local-only\"\n")?;
-//! let overrides = Overrides { model: Some("models/tiny.gguf".into()), ..Overrides::default() };
+//! let mut overrides = Overrides::default();
+//! overrides.model = Some("models/tiny.gguf".into()); // or "hf:..." / "ollama:..."
 //! overrides.apply(&mut cfg)?;
 //! let embedded = Embedded::start(&cfg, Callbacks::default())?;
 //! let outcome = embedded.run(r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}"#)?;
@@ -48,21 +49,22 @@ pub use settings::{
 };
 
 use crate::harness::{
-    Arbiter, Candidate, Harness, HarnessConfig, Outcome, Policy, RunHandle, ScoreContext, Scored,
-    Scorer,
+    Arbiter, Candidate, Compressor, Harness, HarnessConfig, Outcome, Policy, RunHandle,
+    ScoreContext, Scored, Scorer,
 };
+use crate::request::ChatMessage;
 use std::sync::Arc;
 
 /// The name user callbacks are registered under, so a configuration can
-/// name them (`scorer = "user"`, `arbiter = "user"`) on a route; they are
-/// also the harness's defaults.
+/// name them (`scorer = "user"`, `arbiter = "user"`, `compressor =
+/// "user"`) on a route; they are also the harness's defaults.
 pub const USER_CALLBACK: &str = "user";
 
 /// A binding's callbacks (each optional). Called on edgecloud's threads
 /// (tokio's blocking pool of the harness's runtime), timed, panics caught,
 /// each with the harness's documented default (see
-/// [`Scorer`](crate::harness::Scorer) and
-/// [`Arbiter`](crate::harness::Arbiter)).
+/// [`Scorer`] and
+/// [`Arbiter`]).
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct Callbacks {
@@ -70,6 +72,8 @@ pub struct Callbacks {
     pub scorer: Option<Arc<dyn Scorer>>,
     /// Picks the winner among scored candidates.
     pub arbiter: Option<Arc<dyn Arbiter>>,
+    /// Shrinks what is sent to the cloud lane.
+    pub compressor: Option<Arc<dyn Compressor>>,
 }
 
 impl std::fmt::Debug for Callbacks {
@@ -77,6 +81,7 @@ impl std::fmt::Debug for Callbacks {
         f.debug_struct("Callbacks")
             .field("scorer", &self.scorer.is_some())
             .field("arbiter", &self.arbiter.is_some())
+            .field("compressor", &self.compressor.is_some())
             .finish()
     }
 }
@@ -120,6 +125,12 @@ impl Embedded {
             builder = builder
                 .arbiter(move |c: &[Scored]| a.pick(c))
                 .register_arbiter(USER_CALLBACK, move |c: &[Scored]| named.pick(c));
+        }
+        if let Some(c) = callbacks.compressor {
+            let named = c.clone();
+            builder = builder
+                .compressor(move |m: &[ChatMessage]| c.compress(m))
+                .register_compressor(USER_CALLBACK, move |m: &[ChatMessage]| named.compress(m));
         }
         let presets = cfg
             .harness
