@@ -9,6 +9,7 @@ mod cloud_down;
 mod cloud_tls;
 mod consensus;
 mod devices;
+mod embed;
 mod ensure_deps;
 mod error_chain;
 mod fetch;
