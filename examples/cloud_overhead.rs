@@ -151,16 +151,16 @@ async fn main() {
         }
     }
     let upstream_url = upstream().await;
-    let pool = Harness::builder()
+    let harness = Harness::builder()
         .cloud(CloudBackend::start(CloudConfig::new(&upstream_url, "instant")).expect("cloud lane"))
         .policy(Policy::CloudOnly)
         .deadline(Duration::from_secs(10))
         .instances(parallel)
         .runtime(tokio::runtime::Handle::current())
-        .build_pool()
-        .expect("a pool");
-    let server = Server::bind_pool(
-        pool,
+        .build()
+        .expect("a harness");
+    let server = Server::bind(
+        harness,
         ServeConfig::default().listen("127.0.0.1:0".parse().unwrap()),
     )
     .await

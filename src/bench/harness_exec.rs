@@ -11,8 +11,8 @@ use super::grade::answer_text;
 use super::record::{LaneRecord, LaneSignals, RunRecord, RunStatus, TokensSaved};
 use super::runner::{Executor, Job};
 use crate::harness::{
-    AbortHandle, Event, Harness, HarnessPool, LaneReport, LaneStatus, Observer, Outcome, Policy,
-    PolicyKind, RunOptions, Signal,
+    AbortHandle, Event, Harness, LaneReport, LaneStatus, Observer, Outcome, Policy, PolicyKind,
+    RunOptions, Signal,
 };
 use crate::lane::Lane;
 use std::collections::HashMap;
@@ -115,7 +115,7 @@ impl CurrentRun {
 /// first token is measured. See [`HarnessExecutor::back_to_back`] for how
 /// runs follow each other.
 pub struct HarnessExecutor {
-    pool: HarnessPool,
+    harness: Harness,
     late: LateWorkerLog,
     policies: HashMap<String, Policy>,
     seq_of_run: HashMap<u64, u64>,
@@ -141,26 +141,17 @@ impl HarnessExecutor {
     /// observer. Policy names are resolved with [`Policy::from_kind`]
     /// unless `policies` gives a policy (with parameters) for that name.
     /// `grace` bounds the wait for late workers at the end.
+    /// [`Executor::run_concurrent`] runs a wave's jobs at once, one per
+    /// instance (build the harness with at least the bench's
+    /// `--concurrency` instances).
     pub fn new(
         harness: Harness,
         late: LateWorkerLog,
         policies: impl IntoIterator<Item = Policy>,
         grace: Duration,
     ) -> Self {
-        Self::over_pool(HarnessPool::from(harness), late, policies, grace)
-    }
-
-    /// Like [`new`](Self::new), over a pool: [`Executor::run_concurrent`]
-    /// runs a wave's jobs at once, one per instance (build the pool with
-    /// at least the bench's `--concurrency` instances).
-    pub fn over_pool(
-        pool: HarnessPool,
-        late: LateWorkerLog,
-        policies: impl IntoIterator<Item = Policy>,
-        grace: Duration,
-    ) -> Self {
         Self {
-            pool,
+            harness,
             late,
             policies: policies
                 .into_iter()
@@ -222,21 +213,21 @@ impl HarnessExecutor {
     /// draining the stream), and returns its record with its run id and
     /// late-worker count.
     fn run_one(
-        pool: &HarnessPool,
+        harness: &Harness,
         current: &CurrentRun,
         policy: Policy,
         job: &Job<'_>,
     ) -> (RunRecord, Option<(u64, u32)>) {
         let mut request = job.item.request.clone();
         request.deadline = Some(Duration::from_millis(job.deadline_ms));
-        let mut run = match pool.start(request, RunOptions::new().policy(policy).stream()) {
+        let mut run = match harness.start(request, RunOptions::new().policy(policy).stream()) {
             Ok(r) => r,
             Err(e) => return (failed(job, e.to_string()), None),
         };
-        *current.0.lock().expect("never poisoned") = Some(run.handle.abort_handle());
-        let run_id = run.handle.run_id();
+        *current.0.lock().expect("never poisoned") = Some(run.abort_handle());
+        let run_id = run.run_id();
         // Drain the stream as a caller would; the outcome carries its TTFT.
-        while let Ok(Some(_)) = run.handle.next_token_blocking() {}
+        while let Ok(Some(_)) = run.next_token_blocking() {}
         let outcome = run.wait();
         match outcome {
             Ok(o) => (record_from_outcome(&o, job), Some((run_id, o.late_workers))),
@@ -258,7 +249,7 @@ impl Executor for HarnessExecutor {
             return failed(job, format!("unknown policy `{}`", job.policy));
         };
         self.wait_for_late_workers();
-        let (record, run) = Self::run_one(&self.pool, &self.current, policy, job);
+        let (record, run) = Self::run_one(&self.harness, &self.current, policy, job);
         *self.current.0.lock().expect("never poisoned") = None;
         self.note_run(job, run);
         record
@@ -271,13 +262,13 @@ impl Executor for HarnessExecutor {
                 .iter()
                 .map(|job| {
                     let policy = self.policy(job.policy);
-                    let (pool, current) = (&self.pool, &self.current);
+                    let (harness, current) = (&self.harness, &self.current);
                     scope.spawn(move || match policy {
                         None => (
                             failed(job, format!("unknown policy `{}`", job.policy)),
                             None,
                         ),
-                        Some(policy) => Self::run_one(pool, current, policy, job),
+                        Some(policy) => Self::run_one(harness, current, policy, job),
                     })
                 })
                 .collect();
@@ -313,7 +304,7 @@ impl Executor for HarnessExecutor {
         let report = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map(|rt| rt.block_on(self.pool.shutdown(self.grace)));
+            .map(|rt| rt.block_on(self.harness.shutdown(self.grace)));
         match report {
             Ok(report) if !report.is_clean() => tracing::warn!(
                 still_running = report.still_running.len(),

@@ -1,69 +1,125 @@
-//! The [`Harness`] value: what a caller holds. It owns the lane slots, the
-//! resolved routes, the runtime handle and the observers' sink, and turns a
-//! request into a spawned run. It must not make run decisions (the
-//! decision core in `decision` does) nor block in `Drop`.
+//! [`Harness`]: the one public type that runs requests. A harness holds N
+//! [`Instance`]s (one by default), each a local lane and a cloud lane with
+//! its own slots, so every promise of the contract holds per instance (one
+//! outstanding task per lane, a late worker holds *its* instance's lane,
+//! one deadline per run, settlement exactly once); what the instances
+//! share is one loaded model and one batched decode loop for the local
+//! lanes (`LocalLane::start_shared`), one backend (one HTTP connection
+//! pool) for the cloud lanes, one runtime and one run-id counter. A lone
+//! harness is the smallest case, not a second API: serve, bench, the CLI
+//! and the bindings all run requests through this type.
+//!
+//! A request takes an idle instance: one that runs nothing and whose lanes
+//! the policy uses are free (a late worker keeps its instance out), else
+//! one that runs nothing and has the policy's first lane free (the other
+//! lane is then reported `busy`). When none can take it,
+//! [`Harness::start`] refuses at once with [`HarnessError::PoolBusy`];
+//! [`Harness::start_within`] waits up to a bound (counted inside the
+//! request's own deadline) for one to free up. A harness of one instance
+//! gives every request to that instance, whose own lane admission decides
+//! (a busy lane is reported `busy` in the outcome, never `PoolBusy`).
+//!
+//! This module picks instances and owns the runtime it made; it must not
+//! run anything itself (the instance starts the run) nor block in `Drop`.
 
 use super::backend::{BackendInfo, Candidate};
+use super::claim::{Claim, Claims};
 use super::error::HarnessError;
 use super::handle::{ensure_blocking_allowed, RunHandle, RunOptions};
-use super::observer::EventSink;
+use super::instance::Instance;
 use super::outcome::{LaneReport, LaneStatus, Outcome, RunStatus};
 use super::policy::Policy;
-use super::registry::{HarnessStats, Registry, ShutdownReport};
-use super::route::RouteSettings;
-use super::run::{launch, RunSetup};
-use super::slot::LaneSlot;
-use crate::lane::{Lane, PerLane};
+use super::reaper::reap_when_idle;
+use super::registry::{HarnessStats, ShutdownReport};
+use crate::lane::Lane;
 use crate::request::Request;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, Runtime};
-use tokio::sync::mpsc;
 
-/// Both lanes under one deadline. Cheap to clone (shared inside); usable
-/// from any thread. See the [module docs](super) for a tour.
+/// How often a bounded wait looks again when no release woke it (a late
+/// worker freeing its lane does not notify the harness).
+const WAIT_RECHECK: Duration = Duration::from_millis(2);
+
+/// Both lanes under one deadline, in one or more instances. Cheap to clone
+/// (shared inside); usable from any thread. See the
+/// [module docs](super) for a tour.
 ///
-/// Lane slots belong to the harness: clones share them, but two harnesses
-/// built over the same backend each have their own slot, so the
-/// one-task-per-lane promise holds per harness. Build one harness per
+/// Lane slots belong to the harness's instances: clones share them, but
+/// two harnesses built over the same backend each have their own slots, so
+/// the one-task-per-lane promise holds per instance. Build one harness per
 /// engine and share it.
 ///
 /// By default the harness runs on a small runtime of its own (2 worker
-/// threads, plus tokio's blocking pool for user callbacks), so it works
-/// from code with no runtime and from inside any tokio runtime alike;
-/// [`HarnessBuilder::runtime`](super::HarnessBuilder::runtime) puts it on
-/// an existing one instead.
+/// threads per instance, plus tokio's blocking pool for user callbacks),
+/// so it works from code with no runtime and from inside any tokio runtime
+/// alike; [`HarnessBuilder::runtime`](super::HarnessBuilder::runtime) puts
+/// it on an existing one instead.
+///
+/// ```
+/// use edgecloud::harness::{Backend, BackendFuture, BackendInfo, Candidate, Harness, Policy};
+/// use edgecloud::{FinishReason, LaneJob, Request};
+///
+/// struct Echo;
+/// impl Backend for Echo {
+///     fn info(&self) -> BackendInfo { BackendInfo::named("echo") }
+///     fn run(&self, job: LaneJob) -> BackendFuture {
+///         let text = job.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+///         Box::pin(async move { Ok(Candidate::new(text, FinishReason::Stop)) })
+///     }
+/// }
+///
+/// let harness = Harness::builder()
+///     .local(Echo)
+///     .policy(Policy::LocalOnly)
+///     .instances(4)
+///     .build()?;
+/// // Four threads, four requests at once: each takes its own instance.
+/// std::thread::scope(|s| {
+///     for i in 0..4 {
+///         let harness = &harness;
+///         s.spawn(move || {
+///             let outcome = harness.run_blocking(Request::user(format!("hello {i}")))?;
+///             assert_eq!(outcome.text.as_deref(), Some(format!("hello {i}").as_str()));
+///             Ok::<(), edgecloud::harness::HarnessError>(())
+///         });
+///     }
+/// });
+/// assert_eq!(harness.instances().len(), 4);
+/// # Ok::<(), edgecloud::harness::HarnessError>(())
+/// ```
 #[derive(Clone)]
 pub struct Harness {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) slots: PerLane<Option<Arc<LaneSlot>>>,
-    pub(crate) default_route: Arc<RouteSettings>,
-    pub(crate) routes: HashMap<String, Arc<RouteSettings>>,
-    pub(crate) handle: Handle,
-    /// Present when the harness made its own runtime.
-    pub(crate) runtime: Mutex<Option<Runtime>>,
-    pub(crate) events: EventSink,
-    pub(crate) registry: Arc<Registry>,
-    /// Shared by the instances of a pool: run ids are unique pool-wide.
-    pub(crate) next_run: Arc<AtomicU64>,
-    pub(crate) shutting_down: AtomicBool,
+struct Inner {
+    instances: Vec<Instance>,
+    /// Runs of the harness in flight on each instance: at most one, except
+    /// on a harness of one instance, where every request goes to it and
+    /// its run reports a busy lane as `busy`.
+    claims: Arc<Claims>,
+    /// Where the next search for an instance starts (spreads the load).
+    next: AtomicUsize,
+    rejected: AtomicU64,
+    waiting: AtomicU64,
+    waited_total: AtomicU64,
+    /// The runtime every instance's runs are spawned on.
+    handle: Handle,
+    /// Present when the harness made its runtime.
+    runtime: Mutex<Option<Runtime>>,
 }
 
 impl std::fmt::Debug for Harness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut routes: Vec<&String> = self.inner.routes.keys().collect();
-        routes.sort();
         f.debug_struct("Harness")
             .field("local", &self.lane_info(Lane::Local).map(|i| i.name))
             .field("cloud", &self.lane_info(Lane::Cloud).map(|i| i.name))
-            .field("default_route", &self.inner.default_route.name)
-            .field("routes", &routes)
+            .field("routes", &self.routes())
+            .field("instances", &self.inner.instances.len())
+            .field("busy", &self.busy_instances())
             .finish()
     }
 }
@@ -88,123 +144,101 @@ pub struct Diagnostic {
     pub elapsed_ms: f64,
 }
 
+/// What the harness counted of its instances since it was built (each
+/// instance's own run counters: [`Harness::stats`], [`Instance::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Instances in the harness.
+    pub instances: usize,
+    /// Instances running a run of the harness now.
+    pub busy: usize,
+    /// Requests refused because no instance could take them.
+    pub rejected: u64,
+    /// Requests waiting for an instance now (bounded waits only).
+    pub waiting: u64,
+    /// Requests that waited for an instance and got one.
+    pub waited: u64,
+}
+
 impl Harness {
     /// A builder; see [`HarnessBuilder`](super::HarnessBuilder).
     pub fn builder() -> super::HarnessBuilder {
         super::HarnessBuilder::new()
     }
 
-    /// Starts a run and returns at once. The deadline is fixed now:
-    /// the request's own deadline, else the route's.
-    pub fn start(&self, request: Request, options: RunOptions) -> Result<RunHandle, HarnessError> {
-        self.start_inner(request, options, false)
-    }
-
-    fn start_inner(
-        &self,
-        request: Request,
-        options: RunOptions,
-        diagnostic: bool,
-    ) -> Result<RunHandle, HarnessError> {
-        let inner = &self.inner;
-        if inner.shutting_down.load(Ordering::Acquire) {
-            return Err(HarnessError::ShuttingDown);
+    pub(crate) fn new(instances: Vec<Instance>, handle: Handle, runtime: Option<Runtime>) -> Self {
+        assert!(
+            !instances.is_empty(),
+            "the builder makes at least one instance"
+        );
+        Self {
+            inner: Arc::new(Inner {
+                claims: Arc::new(Claims::new(instances.len())),
+                instances,
+                next: AtomicUsize::new(0),
+                rejected: AtomicU64::new(0),
+                waiting: AtomicU64::new(0),
+                waited_total: AtomicU64::new(0),
+                handle,
+                runtime: Mutex::new(runtime),
+            }),
         }
-        request.validate()?;
-        let (route, policy) = self.route_and_policy(&options)?;
-        let start = Instant::now();
-        let deadline = start + request.deadline.unwrap_or(route.deadline);
-        let run_id = inner.next_run.fetch_add(1, Ordering::Relaxed);
-        let (stream_tx, stream_rx) = if options.stream {
-            let (tx, rx) = mpsc::unbounded_channel();
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        let commit = options.commit.unwrap_or(route.commit);
-        let setup = RunSetup {
-            run_id,
-            request: Arc::new(request),
-            route,
-            policy,
-            commit,
-            stream: stream_tx,
-            start,
-            deadline,
-            slots: inner.slots.clone(),
-            handle: inner.handle.clone(),
-            registry: inner.registry.clone(),
-            events: inner.events.clone(),
-            diagnostic,
-        };
-        let (shared, outcome) = launch(setup);
-        Ok(RunHandle {
-            run_id,
-            deadline,
-            abort: super::AbortHandle { shared },
-            tokens: stream_rx,
-            outcome,
-        })
     }
 
-    /// The route and policy a run with these options uses.
-    fn route_and_policy(
+    /// Starts a run on an idle instance and returns at once, or refuses
+    /// with [`HarnessError::PoolBusy`] when no instance can take it. The
+    /// deadline is fixed now: the request's own deadline, else the
+    /// route's.
+    pub fn start(&self, request: Request, options: RunOptions) -> Result<RunHandle, HarnessError> {
+        match self.try_claim(&options)? {
+            Some(claim) => self.start_on(claim, request, options, false),
+            None => Err(self.refuse()),
+        }
+    }
+
+    /// Like [`start`](Self::start), but waits up to `max_wait` for an
+    /// instance to free up. The wait is counted inside the request's
+    /// deadline: the run gets what is left of it (the route's deadline
+    /// when the request has none), and a wait never outlasts it.
+    pub async fn start_within(
         &self,
-        options: &RunOptions,
-    ) -> Result<(Arc<RouteSettings>, Policy), HarnessError> {
-        let inner = &self.inner;
-        let route = match &options.route {
-            None => inner.default_route.clone(),
-            Some(name) => inner.routes.get(name).cloned().ok_or_else(|| {
-                let mut known: Vec<String> = inner.routes.keys().cloned().collect();
-                known.sort();
-                HarnessError::UnknownRoute {
-                    name: name.clone(),
-                    known,
-                }
-            })?,
+        mut request: Request,
+        options: RunOptions,
+        max_wait: Duration,
+    ) -> Result<RunHandle, HarnessError> {
+        let arrived = Instant::now();
+        let budget = match request.deadline {
+            Some(d) => d,
+            None => self.inner.instances[0].route_deadline(&options)?,
         };
-        let policy = match options.policy.clone() {
-            Some(p) => {
-                p.validate().map_err(|detail| {
-                    HarnessError::Config(super::ConfigError::Invalid {
-                        key: "policy".into(),
-                        detail,
-                    })
-                })?;
-                p
+        let give_up = arrived + max_wait.min(budget);
+        let mut counted = false;
+        let claim = loop {
+            let released = self.inner.claims.released();
+            if let Some(claim) = self.try_claim(&options)? {
+                break claim;
             }
-            None => route.policy.clone(),
+            let now = Instant::now();
+            if now >= give_up {
+                if counted {
+                    self.inner.waiting.fetch_sub(1, Ordering::Relaxed);
+                }
+                return Err(self.refuse());
+            }
+            if !counted {
+                counted = true;
+                self.inner.waiting.fetch_add(1, Ordering::Relaxed);
+            }
+            let wake = give_up.min(now + WAIT_RECHECK);
+            let _ = tokio::time::timeout_at(wake.into(), released).await;
         };
-        Ok((route, policy))
-    }
-
-    /// The lanes a run with these options may use (configured ones only),
-    /// and the lanes it starts with: what a pool looks at to pick an
-    /// instance.
-    pub(crate) fn lanes_for(
-        &self,
-        options: &RunOptions,
-    ) -> Result<super::pool::LaneNeeds, HarnessError> {
-        let (_, policy) = self.route_and_policy(options)?;
-        let configured = |lane: Lane| self.inner.slots[lane].is_some();
-        let (uses, first): (&[Lane], &[Lane]) = match &policy {
-            Policy::LocalOnly => (&[Lane::Local], &[Lane::Local]),
-            Policy::CloudOnly => (&[Lane::Cloud], &[Lane::Cloud]),
-            Policy::Hedge { primary, .. } => (&Lane::ALL, std::slice::from_ref(primary)),
-            Policy::Cascade { .. } => (&Lane::ALL, &[Lane::Local]),
-            Policy::Fallback { .. } => (&Lane::ALL, &[Lane::Cloud]),
-            _ => (&Lane::ALL, &Lane::ALL),
-        };
-        Ok(super::pool::LaneNeeds {
-            uses: PerLane::from_fn(|lane| uses.contains(&lane) && configured(lane)),
-            first: first.iter().copied().filter(|&l| configured(l)).collect(),
-        })
-    }
-
-    /// The deadline budget of the route these options name.
-    pub(crate) fn route_deadline(&self, options: &RunOptions) -> Result<Duration, HarnessError> {
-        Ok(self.route_and_policy(options)?.0.deadline)
+        if counted {
+            self.inner.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.inner.waited_total.fetch_add(1, Ordering::Relaxed);
+            request.deadline = Some(budget.saturating_sub(arrived.elapsed()));
+        }
+        self.start_on(claim, request, options, false)
     }
 
     /// Runs a request on the default route and waits for its outcome.
@@ -250,17 +284,18 @@ impl Harness {
 
     fn diagnose(&self, lane: Lane, request: Request) -> Result<Diagnostic, HarnessError> {
         ensure_blocking_allowed()?;
-        let Some(slot) = &self.inner.slots[lane] else {
+        let Some(backend) = self.lane_info(lane) else {
             return Err(HarnessError::LaneNotConfigured { lane });
         };
-        let backend = slot.backend.info();
         let policy = match lane {
             Lane::Local => Policy::LocalOnly,
             Lane::Cloud => Policy::CloudOnly,
         };
-        let outcome = self
-            .start_inner(request, RunOptions::new().policy(policy), true)?
-            .wait()?;
+        let options = RunOptions::new().policy(policy);
+        let Some(claim) = self.try_claim(&options)? else {
+            return Err(HarnessError::LaneBusy { lane });
+        };
+        let outcome = self.start_on(claim, request, options, true)?.wait()?;
         let report = outcome.lane(lane).clone();
         match (outcome.status, outcome.completion) {
             (RunStatus::Ok, Some(completion)) => Ok(Diagnostic {
@@ -289,64 +324,156 @@ impl Harness {
         }
     }
 
-    /// Stops new runs, then waits up to `grace` for runs in flight to
-    /// settle and for late workers to return. Reports what is still
-    /// running; nothing is forcibly stopped.
+    /// Stops every instance taking runs, then waits up to `grace` (one
+    /// deadline for all) for runs in flight to settle and for late workers
+    /// to return. Reports what is still running; nothing is forcibly
+    /// stopped.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
-        self.inner.shutting_down.store(true, Ordering::Release);
-        self.inner.registry.wait_idle(Instant::now() + grace).await
+        let until = Instant::now() + grace;
+        for instance in &self.inner.instances {
+            instance.stop_taking_runs();
+        }
+        let mut total = ShutdownReport::default();
+        for instance in &self.inner.instances {
+            let left = instance.registry().wait_idle(until).await;
+            total.waited_ms = total.waited_ms.max(left.waited_ms);
+            total.runs_in_flight += left.runs_in_flight;
+            total.still_running.extend(left.still_running);
+        }
+        total
     }
 
     /// Blocking [`shutdown`](Self::shutdown).
     pub fn shutdown_blocking(&self, grace: Duration) -> Result<ShutdownReport, HarnessError> {
         ensure_blocking_allowed()?;
-        self.inner.shutting_down.store(true, Ordering::Release);
-        let until = Instant::now() + grace;
-        Ok(self
-            .inner
-            .handle
-            .block_on(self.inner.registry.wait_idle(until)))
+        Ok(self.inner.handle.block_on(self.shutdown(grace)))
     }
 
-    /// Counters since the harness was built.
+    /// Every instance's run counters added up, since the harness was built
+    /// (the longest overrun is the longest of any instance).
     pub fn stats(&self) -> HarnessStats {
-        HarnessStats {
-            observer_events_dropped: self.inner.events.dropped(),
-            ..self.inner.registry.stats()
+        let mut total = HarnessStats::default();
+        for instance in &self.inner.instances {
+            let s = instance.stats();
+            total.runs_started += s.runs_started;
+            total.runs_settled += s.runs_settled;
+            total.runs_in_flight += s.runs_in_flight;
+            total.workers_running += s.workers_running;
+            total.late_workers_total += s.late_workers_total;
+            total.late_workers_running += s.late_workers_running;
+            total.late_results_discarded += s.late_results_discarded;
+            total.max_overrun_ms = total.max_overrun_ms.max(s.max_overrun_ms);
+            total.observer_events_dropped += s.observer_events_dropped;
         }
+        total
+    }
+
+    /// The instance counters: how many, how many busy, refusals and waits.
+    pub fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            instances: self.inner.instances.len(),
+            busy: self.busy_instances(),
+            rejected: self.inner.rejected.load(Ordering::Relaxed),
+            waiting: self.inner.waiting.load(Ordering::Relaxed),
+            waited: self.inner.waited_total.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The instances, in order (for per-instance lanes and counters).
+    pub fn instances(&self) -> &[Instance] {
+        &self.inner.instances
+    }
+
+    /// Per instance, whether a run of the harness is in flight on it.
+    pub fn claimed(&self) -> Vec<bool> {
+        self.inner.claims.held()
+    }
+
+    /// Instances running a run of the harness now.
+    pub fn busy_instances(&self) -> usize {
+        self.claimed().into_iter().filter(|&held| held).count()
     }
 
     /// Route names, sorted.
     pub fn routes(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.inner.routes.keys().cloned().collect();
-        v.sort();
-        v
+        self.inner.instances[0].routes()
     }
 
-    /// Whether a worker holds the lane right now (always `false` for a
-    /// lane that is not configured).
+    /// Whether a worker holds the lane of every instance right now (on a
+    /// harness of one instance: whether its lane is held); always `false`
+    /// for a lane that is not configured.
     pub fn is_busy(&self, lane: Lane) -> bool {
-        self.inner.slots[lane].as_ref().is_some_and(|s| s.is_busy())
+        self.inner.instances.iter().all(|i| i.is_busy(lane))
     }
 
     /// The lane's reachability, when its backend tracks one (the cloud
     /// lane does: down after connect-level failures, probing, counts).
+    /// Instances share the cloud backend, so this is every instance's.
     pub fn lane_health(&self, lane: Lane) -> Option<super::LaneHealth> {
-        self.inner.slots[lane]
-            .as_ref()
-            .and_then(|s| s.backend.health())
+        self.inner.instances[0].lane_health(lane)
     }
 
     /// The lane's backend description, when configured.
     pub fn lane_info(&self, lane: Lane) -> Option<BackendInfo> {
-        self.inner.slots[lane].as_ref().map(|s| s.info.clone())
+        self.inner.instances[0].lane_info(lane)
+    }
+
+    fn refuse(&self) -> HarnessError {
+        self.inner.rejected.fetch_add(1, Ordering::Relaxed);
+        HarnessError::PoolBusy {
+            instances: self.inner.instances.len(),
+        }
+    }
+
+    fn start_on(
+        &self,
+        claim: Claim,
+        request: Request,
+        options: RunOptions,
+        diagnostic: bool,
+    ) -> Result<RunHandle, HarnessError> {
+        let index = claim.index();
+        let mut handle = self.inner.instances[index].start(request, options, diagnostic)?;
+        handle.instance = index;
+        handle.claim = Some(claim);
+        Ok(handle)
+    }
+
+    /// Claims an instance for a run with these options: first one whose
+    /// lanes the policy may use are all free, else one whose first lane
+    /// is. Errors only for a route or policy the instances reject.
+    fn try_claim(&self, options: &RunOptions) -> Result<Option<Claim>, HarnessError> {
+        let inner = &self.inner;
+        let needs = inner.instances[0].lane_needs(options)?;
+        let n = inner.instances.len();
+        if n == 1 {
+            // A lone instance: its own admission decides (busy lanes are
+            // reported in the run's outcome).
+            return Ok(Some(inner.claims.add(0)));
+        }
+        let from = inner.next.fetch_add(1, Ordering::Relaxed);
+        let free = |h: &Instance, lane: Lane| !needs.uses[lane] || !h.is_busy(lane);
+        let whole = |h: &Instance| free(h, Lane::Local) && free(h, Lane::Cloud);
+        let first = |h: &Instance| needs.first.iter().any(|&lane| !h.is_busy(lane));
+        for fits in [&whole as &dyn Fn(&Instance) -> bool, &first] {
+            for k in 0..n {
+                let i = (from + k) % n;
+                if !fits(&inner.instances[i]) {
+                    continue;
+                }
+                if let Some(claim) = inner.claims.try_take(i) {
+                    return Ok(Some(claim));
+                }
+            }
+        }
+        Ok(None)
     }
 }
 
 impl Drop for Inner {
-    /// Never blocks. A runtime the harness owns outlives it while runs or
-    /// late workers still use it: a detached thread waits for them, then
-    /// shuts the runtime down.
+    /// Never blocks: a runtime the harness made outlives it while any
+    /// instance still has runs or late workers (a detached thread waits
+    /// for them, then shuts the runtime down).
     fn drop(&mut self) {
         let rt = self
             .runtime
@@ -356,42 +483,11 @@ impl Drop for Inner {
         let Some(rt) = rt else {
             return;
         };
-        reap_when_idle(rt, vec![self.registry.clone()]);
-    }
-}
-
-/// Shuts `rt` down once no run or worker of these registries is left,
-/// without blocking the caller: at once when all are idle, else from a
-/// detached thread that waits for them.
-pub(crate) fn reap_when_idle(rt: Runtime, registries: Vec<Arc<Registry>>) {
-    let busy = |rs: &[Arc<Registry>]| rs.iter().any(|r| r.busy());
-    if !busy(&registries) {
-        rt.shutdown_background();
-        return;
-    }
-    let holder = Arc::new(Mutex::new(Some(rt)));
-    let in_thread = holder.clone();
-    let spawned = std::thread::Builder::new()
-        .name("edgecloud-reaper".into())
-        .spawn(move || {
-            let rt = in_thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(rt) = rt {
-                rt.block_on(async {
-                    for registry in &registries {
-                        while registry.busy() {
-                            registry
-                                .wait_idle(Instant::now() + Duration::from_secs(3600))
-                                .await;
-                        }
-                    }
-                });
-                rt.shutdown_background();
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "could not start the reaper thread; late workers are dropped");
-        if let Some(rt) = holder.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            rt.shutdown_background();
-        }
+        let registries = self
+            .instances
+            .iter()
+            .map(|i| i.registry().clone())
+            .collect();
+        reap_when_idle(rt, registries);
     }
 }

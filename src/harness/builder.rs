@@ -6,21 +6,21 @@
 use super::adapters::CloudBackend;
 #[cfg(feature = "local")]
 use super::adapters::LocalBackend;
-use super::api::{Harness, Inner};
+use super::api::Harness;
 use super::backend::Backend;
 use super::callbacks::{Arbiter, Compressor, Named, PreScore, Scorer};
 use super::config::HarnessConfig;
-use super::error::{ConfigError, HarnessError};
+use super::error::{ConfigError, HarnessError, Setting};
+use super::instance::{Inner, Instance};
 use super::observer::{EventSink, Observer};
 use super::policy::{CommitMode, Policy};
-use super::pool::HarnessPool;
 use super::registry::Registry;
 use super::route::{Route, RouteSettings, DEFAULT_ROUTE};
 use super::slot::LaneSlot;
 use crate::lane::{Lane, PerLane};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl HarnessConfig {
@@ -52,7 +52,7 @@ impl HarnessConfig {
 /// ```
 pub struct HarnessBuilder {
     local: Option<Arc<dyn Backend>>,
-    /// One local backend per instance of a pool (the lanes of one shared
+    /// One local backend per instance (the lanes of one shared
     /// model); `None`: every instance shares `local`.
     local_per_instance: Option<Vec<Arc<dyn Backend>>>,
     instances: usize,
@@ -113,8 +113,8 @@ impl HarnessBuilder {
         self
     }
 
-    /// Puts one local backend per instance of a pool (see
-    /// [`build_pool`](Self::build_pool)): there must be as many as
+    /// Puts one local backend per instance (see [`build`](Self::build)):
+    /// there must be as many as
     /// [`instances`](Self::instances). [`lanes_from`](Self::lanes_from)
     /// does this for a configured model: the lanes of one loaded model.
     pub fn local_per_instance(mut self, backends: Vec<Arc<dyn Backend>>) -> Self {
@@ -123,8 +123,8 @@ impl HarnessBuilder {
         self
     }
 
-    /// How many instances [`build_pool`](Self::build_pool) makes (at least
-    /// one; default 1). Set it before [`lanes_from`](Self::lanes_from),
+    /// How many instances the harness has (at least one; default 1): how
+    /// many requests it runs at once, each with its own lane slots. Set it before [`lanes_from`](Self::lanes_from),
     /// which starts one local lane per instance over one loaded model.
     pub fn instances(mut self, n: usize) -> Self {
         self.instances = n.max(1);
@@ -246,7 +246,8 @@ impl HarnessBuilder {
         self
     }
 
-    /// Worker threads of the harness's own runtime (default 2).
+    /// Worker threads of the harness's own runtime per instance (default
+    /// 2).
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.worker_threads = n.max(1);
         self
@@ -330,22 +331,12 @@ impl HarnessBuilder {
         Ok(self)
     }
 
-    /// Checks everything and builds the harness.
-    pub fn build(self) -> Result<Harness, HarnessError> {
-        let resolved = self.resolve_routes()?;
-        let (handle, runtime) = self.runtime_with(self.worker_threads)?;
-        let local = self.local.clone();
-        self.assemble(
-            resolved,
-            local,
-            handle,
-            runtime,
-            Arc::new(AtomicU64::new(1)),
-        )
-    }
-
     fn resolve_routes(&self) -> Result<Resolved, HarnessError> {
-        let invalid = |key: String, detail: String| ConfigError::Invalid { key, detail };
+        let invalid = |key: String, detail: String| ConfigError::Invalid {
+            key,
+            setting: Setting::Route,
+            detail,
+        };
         let base = self
             .defaults
             .resolve(DEFAULT_ROUTE)
@@ -377,21 +368,22 @@ impl HarnessBuilder {
         })
     }
 
-    /// Checks everything and builds a pool of
-    /// [`instances`](Self::instances) harnesses sharing one runtime (the
-    /// builder's, or one of the pool's own with 2 worker threads per
-    /// instance, at most the machine's cores + 2), one run-id counter, the
-    /// cloud backend and, from [`lanes_from`](Self::lanes_from) or
+    /// Checks everything and builds the harness: [`instances`](Self::instances)
+    /// instances (one by default) sharing one runtime (the builder's, or
+    /// one of the harness's own with [`worker_threads`](Self::worker_threads)
+    /// per instance, at most the machine's cores + 2), one run-id counter,
+    /// the cloud backend and, from [`lanes_from`](Self::lanes_from) or
     /// [`local_per_instance`](Self::local_per_instance), one local lane per
     /// instance over one model. A single local backend set with
     /// [`local`](Self::local) is shared by every instance (each still has
     /// its own slot for it).
-    pub fn build_pool(self) -> Result<HarnessPool, HarnessError> {
+    pub fn build(self) -> Result<Harness, HarnessError> {
         let n = self.instances;
         if let Some(locals) = &self.local_per_instance {
             if locals.len() != n {
                 return Err(ConfigError::Invalid {
                     key: "instances".into(),
+                    setting: Setting::Instances,
                     detail: format!(
                         "{} local backends for {n} instances: give one per instance",
                         locals.len()
@@ -415,15 +407,14 @@ impl HarnessBuilder {
                 resolved.clone(),
                 local,
                 handle.clone(),
-                None,
                 next_run.clone(),
             )?);
         }
-        Ok(HarnessPool::new(instances, runtime))
+        Ok(Harness::new(instances, handle, runtime))
     }
 
     /// The builder's runtime, else one of its own with `worker_threads`
-    /// (returned, for the harness or pool to own).
+    /// (returned, for the harness to own).
     fn runtime_with(
         &self,
         worker_threads: usize,
@@ -442,21 +433,19 @@ impl HarnessBuilder {
         resolved: Resolved,
         local: Option<Arc<dyn Backend>>,
         handle: tokio::runtime::Handle,
-        runtime: Option<tokio::runtime::Runtime>,
         next_run: Arc<AtomicU64>,
-    ) -> Result<Harness, HarnessError> {
+    ) -> Result<Instance, HarnessError> {
         let events = EventSink::start(self.observers.clone()).map_err(HarnessError::Start)?;
         let slots = PerLane::new(
             local.map(|b| Arc::new(LaneSlot::new(b))),
             self.cloud.clone().map(|b| Arc::new(LaneSlot::new(b))),
         );
-        Ok(Harness {
+        Ok(Instance {
             inner: Arc::new(Inner {
                 slots,
                 default_route: resolved.default_route,
                 routes: resolved.routes,
                 handle,
-                runtime: Mutex::new(runtime),
                 events,
                 registry: Arc::new(Registry::default()),
                 next_run,
@@ -466,14 +455,14 @@ impl HarnessBuilder {
     }
 }
 
-/// Routes checked and resolved, shared by every instance of a pool.
+/// Routes checked and resolved, shared by every instance.
 #[derive(Clone)]
 struct Resolved {
     routes: HashMap<String, Arc<RouteSettings>>,
     default_route: Arc<RouteSettings>,
 }
 
-/// The runtime a harness (or pool) makes when it is given none.
+/// The runtime a harness makes when it is given none.
 fn own_runtime(worker_threads: usize) -> Result<tokio::runtime::Runtime, HarnessError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads)

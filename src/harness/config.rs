@@ -30,7 +30,7 @@
 
 use super::callbacks::Named;
 use super::compression::KeepRecent;
-use super::error::ConfigError;
+use super::error::{ConfigError, Setting};
 use super::policy::{
     CommitMode, Policy, PolicyKind, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,
 };
@@ -104,8 +104,8 @@ pub struct HarnessConfig {
     pub pool: PoolConfig,
 }
 
-/// The settings of `[pool]`: a pool of harness instances over one model
-/// (see [`HarnessPool`](super::HarnessPool)).
+/// The settings of `[pool]`: the harness's instances over one model
+/// (see [`HarnessBuilder::instances`](super::HarnessBuilder::instances)).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
@@ -199,6 +199,7 @@ fn refuse_sections(text: &str, lanes: &[&str]) -> Result<(), ConfigError> {
     match lanes.iter().find(|lane| table.contains_key(**lane)) {
         Some(lane) => Err(ConfigError::Invalid {
             key: (*lane).into(),
+            setting: Setting::Lane,
             detail: format!(
                 "this build of edgecloud has no {lane} lane (built without the `{lane}` cargo feature)"
             ),
@@ -251,6 +252,7 @@ impl HarnessConfig {
             if r.default_route.is_some() {
                 return Err(ConfigError::Invalid {
                     key: format!("routes.{name}.default_route"),
+                    setting: Setting::Route,
                     detail: "default_route belongs in [harness]".into(),
                 });
             }
@@ -260,6 +262,7 @@ impl HarnessConfig {
             if !self.routes.contains_key(d) {
                 return Err(ConfigError::Invalid {
                     key: "harness.default_route".into(),
+                    setting: Setting::Route,
                     detail: format!("names route `{d}`, which is not defined"),
                 });
             }
@@ -268,9 +271,10 @@ impl HarnessConfig {
     }
 }
 
-fn invalid(key: &str, field: &str, detail: impl Into<String>) -> ConfigError {
+fn invalid(key: &str, setting: Setting, field: &str, detail: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: format!("{key}.{field}"),
+        setting,
         detail: detail.into(),
     }
 }
@@ -279,7 +283,12 @@ fn ms(key: &str, field: &str, v: Option<f64>) -> Result<Option<Duration>, Config
     match v {
         None => Ok(None),
         Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(Duration::from_secs_f64(v / 1000.0))),
-        Some(_) => Err(invalid(key, field, "must be a number of milliseconds >= 0")),
+        Some(_) => Err(invalid(
+            key,
+            Setting::Timing,
+            field,
+            "must be a number of milliseconds >= 0",
+        )),
     }
 }
 
@@ -329,17 +338,23 @@ impl RouteConfig {
             if let Some((p, _, k)) = params.iter().find(|(_, set, _)| *set) {
                 return Err(invalid(
                     key,
+                    Setting::Policy,
                     p,
                     format!("applies to `{k}`; set `policy = \"{k}\"` in the same table"),
                 ));
             }
             return Ok(None);
         };
-        let kind: PolicyKind = name
-            .parse()
-            .map_err(|e: super::policy::UnknownPolicy| invalid(key, "policy", e.to_string()))?;
+        let kind: PolicyKind = name.parse().map_err(|e: super::policy::UnknownPolicy| {
+            invalid(key, Setting::Policy, "policy", e.to_string())
+        })?;
         if let Some((p, _, k)) = params.iter().find(|(_, set, k)| *set && *k != kind) {
-            return Err(invalid(key, p, format!("applies to `{k}`, not `{kind}`")));
+            return Err(invalid(
+                key,
+                Setting::Policy,
+                p,
+                format!("applies to `{k}`, not `{kind}`"),
+            ));
         }
         let policy =
             match kind {
@@ -352,6 +367,7 @@ impl RouteConfig {
                         (Some(_), Some(_)) => {
                             return Err(invalid(
                                 key,
+                                Setting::Policy,
                                 "escalate_below",
                                 "give either `escalate_below` or `cascade_threshold`, not both",
                             ))
@@ -363,12 +379,14 @@ impl RouteConfig {
                         match self.escalate_below {
                             None => return Err(invalid(
                                 key,
+                                Setting::Policy,
                                 "escalate_early",
                                 "needs `escalate_below` (the signal read while local generates)",
                             )),
                             Some(e) if !e.signal.is_streamable() => {
                                 return Err(invalid(
                                     key,
+                                    Setting::Policy,
                                     "escalate_early",
                                     format!(
                                         "`{}` can rise again as tokens come; early escalation \
@@ -390,7 +408,9 @@ impl RouteConfig {
                 },
                 k => Policy::from_kind(k),
             };
-        policy.validate().map_err(|d| invalid(key, "policy", d))?;
+        policy
+            .validate()
+            .map_err(|d| invalid(key, Setting::Policy, "policy", d))?;
         Ok(Some(policy))
     }
 
@@ -423,7 +443,12 @@ impl RouteConfig {
         };
         if let Some(m) = self.min_score {
             if !m.is_finite() {
-                return Err(invalid(key, "min_score", "must be a finite number"));
+                return Err(invalid(
+                    key,
+                    Setting::Scoring,
+                    "min_score",
+                    "must be a finite number",
+                ));
             }
             r.min_score = Some(Some(m));
         }
@@ -438,6 +463,7 @@ impl RouteConfig {
             if self.scorer.is_some() {
                 return Err(invalid(
                     key,
+                    Setting::Scoring,
                     "scorer",
                     "`escalate_below` sets the scorer (the signal); drop `scorer`",
                 ));
@@ -498,6 +524,7 @@ impl RouteConfig {
             (Some("keep-recent"), None) => {
                 return Err(invalid(
                     key,
+                    Setting::Scoring,
                     "compressor",
                     "`keep-recent` needs `compress_max_tokens`",
                 ))
@@ -516,6 +543,7 @@ impl RouteConfig {
             (Some(_), Some(_)) => {
                 return Err(invalid(
                     key,
+                    Setting::Scoring,
                     "compress_max_tokens",
                     "applies to the built-in `keep-recent` compressor only",
                 ))
@@ -529,6 +557,37 @@ impl RouteConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_invalid_setting_says_which_setting_it_is() {
+        let setting = |text: &str| HarnessConfig::from_toml_str(text).unwrap_err().setting();
+        assert_eq!(
+            setting("[harness]\npolicy = \"racer\"\n"),
+            Some(Setting::Policy)
+        );
+        assert_eq!(
+            setting("[harness]\npolicy = \"race\"\ncascade_threshold = 0.5\n"),
+            Some(Setting::Policy)
+        );
+        assert_eq!(
+            setting("[harness]\ndefault_route = \"nowhere\"\n"),
+            Some(Setting::Route)
+        );
+        assert_eq!(setting("[harness\n"), None);
+        let named = Named::default();
+        let timing = RouteConfig {
+            cancel_grace_ms: Some(-1.0),
+            ..RouteConfig::default()
+        };
+        let err = timing.to_route("harness", &named).unwrap_err();
+        assert_eq!(err.setting(), Some(Setting::Timing));
+        let scorer = RouteConfig {
+            scorer: Some("mine".into()),
+            ..RouteConfig::default()
+        };
+        let err = scorer.to_route("harness", &named).unwrap_err();
+        assert_eq!(err.setting(), Some(Setting::Scoring));
+    }
 
     #[test]
     fn a_lane_section_without_its_feature_is_refused_by_name() {

@@ -55,8 +55,10 @@ pub enum HarnessError {
         /// The lane.
         lane: Lane,
     },
-    /// Every instance of a [`HarnessPool`](super::HarnessPool) was busy
-    /// (or, for a bounded wait, stayed busy until the wait ran out).
+    /// Every instance of the [`Harness`](super::Harness) was busy (or,
+    /// for a bounded wait, stayed busy until the wait ran out). A harness
+    /// of one instance never says this: its busy lanes are reported in the
+    /// run's outcome instead.
     #[error("all {instances} instances are busy")]
     PoolBusy {
         /// Instances in the pool.
@@ -114,8 +116,11 @@ pub enum ConfigError {
     /// A value is out of range or inconsistent.
     #[error("invalid setting `{key}`: {detail}")]
     Invalid {
-        /// Where (e.g. `routes.vehicle_control.policy`).
+        /// Where (e.g. `routes.vehicle_control.policy`), for people.
         key: String,
+        /// Which setting it is, for code that acts on it (serve's 400
+        /// naming the request field, a binding's exception).
+        setting: Setting,
         /// What is wrong.
         detail: String,
     },
@@ -131,4 +136,37 @@ pub enum ConfigError {
         /// The name.
         name: String,
     },
+}
+
+/// Which setting a [`ConfigError`] is about: the typed parameter a caller
+/// acts on, so no layer has to match the text of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Setting {
+    /// The policy or one of its parameters (a run's policy override
+    /// included).
+    Policy,
+    /// A deadline or another duration.
+    Timing,
+    /// A scorer, arbiter, compressor or pre-score callback, or their
+    /// parameters.
+    Scoring,
+    /// A route, or a reference to one (`default_route`).
+    Route,
+    /// A lane's section.
+    Lane,
+    /// The number of instances.
+    Instances,
+}
+
+impl ConfigError {
+    /// The setting this error is about; `None` when the file could not be
+    /// read or parsed at all.
+    pub fn setting(&self) -> Option<Setting> {
+        match self {
+            ConfigError::Invalid { setting, .. } => Some(*setting),
+            ConfigError::UnknownCallback { .. } => Some(Setting::Scoring),
+            ConfigError::Read { .. } | ConfigError::Parse { .. } => None,
+        }
+    }
 }

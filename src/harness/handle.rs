@@ -2,6 +2,7 @@
 //! a [`RunHandle`] (stream, abort, outcome) and cloneable [`AbortHandle`]s
 //! coming out. Thin wrappers over channels; no run logic lives here.
 
+use super::claim::Claim;
 use super::error::HarnessError;
 use super::outcome::Outcome;
 use super::policy::{CommitMode, Policy};
@@ -85,18 +86,29 @@ impl std::fmt::Debug for AbortHandle {
 /// A run in flight. The run proceeds on the harness's runtime whether or
 /// not this handle is polled or kept: dropping it does not cancel the run
 /// (use [`RunHandle::abort`]).
+///
+/// The handle also holds the run's claim on its instance: the harness
+/// gives that instance to no other request until the handle is dropped or
+/// its outcome taken (a late worker then still keeps its lane, and so the
+/// instance, out of the harness's choice until it returns). Keep the
+/// handle until the run has settled.
 pub struct RunHandle {
     pub(crate) run_id: u64,
     pub(crate) deadline: Instant,
     pub(crate) abort: AbortHandle,
     pub(crate) tokens: Option<mpsc::UnboundedReceiver<String>>,
     pub(crate) outcome: oneshot::Receiver<Outcome>,
+    /// The instance it runs on (an index into `Harness::instances`).
+    pub(crate) instance: usize,
+    /// Released with the handle (`None` only while the harness sets it).
+    pub(crate) claim: Option<Claim>,
 }
 
 impl std::fmt::Debug for RunHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunHandle")
             .field("run_id", &self.run_id)
+            .field("instance", &self.instance)
             .field("deadline", &self.deadline)
             .field("streaming", &self.tokens.is_some())
             .finish()
@@ -112,6 +124,13 @@ impl RunHandle {
     /// The run's deadline, fixed when it started.
     pub fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    /// The instance it runs on (an index into
+    /// [`Harness::instances`](super::Harness::instances); 0 on a harness of
+    /// one instance).
+    pub fn instance(&self) -> usize {
+        self.instance
     }
 
     /// A handle that can abort this run from anywhere.
@@ -140,9 +159,13 @@ impl RunHandle {
         })
     }
 
-    /// Waits for the outcome.
+    /// Waits for the outcome; the instance is free for the harness's next
+    /// request once it has settled.
     pub async fn outcome(self) -> Result<Outcome, HarnessError> {
-        self.outcome.await.map_err(|_| HarnessError::RuntimeGone)
+        let RunHandle { outcome, claim, .. } = self;
+        let outcome = outcome.await.map_err(|_| HarnessError::RuntimeGone);
+        drop(claim);
+        outcome
     }
 
     /// Blocks until the outcome, for code without a runtime.
@@ -153,9 +176,12 @@ impl RunHandle {
     /// [`outcome`](Self::outcome) or use `Handle::block_on` on it.
     pub fn wait(self) -> Result<Outcome, HarnessError> {
         ensure_blocking_allowed()?;
-        self.outcome
+        let RunHandle { outcome, claim, .. } = self;
+        let outcome = outcome
             .blocking_recv()
-            .map_err(|_| HarnessError::RuntimeGone)
+            .map_err(|_| HarnessError::RuntimeGone);
+        drop(claim);
+        outcome
     }
 }
 

@@ -79,15 +79,17 @@ mod availability;
 mod backend;
 mod builder;
 mod callbacks;
+mod claim;
 pub mod compression;
 mod config;
 mod decision;
 mod error;
 mod handle;
+mod instance;
 mod observer;
 mod outcome;
 mod policy;
-mod pool;
+mod reaper;
 mod registry;
 mod route;
 mod run;
@@ -99,7 +101,7 @@ mod timer;
 pub use adapters::{candidate_from_cloud, CloudBackend};
 #[cfg(feature = "local")]
 pub use adapters::{candidate_from_local, LocalBackend, HARNESS_COMPUTE_NICE};
-pub use api::{Diagnostic, Harness};
+pub use api::{Diagnostic, Harness, PoolStats};
 pub use arbitration::pick_highest;
 pub use availability::{Availability, LaneHealth};
 pub use backend::{
@@ -115,14 +117,14 @@ pub use compression::KeepRecent;
 pub use config::{
     EscalateBelow, HarnessConfig, PoolConfig, RouteConfig, DEFAULT_PARALLEL, EXAMPLE_CONFIG,
 };
-pub use error::{ConfigError, HarnessError};
+pub use error::{ConfigError, HarnessError, Setting};
 pub use handle::{AbortHandle, RunHandle, RunOptions};
+pub use instance::Instance;
 pub use observer::{Event, Observer};
 pub use outcome::{CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, RunStatus};
 pub use policy::{
     CommitMode, Policy, PolicyKind, UnknownPolicy, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,
 };
-pub use pool::{HarnessPool, PoolRun, PoolStats};
 pub use registry::{HarnessStats, RunningWorker, ShutdownReport};
 pub use route::{
     Route, DEFAULT_CALLBACK_BUDGET, DEFAULT_CANCEL_GRACE, DEFAULT_DEADLINE, DEFAULT_ROUTE,

@@ -24,7 +24,7 @@
 //! but was not committed to never reaches the caller. Once committed, a run
 //! cannot switch lanes: if the committed lane then fails, the run fails.
 
-use crate::lane::Lane;
+use crate::lane::{Lane, PerLane};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -359,12 +359,42 @@ impl Plan {
         self.primary == lane || self.secondary == Some(lane)
     }
 
+    /// The lanes this plan may use and the ones it starts with at once:
+    /// what a harness with several instances looks at to pick one.
+    pub(crate) fn lane_needs(&self) -> LaneNeeds {
+        let mut first = vec![self.primary];
+        if let (Some(secondary), SecondaryStart::Immediately) = (self.secondary, self.start) {
+            first.push(secondary);
+        }
+        LaneNeeds {
+            uses: PerLane::from_fn(|lane| self.uses(lane)),
+            first,
+        }
+    }
+
     /// Whether `lane` may commit at its first token.
     pub(crate) fn commits_at_first_token(&self, lane: Lane) -> bool {
         if lane == self.primary {
             self.first_token_commit.0
         } else {
             self.secondary == Some(lane) && self.first_token_commit.1
+        }
+    }
+}
+
+/// Which lanes a run may use, and which it starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LaneNeeds {
+    pub(crate) uses: PerLane<bool>,
+    pub(crate) first: Vec<Lane>,
+}
+
+impl LaneNeeds {
+    /// The same needs among the lanes `configured` says are there.
+    pub(crate) fn only(self, configured: impl Fn(Lane) -> bool) -> LaneNeeds {
+        LaneNeeds {
+            uses: PerLane::from_fn(|lane| self.uses[lane] && configured(lane)),
+            first: self.first.into_iter().filter(|&l| configured(l)).collect(),
         }
     }
 }
@@ -411,5 +441,28 @@ mod tests {
         let p = Plan::new(&Policy::LocalOnly, fixed);
         assert!(!p.uses(Lane::Cloud));
         assert!(!p.consult_pre_score);
+    }
+
+    #[test]
+    fn lane_needs_follow_the_plan_for_every_policy() {
+        let both = PerLane::new(true, true);
+        for kind in PolicyKind::ALL {
+            let policy = Policy::from_kind(kind);
+            let needs = Plan::new(&policy, |_| Duration::ZERO).lane_needs();
+            let (uses, first): (PerLane<bool>, &[Lane]) = match kind {
+                PolicyKind::LocalOnly => (PerLane::new(true, false), &[Lane::Local]),
+                PolicyKind::CloudOnly => (PerLane::new(false, true), &[Lane::Cloud]),
+                PolicyKind::Race | PolicyKind::BestOf => (both, &Lane::ALL),
+                PolicyKind::Hedge | PolicyKind::Cascade => (both, &[Lane::Local]),
+                PolicyKind::Fallback => (both, &[Lane::Cloud]),
+            };
+            assert_eq!(needs.uses, uses, "{kind:?}");
+            assert_eq!(needs.first, first, "{kind:?}");
+        }
+        let cloud_only = Plan::new(&Policy::Race, |_| Duration::ZERO)
+            .lane_needs()
+            .only(|lane| lane == Lane::Cloud);
+        assert_eq!(cloud_only.uses, PerLane::new(false, true));
+        assert_eq!(cloud_only.first, [Lane::Cloud]);
     }
 }

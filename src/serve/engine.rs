@@ -29,12 +29,22 @@ pub(crate) struct Job {
     pub(crate) stream: bool,
 }
 
+/// The part of a request a [`StartError::Invalid`] is about; the HTTP
+/// layer names it as the wire field the request used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Param {
+    /// The policy the request named (body or header).
+    Policy,
+    /// The model (route) the request named.
+    Model,
+}
+
 /// Why a run could not start.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum StartError {
-    /// The request is unusable as given (`param` names the field).
+    /// The request is unusable as given (`param` says which part).
     Invalid {
-        param: Option<String>,
+        param: Option<Param>,
         message: String,
     },
     /// No new runs: the engine is shutting down.
@@ -257,28 +267,44 @@ impl Summary {
             .reduce(f64::min)
     }
 
-    /// When every lane that ran failed because the prompt is longer than
-    /// its context: what they said (the limits), for a 400
-    /// `context_length_exceeded`.
-    pub(crate) fn context_exceeded(&self) -> Option<String> {
+    /// What every lane that ran said, when each failed with `kind`.
+    fn every_lane_failed_with(&self, kind: LaneErrorKind) -> Option<String> {
         if self.status == Status::Ok {
             return None;
         }
         let ran: Vec<&LaneSummary> = self.lanes.iter().filter(|l| l.status.ran()).collect();
-        let all = !ran.is_empty()
-            && ran
-                .iter()
-                .all(|l| l.error_kind == Some(LaneErrorKind::ContextLengthExceeded));
+        let all = !ran.is_empty() && ran.iter().all(|l| l.error_kind == Some(kind));
         all.then(|| {
-            let said: Vec<String> = ran
-                .iter()
-                .map(|l| format!("{}: {}", l.lane, l.error.as_deref().unwrap_or("too long")))
-                .collect();
-            format!(
-                "the prompt is longer than the context of every lane that could take it ({})",
-                said.join("; ")
-            )
+            ran.iter()
+                .map(|l| {
+                    format!(
+                        "{}: {}",
+                        l.lane,
+                        l.error.as_deref().unwrap_or(kind.as_str())
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
         })
+    }
+
+    /// Why the prompt fits no lane, when every lane that ran said it is
+    /// over its context: the request's fault, a 400.
+    pub(crate) fn context_exceeded(&self) -> Option<String> {
+        self.every_lane_failed_with(LaneErrorKind::ContextLengthExceeded)
+            .map(|said| {
+                format!(
+                    "the prompt is longer than the context of every lane that could take it ({said})"
+                )
+            })
+    }
+
+    /// Why the request is invalid, when every lane that ran refused it as
+    /// such (a `json_schema` llama.cpp cannot turn into a grammar, say):
+    /// the request's fault, a 400, never a gateway error.
+    pub(crate) fn refused_as_invalid(&self) -> Option<String> {
+        self.every_lane_failed_with(LaneErrorKind::InvalidRequest)
+            .map(|said| format!("every lane that took the request refused it ({said})"))
     }
 
     /// `lane=status` pairs, for a header.

@@ -1,15 +1,15 @@
-//! The harness behind the front door: [`Engine`] for a [`HarnessPool`] (a
-//! lone [`Harness`] is a pool of one), and the translation of a harness
-//! [`Outcome`] into the compact [`Summary`] a response carries. Only
-//! translation here: the pool picks the instance, the harness decides
-//! everything else.
+//! The harness behind the front door: [`Engine`] for a [`Harness`] (of
+//! one instance or many), and the translation of a harness [`Outcome`]
+//! into the compact [`Summary`] a response carries. Only translation
+//! here: the harness picks the instance and decides everything else.
 
 use super::engine::{
     BoxFuture, Drained, Engine, Health, InstanceState, Job, LaneState, LaneSummary, ModelEntry,
-    Run, RunInfo, StartError, Summary, Tokens,
+    Param, Run, RunInfo, StartError, Summary, Tokens,
 };
 use crate::harness::{
-    self, BackendError, HarnessError, HarnessPool, Outcome, Policy, PolicyKind, PoolRun, RunOptions,
+    self, BackendError, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions,
+    Setting,
 };
 use crate::lane::Lane;
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 pub(crate) const DEFAULT_MODEL: &str = "edgecloud";
 
 pub(crate) struct HarnessEngine {
-    pub(crate) pool: HarnessPool,
+    pub(crate) harness: Harness,
     /// How long a request may wait for a free instance (`None`: refuse at
     /// once when every instance is busy).
     pub(crate) max_queue: Option<Duration>,
@@ -32,7 +32,7 @@ impl HarnessEngine {
         let kind: PolicyKind =
             name.parse()
                 .map_err(|e: harness::UnknownPolicy| StartError::Invalid {
-                    param: Some("policy".into()),
+                    param: Some(Param::Policy),
                     message: e.to_string(),
                 })?;
         Ok(self
@@ -50,7 +50,7 @@ impl Engine for HarnessEngine {
             id: DEFAULT_MODEL.into(),
             route: None,
         }];
-        let routes = self.pool.routes();
+        let routes = self.harness.routes();
         // A harness without named routes has just `default`, which is what
         // `edgecloud` selects already.
         if routes.len() <= 1 {
@@ -81,8 +81,8 @@ impl Engine for HarnessEngine {
                 options = options.stream();
             }
             let started = match self.max_queue {
-                None => self.pool.start(job.request, options),
-                Some(wait) => self.pool.start_within(job.request, options, wait).await,
+                None => self.harness.start(job.request, options),
+                Some(wait) => self.harness.start_within(job.request, options, wait).await,
             };
             let run = started.map_err(|e| match e {
                 HarnessError::InvalidRequest(r) => StartError::Invalid {
@@ -90,22 +90,25 @@ impl Engine for HarnessEngine {
                     message: r.reason,
                 },
                 HarnessError::UnknownRoute { .. } => StartError::Invalid {
-                    param: Some("model".into()),
+                    param: Some(Param::Model),
                     message: e.to_string(),
                 },
-                HarnessError::Config(c) => StartError::Invalid {
-                    param: Some("policy".into()),
-                    message: c.to_string(),
-                },
+                // A run's only configuration is its policy override; any
+                // other setting is the harness's, not the request's fault.
+                HarnessError::Config(c) if c.setting() == Some(Setting::Policy) => {
+                    StartError::Invalid {
+                        param: Some(Param::Policy),
+                        message: c.to_string(),
+                    }
+                }
                 HarnessError::ShuttingDown => StartError::ShuttingDown,
                 HarnessError::PoolBusy { instances } => StartError::Busy { instances },
                 other => StartError::Internal(crate::error_chain(&other)),
             })?;
             let info = RunInfo {
-                run_id: run.handle.run_id(),
+                run_id: run.run_id(),
                 // Counted from now, a hair after the run's own start.
                 deadline_ms: run
-                    .handle
                     .deadline()
                     .saturating_duration_since(Instant::now())
                     .as_secs_f64()
@@ -118,10 +121,10 @@ impl Engine for HarnessEngine {
     }
 
     fn health(&self) -> Health {
-        let instances = self.pool.instances();
-        let stats = self.pool.harness_stats();
-        let pool = self.pool.stats();
-        let claimed = self.pool.claimed();
+        let instances = self.harness.instances();
+        let stats = self.harness.stats();
+        let pool = self.harness.pool_stats();
+        let claimed = self.harness.claimed();
         Health {
             lanes: Lane::ALL
                 .into_iter()
@@ -156,9 +159,9 @@ impl Engine for HarnessEngine {
     }
 
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained> {
-        let pool = self.pool.clone();
+        let harness = self.harness.clone();
         Box::pin(async move {
-            let r = pool.shutdown(grace).await;
+            let r = harness.shutdown(grace).await;
             Drained {
                 waited_ms: r.waited_ms,
                 runs_in_flight: r.runs_in_flight,
@@ -171,7 +174,7 @@ impl Engine for HarnessEngine {
 struct HarnessRun {
     info: RunInfo,
     /// The run and its claim on the instance (released at `finish`).
-    run: PoolRun,
+    run: RunHandle,
 }
 
 impl Run for HarnessRun {
@@ -180,7 +183,7 @@ impl Run for HarnessRun {
     }
 
     fn next_token(&mut self) -> BoxFuture<'_, Option<String>> {
-        Box::pin(self.run.handle.next_token())
+        Box::pin(self.run.next_token())
     }
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>> {
@@ -194,7 +197,7 @@ impl Run for HarnessRun {
     }
 
     fn aborter(&self) -> Box<dyn Fn() + Send + Sync> {
-        let abort = self.run.handle.abort_handle();
+        let abort = self.run.abort_handle();
         Box::new(move || {
             abort.abort();
         })
@@ -265,7 +268,7 @@ mod tests {
     #[test]
     fn named_policies_use_the_presets_else_their_defaults() {
         let engine = HarnessEngine {
-            pool: crate::harness::Harness::builder().build_pool().unwrap(),
+            harness: crate::harness::Harness::builder().build().unwrap(),
             max_queue: None,
             presets: vec![Policy::cascade(0.9)],
         };
@@ -277,7 +280,7 @@ mod tests {
         );
         match engine.policy("fastest") {
             Err(StartError::Invalid { param, message }) => {
-                assert_eq!(param.as_deref(), Some("policy"));
+                assert_eq!(param, Some(Param::Policy));
                 assert!(message.contains("`fastest`"), "{message}");
             }
             other => panic!("{other:?}"),

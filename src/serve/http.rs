@@ -6,7 +6,7 @@
 //! not decide how a run goes (the engine does).
 
 use super::app::App;
-use super::engine::{Job, ModelEntry, StartError};
+use super::engine::{Job, ModelEntry, Param, StartError};
 use super::response::{
     self, all_instances_busy, error_response, full, json_response, shutting_down, Body,
 };
@@ -289,9 +289,9 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     let run = app.engine.start(job).await.map_err(|e| match e {
         StartError::Invalid { param, message } => {
             let e = ApiError::new(400, INVALID_REQUEST, message);
-            match param.as_deref() {
-                Some("policy") => e.param(policy_param),
-                Some(p) => e.param(p),
+            match param {
+                Some(Param::Policy) => e.param(policy_param),
+                Some(Param::Model) => e.param("model"),
                 None => e,
             }
         }

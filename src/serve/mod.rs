@@ -119,7 +119,7 @@ use self::app::App;
 use self::engine::Engine;
 use self::harness_engine::HarnessEngine;
 use self::metrics::Metrics;
-use crate::harness::{Event, Harness, HarnessPool, Observer};
+use crate::harness::{Event, Harness, Observer};
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -156,16 +156,10 @@ impl ServeMetrics {
     }
 
     /// The Prometheus text `GET /metrics` serves, for a harness that is not
-    /// behind a server.
+    /// behind a server (per-instance gauges included).
     pub fn render(&self, harness: &Harness) -> String {
-        self.render_pool(&HarnessPool::from(harness.clone()))
-    }
-
-    /// The Prometheus text for a pool's state now (per-instance gauges
-    /// included).
-    pub fn render_pool(&self, pool: &HarnessPool) -> String {
         let engine = HarnessEngine {
-            pool: pool.clone(),
+            harness: harness.clone(),
             max_queue: None,
             presets: Vec::new(),
         };
@@ -234,17 +228,13 @@ impl fmt::Debug for Server {
 
 impl Server {
     /// Binds `config.listen` with the harness behind it. Binding to port 0
-    /// picks a free port: see [`local_addr`](Self::local_addr).
+    /// picks a free port: see [`local_addr`](Self::local_addr). A request
+    /// takes an idle instance of the harness; when none is free it is
+    /// refused with 503 `lanes_busy` (or waits up to
+    /// [`ServeConfig::max_queue`]).
     pub async fn bind(harness: Harness, config: ServeConfig) -> Result<Server, ServeError> {
-        Self::bind_pool(HarnessPool::from(harness), config).await
-    }
-
-    /// Like [`bind`](Self::bind), over a pool of instances: a request
-    /// takes an idle instance, and when none is free it is refused with
-    /// 503 `lanes_busy` (or waits up to [`ServeConfig::max_queue`]).
-    pub async fn bind_pool(pool: HarnessPool, config: ServeConfig) -> Result<Server, ServeError> {
         let engine = HarnessEngine {
-            pool,
+            harness,
             max_queue: config.max_queue,
             presets: config.policy_presets.clone(),
         };

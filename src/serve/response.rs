@@ -6,7 +6,7 @@
 
 use super::app::App;
 use super::engine::{Run, RunInfo, Status, Summary};
-use super::wire::ApiError;
+use super::wire::{ApiError, INVALID_REQUEST};
 use crate::openai::{self, ChatCompletion, Ids, Usage};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -188,6 +188,9 @@ pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
     }
     if let Some(message) = s.context_exceeded() {
         return ApiError::invalid("messages", message).code("context_length_exceeded");
+    }
+    if let Some(message) = s.refused_as_invalid() {
+        return ApiError::new(400, INVALID_REQUEST, message);
     }
     match s.status {
         Status::DeadlineExceeded => ApiError::new(

@@ -10,8 +10,8 @@
 //! word.
 
 use super::engine::{
-    BoxFuture, Drained, Engine, Health, Job, LaneState, LaneStatus, LaneSummary, ModelEntry, Run,
-    RunInfo, StartError, Status, Summary, Tokens,
+    BoxFuture, Drained, Engine, Health, Job, LaneState, LaneStatus, LaneSummary, ModelEntry, Param,
+    Run, RunInfo, StartError, Status, Summary, Tokens,
 };
 use super::{BearerToken, ServeConfig, Server, ServerHandle};
 use crate::lane::{FinishReason, Lane};
@@ -162,7 +162,7 @@ impl Fake {
     fn start_now(&self, job: Job) -> Result<Box<dyn Run>, StartError> {
         if job.policy.as_deref() == Some("nope") {
             return Err(StartError::Invalid {
-                param: Some("policy".into()),
+                param: Some(Param::Policy),
                 message: "unknown policy `nope`".into(),
             });
         }

@@ -17,6 +17,31 @@ fn model() -> &'static str {
 }
 
 #[test]
+fn the_prompt_may_be_the_last_argument_as_ollama_run_takes_it() {
+    let run = |prompt: &[&str]| {
+        let mut args = vec!["local", "-m", model(), "--max-tokens", "4", "--seed", "3"];
+        args.extend_from_slice(prompt);
+        args.push("--json");
+        let out = edgecloud(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_of(&out)
+    };
+    let positional = run(&["Hello there"]);
+    let flag = run(&["--prompt", "Hello there"]);
+    assert_eq!(
+        positional["text"], flag["text"],
+        "the same request either way"
+    );
+    assert_eq!(positional["prompt_tokens"], flag["prompt_tokens"]);
+    let both = edgecloud(&["local", "-m", model(), "--prompt", "a", "b"]);
+    assert_eq!(both.status.code(), Some(2), "two prompts are a usage error");
+}
+
+#[test]
 fn local_json_reports_a_completed_run() {
     let out = edgecloud(&[
         "local",

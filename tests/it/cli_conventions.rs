@@ -650,10 +650,10 @@ impl Drop for Serve {
     }
 }
 
-/// One seeded chat request. Seeded like the CLI runs above: unseeded, the
-/// tiny random model now and then spends its two tokens on text that is no
-/// usable answer, and serve rightly answers 502 (the CI failure of
-/// 2026-12-01, "local: unusable answer (length)").
+/// One seeded chat request, seeded like the CLI runs above so every run
+/// asks the tiny random model the same thing (unseeded, it now and then
+/// spent its two tokens on blank text, which serve then answered 502: the
+/// CI failure of 2026-12-01; a blank whole answer is now returned, 200).
 async fn chat(url: &str, model: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .post(format!("{url}/chat/completions"))

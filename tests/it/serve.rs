@@ -524,6 +524,64 @@ async fn a_late_worker_keeps_its_lane_busy_for_the_next_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_refusing_the_request_as_invalid_is_a_400_not_a_gateway_error() {
+    let (local, _cloud, builder) = scripted_pair(Policy::LocalOnly);
+    let server = serve(builder.build().unwrap(), loopback()).await;
+    let url = server.base_url();
+    let whole = tokio::spawn({
+        let url = url.clone();
+        async move {
+            post(
+                &url,
+                json!({"model": "edgecloud", "messages": user("x")}),
+                &[],
+            )
+            .await
+        }
+    });
+    next_task(&local).await.fail(
+        LaneErrorKind::InvalidRequest,
+        "response_format: no grammar for this schema: `minLength` 100000",
+    );
+    let (status, _, text) = whole.await.unwrap();
+    assert_eq!(status, 400, "{text}");
+    let e: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(e["error"]["type"], "invalid_request_error");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`minLength`"),
+        "{text}"
+    );
+    assert!(server.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_answer_from_the_only_lane_is_200_whole_and_streamed() {
+    let (local, _cloud, builder) = scripted_pair(Policy::LocalOnly);
+    let server = serve(builder.build().unwrap(), loopback()).await;
+    let url = server.base_url();
+    for stream in [false, true] {
+        let answer = tokio::spawn({
+            let url = url.clone();
+            async move {
+                post(
+                    &url,
+                    json!({"model": "edgecloud", "messages": user("x"), "stream": stream}),
+                    &[],
+                )
+                .await
+            }
+        });
+        next_task(&local).await.complete("\n\n");
+        let (status, _, text) = answer.await.unwrap();
+        assert_eq!(status, 200, "stream {stream}: {text}");
+    }
+    assert!(server.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_lane_failing_mid_stream_ends_with_an_error_event() {
     let (local, _cloud, builder) = scripted_pair(Policy::LocalOnly);
     let server = serve(builder.build().unwrap(), loopback()).await;
@@ -899,9 +957,9 @@ async fn a_pool_serves_one_request_per_instance_and_refuses_the_rest_with_503() 
         .instances(2)
         .policy(Policy::LocalOnly)
         .deadline(LONG)
-        .build_pool()
+        .build()
         .unwrap();
-    let server = Server::bind_pool(pool, loopback())
+    let server = Server::bind(pool, loopback())
         .await
         .expect("bind a loopback port")
         .spawn();

@@ -307,14 +307,14 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(replay) = replay_local {
         builder = builder.local(replay);
     }
-    let pool = builder
+    let harness = builder
         .observer(late.observer())
-        .build_pool()
+        .build()
         .context("building the harness")?;
     // The config's own policy keeps its parameters (a cascade threshold,
     // a hedge delay) when it is among those benchmarked.
-    let mut executor = HarnessExecutor::over_pool(
-        pool,
+    let mut executor = HarnessExecutor::new(
+        harness,
         late,
         config_policy,
         Duration::from_millis(args.grace_ms),

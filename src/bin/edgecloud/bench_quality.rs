@@ -191,7 +191,7 @@ pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode
     let deadline = Duration::from_secs(600);
     // One instance per request answered at once, all over the same
     // recorded answers.
-    let pool = Harness::builder()
+    let harness = Harness::builder()
         .instances(args.parallel.max(1))
         .local(replay)
         .policy(Policy::LocalOnly)
@@ -203,10 +203,10 @@ pub(crate) fn replay_cloud_cmd(args: ReplayCloudArgs) -> anyhow::Result<ExitCode
                 .deadline(deadline),
         )
         .runtime(runtime.handle().clone())
-        .build_pool()?;
+        .build()?;
     let config = ServeConfig::default().listen(args.listen);
     runtime.block_on(async move {
-        let server = Server::bind_pool(pool, config).await?;
+        let server = Server::bind(harness, config).await?;
         let addr = server.local_addr();
         {
             let mut out = std::io::stdout().lock();

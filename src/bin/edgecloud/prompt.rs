@@ -1,7 +1,9 @@
-//! The prompt flags `local`, `cloud` and `run` share: `--prompt TEXT`,
-//! `--prompt -` (read standard input, as `cat`, `curl -d @-` and
-//! llama.cpp's `-f /dev/stdin` users expect) and `--prompt-file FILE`, plus
-//! the optional `--system`. Reading only; the request is built elsewhere.
+//! The prompt flags `local`, `cloud` and `run` share: the prompt as the
+//! last argument (`edgecloud local -m MODEL "prompt"`, as `ollama run` and
+//! `llm` take it) or `--prompt TEXT`, `-` for standard input either way (as
+//! `cat`, `curl -d @-` and llama.cpp's `-f /dev/stdin` users expect),
+//! `--prompt-file FILE`, plus the optional `--system`. Reading only; the
+//! request is built elsewhere.
 
 use anyhow::Context as _;
 use std::io::Read as _;
@@ -15,10 +17,13 @@ pub(crate) struct PromptArgs {
         short,
         long,
         value_name = "TEXT",
-        required_unless_present = "prompt_file",
-        conflicts_with = "prompt_file"
+        required_unless_present_any = ["prompt_file", "text"],
+        conflicts_with_all = ["prompt_file", "text"]
     )]
     prompt: Option<String>,
+    /// The user message as the last argument (the same as `--prompt`).
+    #[arg(value_name = "PROMPT", conflicts_with = "prompt_file")]
+    text: Option<String>,
     /// Read the user message from this file (`-`: standard input).
     #[arg(long, value_name = "FILE")]
     prompt_file: Option<PathBuf>,
@@ -32,13 +37,16 @@ impl PromptArgs {
     /// The text is kept as given except one trailing newline (what `echo`
     /// and editors add), so `echo hi | edgecloud run --prompt -` sends `hi`.
     pub(crate) fn user_message(&self) -> anyhow::Result<String> {
-        let text = match (&self.prompt, &self.prompt_file) {
+        let text = match (
+            self.prompt.as_ref().or(self.text.as_ref()),
+            &self.prompt_file,
+        ) {
             (Some(p), _) if p == "-" => read_stdin()?,
             (Some(p), _) => return Ok(p.clone()),
             (None, Some(f)) if f.as_os_str() == "-" => read_stdin()?,
             (None, Some(f)) => std::fs::read_to_string(f)
                 .with_context(|| format!("reading the prompt from {}", f.display()))?,
-            (None, None) => unreachable!("clap requires --prompt or --prompt-file"),
+            (None, None) => unreachable!("clap requires a prompt, --prompt or --prompt-file"),
         };
         let text = text
             .strip_suffix('\n')

@@ -139,15 +139,15 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Err(usage("--parallel must be at least 1"));
     }
     let max_queue_ms = args.max_queue_ms.or(cfg.pool.max_queue_ms).unwrap_or(0);
-    let pool = Harness::builder()
+    let harness = Harness::builder()
         .config(&cfg)?
         .instances(parallel)
         .lanes_from(&cfg)?
         .observer(metrics.observer())
         .runtime(runtime.handle().clone())
-        .build_pool()?;
+        .build()?;
     if !crate::quiet() {
-        for line in lane_lines(&pool.instances()[0], &cfg, loading.elapsed()) {
+        for line in lane_lines(&harness, &cfg, loading.elapsed()) {
             eprintln!("{line}");
         }
         let queue = if max_queue_ms == 0 {
@@ -179,7 +179,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config = config.policy_preset(policy);
     }
     let report = runtime.block_on(async move {
-        let server = Server::bind_pool(pool, config).await?;
+        let server = Server::bind(harness, config).await?;
         let addr = server.local_addr();
         let models = server.models();
         {

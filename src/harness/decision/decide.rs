@@ -1,8 +1,11 @@
 //! The decision: which answers count (acceptable: whole, not blank, at or
-//! above its threshold; usable: whole and not blank), the rules that end a
-//! run (the first acceptable answer; a committed lane that returned; when
-//! every lane has ended, the one candidate or the arbiter over the pool,
-//! "acceptable, else usable"; the deadline; an abort), scores and the
+//! above its threshold; usable: whole and not blank; blank: whole, valid,
+//! and empty or whitespace), the rules that end a run (the first
+//! acceptable answer; a committed lane that returned; when every lane has
+//! ended, the one candidate or the arbiter over the pool, "acceptable,
+//! else usable, else blank": a blank whole answer is what the model said,
+//! returned as llama-server and OpenAI return it when no lane did better;
+//! the deadline; an abort), scores and the
 //! arbiter's answer, and what each end means at settlement ([`Verdict`]).
 //! Every reason a run can give is a [`Reason`]. It must not start or
 //! cancel lanes itself (`plan`, `admit` do), nor build reports.
@@ -40,6 +43,8 @@ pub(crate) enum Pool {
     Acceptable,
     /// None passed: the whole, non-blank ones.
     Usable,
+    /// None was usable: the whole, valid, blank ones.
+    Blank,
 }
 
 impl Pool {
@@ -47,6 +52,7 @@ impl Pool {
         match self {
             Pool::Acceptable => "best acceptable answer",
             Pool::Usable => "no acceptable answer; best usable one",
+            Pool::Blank => "no lane gave a non-blank answer; a blank one",
         }
     }
 }
@@ -190,6 +196,15 @@ impl Core {
                 .is_some_and(|c| self.run.diagnostic || (c.is_usable() && r.invalid.is_none()))
     }
 
+    /// Returned whole and valid, but empty or whitespace.
+    fn blank(&self, lane: Lane) -> bool {
+        let r = &self.lanes[lane];
+        r.has_returned()
+            && r.invalid.is_none()
+            && r.candidate()
+                .is_some_and(|c| c.finish_reason.is_complete() && !c.is_usable())
+    }
+
     /// Returned lanes in the order they returned.
     fn returned_in_order(&self) -> Vec<Lane> {
         let mut v: Vec<Lane> = Lane::ALL
@@ -201,21 +216,25 @@ impl Core {
     }
 
     /// The candidates a decision picks from: the acceptable ones, else the
-    /// usable ones (a low-scored answer beats no answer), in finishing
-    /// order.
+    /// usable ones (a low-scored answer beats no answer), else the blank
+    /// ones (the model's whole answer was empty: that is its answer), in
+    /// finishing order.
     fn pool(&self) -> (Vec<Lane>, Pool) {
         let done = self.returned_in_order();
-        let acceptable: Vec<Lane> = done
-            .iter()
-            .copied()
-            .filter(|&l| self.acceptable(l))
-            .collect();
-        if acceptable.is_empty() {
-            let usable = done.into_iter().filter(|&l| self.usable(l)).collect();
-            (usable, Pool::Usable)
-        } else {
-            (acceptable, Pool::Acceptable)
+        for (pool, counts) in [
+            (
+                Pool::Acceptable,
+                &(|l| self.acceptable(l)) as &dyn Fn(Lane) -> bool,
+            ),
+            (Pool::Usable, &|l| self.usable(l)),
+            (Pool::Blank, &|l| self.blank(l)),
+        ] {
+            let lanes: Vec<Lane> = done.iter().copied().filter(|&l| counts(l)).collect();
+            if !lanes.is_empty() {
+                return (lanes, pool);
+            }
         }
+        (Vec::new(), Pool::Blank)
     }
 
     /// The run's rules, applied to its current state: an end, or nothing

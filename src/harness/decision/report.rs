@@ -100,9 +100,10 @@ impl Core {
                     (_, Some(Err(e))) => {
                         format!("failed ({}): {}", e.kind(), crate::error_chain(e))
                     }
-                    (_, Some(Ok(c))) if !c.is_usable() => {
+                    (_, Some(Ok(c))) if !c.finish_reason.is_complete() => {
                         format!("unusable answer ({})", c.finish_reason.as_str())
                     }
+                    (_, Some(Ok(c))) if !c.is_usable() => "blank answer".into(),
                     (_, Some(Ok(_))) => "answered".into(),
                     (_, None) => "no result".into(),
                 };

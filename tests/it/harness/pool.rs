@@ -3,10 +3,9 @@
 //! each instance's counters are its own).
 
 use super::*;
-use edgecloud::harness::HarnessPool;
 
 /// A pool of `n` local-only instances, each with its own scripted backend.
-fn pool_of(n: usize, make: fn(&str) -> Scripted) -> (HarnessPool, Vec<Scripted>) {
+fn pool_of(n: usize, make: fn(&str) -> Scripted) -> (Harness, Vec<Scripted>) {
     let locals: Vec<Scripted> = (0..n).map(|i| make(&format!("local-{i}"))).collect();
     let pool = Harness::builder()
         .local_per_instance(
@@ -18,7 +17,7 @@ fn pool_of(n: usize, make: fn(&str) -> Scripted) -> (HarnessPool, Vec<Scripted>)
         .instances(n)
         .policy(Policy::LocalOnly)
         .deadline(LONG)
-        .build_pool()
+        .build()
         .unwrap();
     (pool, locals)
 }
@@ -32,7 +31,7 @@ fn p13_each_request_takes_an_idle_instance_and_the_rest_are_refused_at_once() {
                 .unwrap()
         })
         .collect();
-    let mut instances: Vec<usize> = runs.iter().map(|r| r.instance).collect();
+    let mut instances: Vec<usize> = runs.iter().map(|r| r.instance()).collect();
     instances.sort_unstable();
     assert_eq!(instances, [0, 1, 2], "three requests, three instances");
     let tasks: Vec<Task> = locals.iter().map(Scripted::next_task).collect();
@@ -41,12 +40,12 @@ fn p13_each_request_takes_an_idle_instance_and_the_rest_are_refused_at_once() {
         Err(HarnessError::PoolBusy { instances }) => assert_eq!(instances, 3),
         other => panic!("expected PoolBusy, got {other:?}"),
     }
-    assert_eq!(pool.stats().rejected, 1);
+    assert_eq!(pool.pool_stats().rejected, 1);
     for (i, t) in tasks.iter().enumerate() {
         t.complete(&format!("answer {i}"));
     }
     for r in runs {
-        let instance = r.instance;
+        let instance = r.instance();
         let o = tokio_block(r.outcome()).unwrap();
         assert_eq!(
             o.text.as_deref(),
@@ -66,7 +65,7 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
     let first = pool
         .start(with_deadline("slow", SHORT), RunOptions::new())
         .unwrap();
-    let late_instance = first.instance;
+    let late_instance = first.instance();
     let t_late = locals[late_instance].next_task();
     let o = tokio_block(first.outcome()).unwrap();
     assert_eq!(o.status, RunStatus::DeadlineExceeded);
@@ -78,7 +77,7 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
         // Only the late worker's lane is held when the round starts.
         wait_lane_free(&pool, other);
         let run = pool.start(req("next"), RunOptions::new()).unwrap();
-        assert_eq!(run.instance, other, "round {round}");
+        assert_eq!(run.instance(), other, "round {round}");
         let again = pool.start(req("one more"), RunOptions::new());
         assert!(
             matches!(again, Err(HarnessError::PoolBusy { .. })),
@@ -98,7 +97,7 @@ fn p13_a_late_worker_holds_its_own_instance_and_the_others_serve() {
     // Its lane is free again: both instances serve.
     let a = pool.start(req("a"), RunOptions::new()).unwrap();
     let b = pool.start(req("b"), RunOptions::new()).unwrap();
-    assert_ne!(a.instance, b.instance);
+    assert_ne!(a.instance(), b.instance());
     for l in &locals {
         l.next_task().complete("done");
     }
@@ -115,8 +114,8 @@ fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let busy = pool.start(req("first"), RunOptions::new()).unwrap();
     let other = pool.start(req("other"), RunOptions::new()).unwrap();
-    let t1 = locals[busy.instance].next_task();
-    let t_other = locals[other.instance].next_task();
+    let t1 = locals[busy.instance()].next_task();
+    let t_other = locals[other.instance()].next_task();
     let waiting = {
         let pool = pool.clone();
         rt.spawn(async move {
@@ -125,28 +124,29 @@ fn p13_a_bounded_wait_gets_the_instance_that_frees_up_within_the_deadline() {
         })
     };
     // The waiter is counted before it is let in.
-    while pool.stats().waiting == 0 {
+    while pool.pool_stats().waiting == 0 {
         std::thread::yield_now();
     }
-    let freed = busy.instance;
+    let freed = busy.instance();
     t1.complete("one");
     tokio_block(busy.outcome()).unwrap();
     let second = rt.block_on(waiting).unwrap().unwrap();
     assert_eq!(
-        second.instance, freed,
+        second.instance(),
+        freed,
         "the waiter got the instance that freed up"
     );
     locals[freed].next_task().complete("two");
     let o = tokio_block(second.outcome()).unwrap();
     assert_eq!(o.text.as_deref(), Some("two"));
-    assert_eq!(pool.stats().waited, 1);
+    assert_eq!(pool.pool_stats().waited, 1);
     // Its worker has returned (the run settled on its answer): the lane is
     // free for the next request once its slot is dropped.
     wait_lane_free(&pool, freed);
 
     // A wait that runs out is refused like a full pool.
     let hold = pool.start(req("hold"), RunOptions::new()).unwrap();
-    assert_eq!(hold.instance, freed);
+    assert_eq!(hold.instance(), freed);
     let t = locals[freed].next_task();
     let refused =
         rt.block_on(pool.start_within(req("late"), RunOptions::new(), Duration::from_millis(20)));
@@ -170,7 +170,7 @@ fn p13_a_pool_of_one_is_a_lone_harness_its_busy_lane_reported_in_the_outcome() {
     assert_eq!(o.lane(Lane::Local).status, LaneStatus::Busy);
     t.complete("one");
     tokio_block(first.outcome()).unwrap();
-    assert_eq!(pool.stats().rejected, 0);
+    assert_eq!(pool.pool_stats().rejected, 0);
 }
 
 #[test]
@@ -178,18 +178,18 @@ fn p13_run_ids_are_unique_across_the_pool() {
     let (pool, locals) = pool_of(2, Scripted::new);
     let a = pool.start(req("a"), RunOptions::new()).unwrap();
     let b = pool.start(req("b"), RunOptions::new()).unwrap();
-    assert_ne!(a.handle.run_id(), b.handle.run_id());
+    assert_ne!(a.run_id(), b.run_id());
     for l in &locals {
         l.next_task().complete("x");
     }
     tokio_block(a.outcome()).unwrap();
     tokio_block(b.outcome()).unwrap();
-    assert_eq!(pool.harness_stats().runs_settled, 2);
+    assert_eq!(pool.stats().runs_settled, 2);
 }
 
 /// Waits until the instance's local lane is free: a worker's slot is freed
 /// when its job is dropped, a moment after its answer is handed over.
-fn wait_lane_free(pool: &HarnessPool, instance: usize) {
+fn wait_lane_free(pool: &Harness, instance: usize) {
     let until = std::time::Instant::now() + HANG;
     while pool.instances()[instance].is_busy(Lane::Local) {
         assert!(

@@ -454,3 +454,55 @@ fn deadline_with_no_usable_answer() {
 }
 
 use crate::harness::outcome::CancelResult;
+
+#[test]
+fn a_blank_whole_answer_from_the_only_lane_is_returned() {
+    let mut sim = Sim::begin(setup(Policy::LocalOnly));
+    sim.finish(Lane::Local, "\n\n\n", FinishReason::Length, 10);
+    let out = sim.settle(10);
+    let reason = Reason::OnlyCandidate {
+        pool: Pool::Blank,
+        lane: Lane::Local,
+    };
+    assert_decision(
+        &out,
+        RunStatus::Ok,
+        Some(Lane::Local),
+        reason,
+        DecidedBy::Policy,
+    );
+    assert_eq!(out.text.as_deref(), Some("\n\n\n"));
+}
+
+#[test]
+fn a_hybrid_policy_prefers_the_other_lane_to_a_blank_answer_and_keeps_it_when_that_fails() {
+    let mut sim = Sim::begin(setup(Policy::Race));
+    sim.finish(Lane::Local, "  ", FinishReason::Stop, 10);
+    assert!(!sim.settle_now, "a blank answer is not acceptable");
+    sim.fail(Lane::Cloud, 20);
+    let out = sim.settle(20);
+    let reason = Reason::OnlyCandidate {
+        pool: Pool::Blank,
+        lane: Lane::Local,
+    };
+    assert_decision(
+        &out,
+        RunStatus::Ok,
+        Some(Lane::Local),
+        reason,
+        DecidedBy::Policy,
+    );
+}
+
+#[test]
+fn a_cut_answer_is_named_by_its_finish_reason_not_as_blank() {
+    let mut sim = Sim::begin(setup(Policy::Race));
+    sim.finish(Lane::Local, " ", FinishReason::Cancelled, 10);
+    sim.fail(Lane::Cloud, 20);
+    let out = sim.settle(20);
+    let error = out.error.unwrap();
+    assert!(
+        error.contains("local: unusable answer (cancelled)"),
+        "{error}"
+    );
+}
