@@ -8,7 +8,7 @@
 //! where a model reference was found; a binding stays quiet).
 
 use crate::cloud::CloudConfig;
-use crate::harness::{ConfigError, HarnessConfig, PolicyKind};
+use crate::harness::{ConfigError, HarnessConfig, PolicyKind, Setting};
 use crate::local::{LocalConfig, ProbeMode, ThreadPolicy};
 use crate::modelref::{self, ModelRef, ModelRefError, OllamaTemplate, ResolveOptions};
 use std::path::PathBuf;
@@ -159,6 +159,7 @@ impl Overrides {
             if n == 0 {
                 return Err(ConfigError::Invalid {
                     key: "parallel".into(),
+                    setting: Setting::Instances,
                     detail: "must be at least 1".into(),
                 }
                 .into());
