@@ -57,6 +57,9 @@
 //!   schema, a call of a declared tool) and the checks that say whether it
 //!   is.
 //! - [`millis`]: durations as milliseconds, the unit of every report.
+//! - `embed`: what the bindings share (settings with overrides, requests
+//!   as JSON, the outcome JSON, error kinds); `capi` (feature `capi`): the
+//!   C ABI over it (`include/edgecloud.h`, docs/embedding.md).
 //!
 //! # Cargo features
 //! All on by default; an application embedding the library keeps only what
@@ -71,6 +74,7 @@
 //! | `serve` | [`serve`] over any harness (no lane needed) | hyper, hyper-util, http-body-util, subtle |
 //! | `bench` | [`bench`](mod@bench); implies `local` (reports record ggml's devices) | regex, sha2 |
 //! | `cli` | the `edgecloud` binary: all of the above | clap, clap_complete, anyhow, tracing-subscriber |
+//! | `capi` | the C ABI (`libedgecloud`, built by `scripts/capi`); implies `local`, `cloud` and `serve` | nothing more |
 //!
 //! `cuda`, `vulkan`, `metal` and `portable` select llama.cpp builds and
 //! imply `local`. The binary, the integration tests, the benches and the
@@ -79,10 +83,14 @@
 pub mod answer;
 #[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "capi")]
+pub mod capi;
 #[cfg(feature = "cloud")]
 pub mod cloud;
 #[cfg(feature = "local")]
 mod cores;
+#[cfg(all(feature = "local", feature = "cloud", feature = "serve"))]
+pub mod embed;
 mod error_chain;
 #[cfg(feature = "local")]
 pub mod fetch;

@@ -366,6 +366,59 @@ impl Resolved {
     }
 }
 
+/// What became of an Ollama manifest's chat template when a resolved
+/// model was put on a lane ([`Resolved::apply_to`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OllamaTemplate {
+    /// Used through the llama.cpp built-in it matches: the GGUF has no
+    /// template of its own and the configuration names none.
+    Used(&'static str),
+    /// Not used: the GGUF has its own (`like` the built-in it matches).
+    GgufHasOne(Option<&'static str>),
+    /// Not used: the configuration names a template.
+    Configured(Option<&'static str>),
+    /// Not used: it matches no llama.cpp built-in.
+    Unknown,
+}
+
+impl OllamaTemplate {
+    /// The llama.cpp built-in the manifest's template matches, if any.
+    pub fn like(self) -> Option<&'static str> {
+        match self {
+            OllamaTemplate::Used(n) => Some(n),
+            OllamaTemplate::GgufHasOne(n) | OllamaTemplate::Configured(n) => n,
+            OllamaTemplate::Unknown => None,
+        }
+    }
+}
+
+impl Resolved {
+    /// Puts the resolved file on a local lane's settings: the path becomes
+    /// the file, and an Ollama manifest's chat template is used when the
+    /// GGUF has none and the configuration names none (the one rule every
+    /// front end applies: CLI flags, config files, bindings). Says what
+    /// became of such a template; `None` when there was none.
+    pub fn apply_to(&self, local: &mut crate::local::LocalConfig) -> Option<OllamaTemplate> {
+        let choice = self.ollama_template.as_deref().map(|template| {
+            let name = ollama::template_name(template);
+            let own = crate::gguf::inspect(&self.path)
+                .map(|i| i.info.chat_template)
+                .unwrap_or(true);
+            match (name, own, &local.chat_template) {
+                (Some(name), false, None) => {
+                    local.chat_template = Some(name.to_string());
+                    OllamaTemplate::Used(name)
+                }
+                (_, true, _) => OllamaTemplate::GgufHasOne(name),
+                (_, _, Some(_)) => OllamaTemplate::Configured(name),
+                (None, false, None) => OllamaTemplate::Unknown,
+            }
+        });
+        local.model = self.path.clone();
+        choice
+    }
+}
+
 /// Finds (or downloads) the file `reference` names. A path is returned as
 /// it is; see the module docs for the rest.
 pub fn resolve(reference: &ModelRef, options: &ResolveOptions) -> Result<Resolved, ModelRefError> {

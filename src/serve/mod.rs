@@ -107,7 +107,7 @@ mod response;
 mod server;
 mod stream;
 mod token;
-mod wire;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -171,7 +171,7 @@ fn invalid(e: InvalidRequest, body: &openai::ChatRequest<'_>) -> ApiError {
 }
 
 /// The `edgecloud` extension object: `{"policy": "...", "deadline_ms": N}`.
-fn extension(
+pub(crate) fn extension(
     v: Option<&Value>,
     max_deadline: Duration,
 ) -> Result<(Option<String>, Option<Duration>), ApiError> {

@@ -1,6 +1,7 @@
 //! edgecloud's integration tests: one binary, one shared `support` module.
 
 mod bench;
+mod capi_header;
 mod cli;
 mod cli_conventions;
 mod cloud;
@@ -8,6 +9,7 @@ mod cloud_down;
 mod cloud_tls;
 mod consensus;
 mod devices;
+mod embed;
 mod ensure_deps;
 mod error_chain;
 mod fetch;

@@ -14,7 +14,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use edgecloud::local::LocalConfig;
-use edgecloud::modelref::{self, ModelRef, ModelRefError, Progress, ResolveOptions, Resolved};
+use edgecloud::modelref::{
+    self, ModelRef, ModelRefError, OllamaTemplate, Progress, ResolveOptions, Resolved,
+};
 use edgecloud::CancellationToken;
 
 use crate::exit;
@@ -113,30 +115,23 @@ pub(crate) fn apply(local: &mut LocalConfig, download: Download) -> anyhow::Resu
         }
         Err(e) => return Err(e),
     };
-    if let Some(template) = &found.ollama_template {
-        let name = modelref::ollama::template_name(template);
-        let own = edgecloud::gguf::inspect(&found.path)
-            .map(|i| i.info.chat_template)
-            .unwrap_or(true);
-        let used = match (name, own, &local.chat_template) {
-            (Some(name), false, None) => {
-                local.chat_template = Some(name.to_string());
-                "used: the GGUF has none"
-            }
-            (_, true, _) => "not used: the GGUF has its own",
-            (_, _, Some(_)) => "not used: the configuration names one",
-            (None, false, None) => "not used: llama.cpp has no built-in like it",
+    let template = found.apply_to(local);
+    if let (Some(template), false) = (template, crate::quiet()) {
+        let used = match template {
+            OllamaTemplate::Used(_) => "used: the GGUF has none",
+            OllamaTemplate::GgufHasOne(_) => "not used: the GGUF has its own",
+            OllamaTemplate::Configured(_) => "not used: the configuration names one",
+            OllamaTemplate::Unknown => "not used: llama.cpp has no built-in like it",
         };
-        if !crate::quiet() {
-            eprintln!(
-                "edgecloud: the Ollama manifest has a chat template ({}; {used})",
-                name.map_or("not one llama.cpp knows".to_string(), |n| format!(
+        eprintln!(
+            "edgecloud: the Ollama manifest has a chat template ({}; {used})",
+            template
+                .like()
+                .map_or("not one llama.cpp knows".to_string(), |n| format!(
                     "like llama.cpp's {n}"
                 )),
-            );
-        }
+        );
     }
-    local.model = found.path;
     Ok(())
 }
 

@@ -9,12 +9,12 @@ use crate::exit::{self, usage, usage_from};
 use crate::output::JsonArgs;
 use crate::prompt::PromptArgs;
 use anyhow::Context as _;
-use edgecloud::cloud::CloudConfig;
+use edgecloud::embed::{Overrides, SettingsError};
 use edgecloud::harness::{
     AbortHandle, CancelResult, ConfigError, Harness, HarnessConfig, LaneReport, Outcome,
     PolicyKind, RunOptions, RunStatus, EXAMPLE_CONFIG,
 };
-use edgecloud::local::{LocalConfig, ProbeMode, ThreadPolicy};
+use edgecloud::local::{ProbeMode, ThreadPolicy};
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -93,9 +93,7 @@ pub(crate) struct HarnessArgs {
 
 /// The OpenAI SDKs' base URL variable, when set and not empty.
 pub(crate) fn openai_base_url() -> Option<String> {
-    std::env::var("OPENAI_BASE_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
+    edgecloud::embed::openai_base_url()
 }
 
 impl HarnessArgs {
@@ -103,6 +101,26 @@ impl HarnessArgs {
     /// top. Every mistake here is a usage error (exit status 2).
     pub(crate) fn load_config(&self) -> anyhow::Result<HarnessConfig> {
         self.load_config_with(crate::modelref::Download::Allowed)
+    }
+
+    /// The flags as the library's overrides: what they set wins over the
+    /// config file, by the one rule every front end shares.
+    fn overrides(&self) -> Overrides {
+        let mut o = Overrides::default();
+        o.model = self.model.clone();
+        o.base_url = self.base_url.clone();
+        o.cloud_model = self.cloud_model.clone();
+        o.api_key_env = self.api_key_env.clone();
+        o.ca_file = self.ca_file.clone();
+        o.policy = self.policy;
+        o.deadline_ms = self.deadline_ms;
+        o.threads = self.threads;
+        o.thread_policy = self.thread_policy;
+        o.gpu_layers = self.gpu_layers;
+        o.context_size = self.context_size;
+        o.batch_size = self.batch_size;
+        o.probe = self.probe;
+        o
     }
 
     /// [`load_config`](Self::load_config), saying whether a model
@@ -120,92 +138,25 @@ impl HarnessArgs {
             })?,
             None => HarnessConfig::default(),
         };
-        if let Some(model) = &self.model {
-            cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
+        self.overrides().apply(&mut cfg).map_err(|e| match e {
+            // The library names settings by their keys; a command user
+            // knows them as flags.
+            SettingsError::NeedsLocal { setting } => usage(format!(
+                "--{} needs a local model (--model, or [local] in --config)",
+                setting.replace('_', "-")
+            )),
+            SettingsError::CloudIncomplete => usage(
+                "the cloud lane needs both a base URL (--base-url, EDGECLOUD_BASE_URL, \
+                 [cloud] base_url in --config, or OPENAI_BASE_URL) and a model \
+                 (--cloud-model, EDGECLOUD_CLOUD_MODEL, or [cloud] model)",
+            ),
+            e => usage_from(&e),
+        })?;
+        // A reference (flag, variable or config file) becomes its file
+        // before anything else sees it.
+        if let Some(local) = cfg.local.as_mut() {
+            crate::modelref::apply(local, download)?;
         }
-        let needs_local = |flag: &str| {
-            usage(format!(
-                "{flag} needs a local model (--model, or [local] in --config)"
-            ))
-        };
-        let local_flags: [(&str, bool); 6] = [
-            ("--probe", self.probe.is_some()),
-            ("--threads", self.threads.is_some()),
-            ("--thread-policy", self.thread_policy.is_some()),
-            ("--gpu-layers", self.gpu_layers.is_some()),
-            ("--context-size", self.context_size.is_some()),
-            ("--batch-size", self.batch_size.is_some()),
-        ];
-        match cfg.local.as_mut() {
-            Some(local) => {
-                // A reference (flag, variable or config file) becomes its
-                // file before anything else sees it.
-                crate::modelref::apply(local, download)?;
-                if let Some(mode) = self.probe {
-                    local.probe = mode;
-                }
-                if let Some(threads) = self.threads {
-                    local.threads = Some(threads);
-                }
-                if let Some(policy) = self.thread_policy {
-                    local.thread_policy = policy;
-                }
-                if let Some(n) = self.gpu_layers {
-                    local.gpu_layers = n;
-                }
-                if let Some(n) = self.context_size {
-                    local.context_size = Some(n);
-                }
-                if let Some(n) = self.batch_size {
-                    local.batch_size = n;
-                }
-            }
-            None => {
-                if let Some((flag, _)) = local_flags.iter().find(|(_, given)| *given) {
-                    return Err(needs_local(flag));
-                }
-            }
-        }
-        if self.base_url.is_some()
-            || self.cloud_model.is_some()
-            || self.api_key_env.is_some()
-            || self.ca_file.is_some()
-        {
-            let cloud = cfg.cloud.get_or_insert_with(CloudConfig::default);
-            if let Some(url) = &self.base_url {
-                cloud.base_url = url.clone();
-            }
-            if let Some(model) = &self.cloud_model {
-                cloud.model = model.clone();
-            }
-            if let Some(var) = &self.api_key_env {
-                cloud.api_key_env = var.clone();
-            }
-            if let Some(file) = &self.ca_file {
-                cloud.ca_file = Some(file.clone());
-            }
-        }
-        if let Some(cloud) = cfg.cloud.as_mut() {
-            if cloud.base_url.is_empty() {
-                if let Some(url) = openai_base_url() {
-                    cloud.base_url = url;
-                }
-            }
-            if cloud.base_url.is_empty() || cloud.model.is_empty() {
-                return Err(usage(
-                    "the cloud lane needs both a base URL (--base-url, EDGECLOUD_BASE_URL, \
-                     [cloud] base_url in --config, or OPENAI_BASE_URL) and a model \
-                     (--cloud-model, EDGECLOUD_CLOUD_MODEL, or [cloud] model)",
-                ));
-            }
-        }
-        if let Some(kind) = self.policy {
-            cfg.harness.set_policy(kind);
-        }
-        if let Some(ms) = self.deadline_ms {
-            cfg.harness.deadline_ms = Some(ms);
-        }
-        cfg.validate().map_err(|e| usage_from(&e))?;
         Ok(cfg)
     }
 
