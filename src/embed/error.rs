@@ -56,18 +56,12 @@ impl ErrorKind {
             RunStatus::Ok => None,
             RunStatus::DeadlineExceeded => Some(ErrorKind::Deadline),
             RunStatus::Aborted => Some(ErrorKind::Aborted),
-            RunStatus::Failed if all_busy(outcome) => Some(ErrorKind::Busy),
+            RunStatus::Failed if LaneStatus::all_busy(outcome.lanes.iter().map(|l| l.status)) => {
+                Some(ErrorKind::Busy)
+            }
             RunStatus::Failed => Some(ErrorKind::Lane),
         }
     }
-}
-
-/// No worker ran because every lane the plan wanted was busy: the one
-/// failure the caller should simply retry. (serve's `Summary::all_busy`
-/// answers the same question for its 503.)
-fn all_busy(outcome: &Outcome) -> bool {
-    outcome.lanes.iter().any(|l| l.status == LaneStatus::Busy)
-        && !outcome.lanes.iter().any(|l| l.status.ran())
 }
 
 impl std::fmt::Display for ErrorKind {

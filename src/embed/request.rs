@@ -6,7 +6,7 @@
 //! only translates; it must not start runs.
 
 use super::error::Error;
-use crate::harness::{Policy, PolicyKind, RunOptions, UnknownPolicy};
+use crate::harness::{Policy, RunOptions};
 use crate::openai::{self, ParseOptions};
 use crate::request::{Request, Sampling};
 use crate::serve::wire;
@@ -69,11 +69,16 @@ pub fn request_from_json(
         MAX_DEADLINE,
     )
     .map_err(|e| Error::invalid_request(e.param, e.message))?;
-    let body = parsed.request;
-    let sampling = body.sampling(Sampling::default());
-    sampling
+    let mut body = parsed.request;
+    let request = Request {
+        id: None,
+        messages: std::mem::take(&mut body.messages).into_owned(),
+        sampling: body.sampling(Sampling::default()),
+        deadline,
+    };
+    request
         .validate()
-        .map_err(|e| Error::invalid_request(None, e.reason))?;
+        .map_err(|e| Error::invalid_request(wire::param_as_sent(e.field, &body), e.reason))?;
     let mut options = RunOptions::new();
     let model = body.model.as_ref();
     if model != DEFAULT_MODEL && routes.iter().any(|r| r == model) {
@@ -82,28 +87,14 @@ pub fn request_from_json(
     if let Some(name) = policy {
         options = options.policy(policy_named(&name, presets)?);
     }
-    Ok(Prepared {
-        request: Request {
-            id: None,
-            messages: body.messages.into_owned(),
-            sampling,
-            deadline,
-        },
-        options,
-    })
+    Ok(Prepared { request, options })
 }
 
 /// The policy a request names: the configured one of that kind (its
 /// thresholds and shares), else the kind's defaults.
 fn policy_named(name: &str, presets: &[Policy]) -> Result<Policy, Error> {
-    let kind: PolicyKind = name.parse().map_err(|e: UnknownPolicy| {
-        Error::invalid_request(Some("edgecloud.policy".into()), e.to_string())
-    })?;
-    Ok(presets
-        .iter()
-        .find(|p| p.kind() == kind)
-        .cloned()
-        .unwrap_or_else(|| Policy::from_kind(kind)))
+    Policy::named(name, presets)
+        .map_err(|e| Error::invalid_request(Some("edgecloud.policy".into()), e.to_string()))
 }
 
 #[cfg(test)]

@@ -71,6 +71,20 @@ pub enum LaneStatus {
 }
 
 impl LaneStatus {
+    /// Whether a run whose lanes ended so found every lane it wanted busy:
+    /// one at least busy and none ran. The one failure a caller should
+    /// simply retry (serve's 503 `lanes_busy`, the bindings' busy error).
+    pub fn all_busy(statuses: impl IntoIterator<Item = LaneStatus>) -> bool {
+        let mut busy = false;
+        for s in statuses {
+            if s.ran() {
+                return false;
+            }
+            busy |= s == LaneStatus::Busy;
+        }
+        busy
+    }
+
     /// Whether a worker ran on the lane in this run.
     pub fn ran(self) -> bool {
         matches!(

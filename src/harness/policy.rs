@@ -139,6 +139,19 @@ impl Policy {
         }
     }
 
+    /// The policy a request names by `name` (`cascade`, `best-of`, ...):
+    /// the one of that kind in `presets` (a configuration's, with its
+    /// thresholds and shares), else the kind's defaults. What serve and the
+    /// bindings do with a request's `edgecloud.policy`.
+    pub fn named(name: &str, presets: &[Policy]) -> Result<Policy, UnknownPolicy> {
+        let kind: PolicyKind = name.parse()?;
+        Ok(presets
+            .iter()
+            .find(|p| p.kind() == kind)
+            .cloned()
+            .unwrap_or_else(|| Policy::from_kind(kind)))
+    }
+
     /// Checks the parameters, naming the first one out of range.
     pub fn validate(&self) -> Result<(), String> {
         let share_ok = |s: f64| s.is_finite() && s > 0.0 && s <= 1.0;

@@ -243,9 +243,7 @@ impl Summary {
     /// True when no worker ran because every lane the plan wanted was
     /// busy: the one case the caller should simply retry.
     pub(crate) fn all_busy(&self) -> bool {
-        self.status != Status::Ok
-            && self.lanes.iter().any(|l| l.status == LaneStatus::Busy)
-            && !self.lanes.iter().any(|l| l.status.ran())
+        self.status != Status::Ok && LaneStatus::all_busy(self.lanes.iter().map(|l| l.status))
     }
 
     /// True when no worker ran and a lane the plan wanted was down (the

@@ -8,8 +8,7 @@ use super::engine::{
     Param, Run, RunInfo, StartError, Summary, Tokens,
 };
 use crate::harness::{
-    self, BackendError, Harness, HarnessError, Outcome, Policy, PolicyKind, RunHandle, RunOptions,
-    Setting,
+    BackendError, Harness, HarnessError, Outcome, Policy, RunHandle, RunOptions, Setting,
 };
 use crate::lane::Lane;
 use std::time::{Duration, Instant};
@@ -29,18 +28,10 @@ pub(crate) struct HarnessEngine {
 
 impl HarnessEngine {
     fn policy(&self, name: &str) -> Result<Policy, StartError> {
-        let kind: PolicyKind =
-            name.parse()
-                .map_err(|e: harness::UnknownPolicy| StartError::Invalid {
-                    param: Some(Param::Policy),
-                    message: e.to_string(),
-                })?;
-        Ok(self
-            .presets
-            .iter()
-            .find(|p| p.kind() == kind)
-            .cloned()
-            .unwrap_or_else(|| Policy::from_kind(kind)))
+        Policy::named(name, &self.presets).map_err(|e| StartError::Invalid {
+            param: Some(Param::Policy),
+            message: e.to_string(),
+        })
     }
 }
 
@@ -264,6 +255,7 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::PolicyKind;
 
     #[test]
     fn named_policies_use_the_presets_else_their_defaults() {

@@ -158,16 +158,24 @@ pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiE
 /// A request the validator refused, as a 400 naming its field the way
 /// the client's body spelled it.
 fn invalid(e: InvalidRequest, body: &openai::ChatRequest<'_>) -> ApiError {
-    let param = e.field.map(|field| match field {
+    let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
+    api.param = param_as_sent(e.field, body);
+    api
+}
+
+/// The wire name of the field an invalid request is about, spelled as the
+/// body spelled it (serve's 400 and the bindings' errors name it so).
+pub(crate) fn param_as_sent(
+    field: Option<RequestField>,
+    body: &openai::ChatRequest<'_>,
+) -> Option<String> {
+    field.map(|field| match field {
         // The newer spelling, when that is the one the body gave.
         RequestField::MaxTokens if body.max_completion_tokens.is_some() => {
             "max_completion_tokens".to_string()
         }
         other => other.name(),
-    });
-    let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
-    api.param = param;
-    api
+    })
 }
 
 /// The `edgecloud` extension object: `{"policy": "...", "deadline_ms": N}`.
