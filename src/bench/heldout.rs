@@ -17,7 +17,8 @@
 //! Each item is tested once, so the pooled outcomes are the held-out
 //! figure. The held-out curve of a signal repeats this for cloud-share
 //! targets 2%, 4%, ..., 100%; with the two fixed ends (local only, cloud
-//! only) its points give CPT and APGR as in sample. The threshold that goes
+//! only) its points give CPT and APGR by the same computation as in
+//! sample (`routing_curve::figures`). The threshold that goes
 //! into a config is still the one fitted on all items: cross-validation
 //! measures the fitting procedure, not another threshold.
 //!
@@ -25,7 +26,7 @@
 //! outcomes (resampled with replacement). It covers the sampling of the
 //! items tested, not the variation between fits.
 
-use super::calibrate::{choose, curve, CurvePoint, PairedItem, Target};
+use super::routing_curve::{choose, curve, figures, Baselines, CurvePoint, PairedItem, Target};
 use crate::harness::Signal;
 use crate::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
@@ -252,17 +253,9 @@ fn held_out(
     seed: u64,
 ) -> HeldOut {
     let tested: Vec<&PairedItem> = splits.iter().flat_map(|s| s.test.iter().copied()).collect();
-    let n = tested.len().max(1) as f64;
-    let weak = tested.iter().filter(|i| i.local_correct).count() as f64 / n;
-    let strong = tested.iter().filter(|i| i.cloud_correct).count() as f64 / n;
-    let gap = strong - weak;
-    let pgr = |acc: f64| (gap.abs() > 1e-12).then(|| (acc - weak) / gap);
-    let point = |share: f64, acc: f64| CurvePoint {
-        threshold: None,
-        cloud_share: share,
-        accuracy: acc,
-        pgr: pgr(acc),
-    };
+    let base = Baselines::of(tested.iter().copied());
+    let (weak, strong) = (base.weak, base.strong);
+    let point = |share: f64, acc: f64| base.point(None, share, acc);
     let per_signal = signals
         .iter()
         .map(|&signal| {
@@ -278,35 +271,20 @@ fn held_out(
             }
             points.push(point(1.0, strong));
             points.sort_by(|a, b| a.cloud_share.total_cmp(&b.cloud_share));
-            let cpt = |x: f64| {
-                points
-                    .iter()
-                    .find(|p| p.pgr.is_some_and(|g| g >= x - 1e-12))
-                    .map(|p| p.cloud_share)
-            };
-            let apgr = (gap.abs() > 1e-12).then(|| {
-                points
-                    .windows(2)
-                    .map(|w| {
-                        (w[1].cloud_share - w[0].cloud_share)
-                            * (w[0].pgr.unwrap_or(0.0) + w[1].pgr.unwrap_or(0.0))
-                            / 2.0
-                    })
-                    .sum()
-            });
+            let f = figures(&points, base);
             let (o, missed) = run_target(splits, signal, target);
             let (s, a) = share_and_accuracy(&o);
             let (share_ci, acc_ci) = bootstrap(&o, resamples, seed ^ crate::rng::GAMMA);
             SignalHeldOut {
                 signal,
-                cpt50: cpt(0.5),
-                cpt80: cpt(0.8),
-                apgr,
+                cpt50: f.cpt50,
+                cpt80: f.cpt80,
+                apgr: f.apgr,
                 points,
                 target: HeldOutPoint {
                     cloud_share: s,
                     accuracy: a,
-                    pgr: pgr(a),
+                    pgr: base.pgr(a),
                     cloud_share_ci: share_ci,
                     accuracy_ci: acc_ci,
                     splits_without_threshold: missed,

@@ -38,6 +38,7 @@ mod heldout;
 mod record;
 mod replay;
 mod report;
+mod routing_curve;
 mod runner;
 mod sha256;
 pub mod stats;
@@ -46,9 +47,8 @@ mod svg;
 mod workload;
 
 pub use calibrate::{
-    calibrate, choose, config_snippet, curve, fmt_threshold, pair_items,
-    render_chart as render_calibration_chart, render_markdown as render_calibration, Calibration,
-    Choice, CurvePoint, PairedItem, SignalCurve, Target, CALIBRATION_CHART, CALIBRATION_CONFIG,
+    calibrate, config_snippet, fmt_threshold, pair_items, render_chart as render_calibration_chart,
+    render_markdown as render_calibration, Calibration, CALIBRATION_CHART, CALIBRATION_CONFIG,
     CALIBRATION_FILE, CALIBRATION_REPORT,
 };
 pub use compare::{
@@ -67,6 +67,7 @@ pub use report::{
     read_runs, read_summary, render_charts, render_markdown, write_report, RunsWriter, CHART_FILES,
     REPORT_FILE, RUNS_FILE, SUMMARY_FILE,
 };
+pub use routing_curve::{choose, curve, Choice, CurvePoint, PairedItem, SignalCurve, Target};
 pub use runner::{run_bench, BenchPlan, BenchResult, Executor, Job, Progress};
 pub use summary::{
     summarize, utc_now, Accuracy, BenchSettings, CloudSetup, Environment, GroupSummary,

@@ -1,6 +1,7 @@
 //! Rules about the source tree itself, checked against the files: the only
-//! places `unsafe` is allowed (and that docs/DESIGN.md names them), and a
-//! declared minimum Rust (`rust-version`) no older than what the code uses.
+//! places `unsafe` is allowed (and that docs/DESIGN.md names them), a
+//! declared minimum Rust (`rust-version`) no older than what the code uses,
+//! and a docs/layout.md entry for every top-level module.
 
 use std::path::{Path, PathBuf};
 
@@ -91,4 +92,32 @@ fn declared_rust_version_covers_what_the_code_uses() {
             );
         }
     }
+}
+
+/// Every top-level module of `src/` (each `mod` line of src/lib.rs) has an
+/// entry in docs/layout.md, as `src/NAME/` or `src/NAME.rs`.
+#[test]
+fn layout_names_every_top_level_module() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let layout = std::fs::read_to_string(root().join("docs/layout.md")).unwrap();
+    let modules: Vec<&str> = lib
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix("pub ").unwrap_or(l).strip_prefix("mod "))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .collect();
+    assert!(
+        modules.len() > 10,
+        "read the mod lines of src/lib.rs: {modules:?}"
+    );
+    let missing: Vec<&&str> = modules
+        .iter()
+        .filter(|m| {
+            !layout.contains(&format!("src/{m}/")) && !layout.contains(&format!("src/{m}.rs"))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/layout.md has no entry for these top-level modules of src/: {missing:?}"
+    );
 }

@@ -1,16 +1,14 @@
 //! Reading a response body under every wait of the job (cancellation,
 //! deadline, stall timer) and the body cap, draining it for reuse after
-//! `[DONE]`, and a whole (non-streamed) answer. It must not parse SSE
-//! (`stream` does).
+//! `[DONE]`, and the errors any body reading ends in. It must not parse
+//! answers (`stream` does, whole or streamed), so it imports nothing from
+//! `stream`.
 
-use super::stream::StreamState;
-use super::{Inner, Probe, DRAIN_GRACE, MAX_DETAIL_CHARS};
+use super::{Inner, DRAIN_GRACE, MAX_DETAIL_CHARS};
 use crate::cloud::error::CloudError;
 use crate::cloud::net;
 use crate::cloud::status;
-use crate::cloud::CloudCompletion;
-use crate::lane::{CancellationToken, FinishReason, TokenSink};
-use crate::openai::{self, ChatCompletion};
+use crate::lane::{CancellationToken, FinishReason};
 use bytes::Bytes;
 use std::time::Duration;
 use tokio::time::Instant as TokioInstant;
@@ -90,81 +88,6 @@ impl BodyReader<'_> {
 }
 
 impl Inner {
-    pub(super) async fn read_whole(
-        &self,
-        reader: &mut BodyReader<'_>,
-        sink: &mut Option<TokenSink>,
-        probe: &mut Probe,
-        status: u16,
-    ) -> Result<CloudCompletion, CloudError> {
-        let mut body = Vec::new();
-        loop {
-            match reader.next().await? {
-                Next::Data(bytes) => body.extend_from_slice(&bytes),
-                Next::End => break,
-                Next::Stopped(reason) => return Err(stopped_error(reason, status)),
-                Next::Stalled(waited) => {
-                    return Err(CloudError::Stalled {
-                        waited,
-                        partial: String::new(),
-                    })
-                }
-                Next::Broken(detail) => {
-                    return Err(CloudError::Truncated {
-                        partial: String::new(),
-                        detail: Some(self.scrubber.scrub(&detail, MAX_DETAIL_CHARS)),
-                    })
-                }
-            }
-        }
-        let text = std::str::from_utf8(&body).map_err(|_| CloudError::InvalidUtf8)?;
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| self.malformed(&e))?;
-        if let Some((message, code)) = openai::provider_error(&value) {
-            return Err(self.provider_error(message, code));
-        }
-        let response: ChatCompletion =
-            serde_json::from_value(value).map_err(|e| self.malformed(&e))?;
-        let mut choices = response.choices;
-        let pos = choices.iter().position(|c| c.index == 0).unwrap_or(0);
-        if choices.is_empty() {
-            return Err(CloudError::EmptyChoices);
-        }
-        let choice = choices.swap_remove(pos);
-        let (content, tool_calls) = choice
-            .message
-            .map(|m| {
-                (
-                    m.content.unwrap_or_default(),
-                    m.tool_calls.unwrap_or_default(),
-                )
-            })
-            .unwrap_or_default();
-        let mut st = StreamState {
-            provider_finish: choice.finish_reason,
-            usage: response.usage,
-            model: response.model,
-            saw_choice: true,
-            done: true,
-            tool_calls,
-            logprobs: choice.logprobs.and_then(|l| l.content),
-            ..StreamState::default()
-        };
-        self.check_tool_call_bytes(&st)?;
-        self.append(&mut st.text, &content, sink, probe)?;
-        if probe.timings.ttft.is_none() {
-            // An empty answer still arrived: its "first token" time is now.
-            let at = probe.since_start();
-            probe.timings.ttft = Some(at);
-            probe.timings.last_token = Some(at);
-        }
-        let reason = match st.provider_finish.as_deref() {
-            Some("length") | Some("max_tokens") => FinishReason::Length,
-            _ => FinishReason::Stop,
-        };
-        Ok(self.completion(st, reason, status, false))
-    }
-
     pub(super) fn malformed(&self, e: &serde_json::Error) -> CloudError {
         CloudError::MalformedJson {
             detail: self.scrubber.scrub(&e.to_string(), MAX_DETAIL_CHARS),

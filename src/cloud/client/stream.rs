@@ -1,7 +1,7 @@
 //! The stream's state machine: SSE events in, text to the job's sink and
 //! the finish reason, usage and model out, until `[DONE]` (or an error
-//! event, a cut, a stall). Whole answers end through the same state
-//! (`completion`).
+//! event, a cut, a stall). Whole (non-streamed) answers are read here too
+//! and end through the same state (`completion`).
 
 use super::body::{stopped_error, BodyReader, Next};
 use super::result::ProviderUsage;
@@ -10,7 +10,7 @@ use crate::cloud::error::CloudError;
 use crate::cloud::sse::{SseDecoder, SseError, SseEvent};
 use crate::cloud::{CloudCompletion, CloudTimings};
 use crate::lane::{FinishReason, TokenLogprob, TokenSink};
-use crate::openai::{self, ChatChunk, ToolCallDelta, Usage};
+use crate::openai::{self, ChatChunk, ChatCompletion, ToolCallDelta, Usage};
 use crate::tools::{FunctionCall, ToolCall};
 use std::panic::AssertUnwindSafe;
 
@@ -143,6 +143,81 @@ impl Inner {
             _ => FinishReason::Stop,
         };
         Ok(self.completion(st, reason, status, true))
+    }
+
+    pub(super) async fn read_whole(
+        &self,
+        reader: &mut BodyReader<'_>,
+        sink: &mut Option<TokenSink>,
+        probe: &mut Probe,
+        status: u16,
+    ) -> Result<CloudCompletion, CloudError> {
+        let mut body = Vec::new();
+        loop {
+            match reader.next().await? {
+                Next::Data(bytes) => body.extend_from_slice(&bytes),
+                Next::End => break,
+                Next::Stopped(reason) => return Err(stopped_error(reason, status)),
+                Next::Stalled(waited) => {
+                    return Err(CloudError::Stalled {
+                        waited,
+                        partial: String::new(),
+                    })
+                }
+                Next::Broken(detail) => {
+                    return Err(CloudError::Truncated {
+                        partial: String::new(),
+                        detail: Some(self.scrubber.scrub(&detail, MAX_DETAIL_CHARS)),
+                    })
+                }
+            }
+        }
+        let text = std::str::from_utf8(&body).map_err(|_| CloudError::InvalidUtf8)?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| self.malformed(&e))?;
+        if let Some((message, code)) = openai::provider_error(&value) {
+            return Err(self.provider_error(message, code));
+        }
+        let response: ChatCompletion =
+            serde_json::from_value(value).map_err(|e| self.malformed(&e))?;
+        let mut choices = response.choices;
+        let pos = choices.iter().position(|c| c.index == 0).unwrap_or(0);
+        if choices.is_empty() {
+            return Err(CloudError::EmptyChoices);
+        }
+        let choice = choices.swap_remove(pos);
+        let (content, tool_calls) = choice
+            .message
+            .map(|m| {
+                (
+                    m.content.unwrap_or_default(),
+                    m.tool_calls.unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default();
+        let mut st = StreamState {
+            provider_finish: choice.finish_reason,
+            usage: response.usage,
+            model: response.model,
+            saw_choice: true,
+            done: true,
+            tool_calls,
+            logprobs: choice.logprobs.and_then(|l| l.content),
+            ..StreamState::default()
+        };
+        self.check_tool_call_bytes(&st)?;
+        self.append(&mut st.text, &content, sink, probe)?;
+        if probe.timings.ttft.is_none() {
+            // An empty answer still arrived: its "first token" time is now.
+            let at = probe.since_start();
+            probe.timings.ttft = Some(at);
+            probe.timings.last_token = Some(at);
+        }
+        let reason = match st.provider_finish.as_deref() {
+            Some("length") | Some("max_tokens") => FinishReason::Length,
+            _ => FinishReason::Stop,
+        };
+        Ok(self.completion(st, reason, status, false))
     }
 
     pub(super) fn on_event(
