@@ -401,28 +401,33 @@ impl Workload {
         out
     }
 
-    /// A built-in workload: `short`, `long` or `chat`, with an optional
-    /// `:COUNT` (number of items; for `chat`, of turns in all).
+    /// A built-in workload: `short` (256 items), `long` (64) or `chat` (96
+    /// turns, 24 conversations), with an optional `:COUNT` (the first COUNT
+    /// items; for `chat`, turns in all).
     pub fn builtin(spec: &str) -> Result<Self, BenchError> {
         let unknown = || BenchError::UnknownBuiltin {
             name: spec.to_string(),
         };
         let (name, count) = match spec.split_once(':') {
-            Some((name, count)) => {
-                let count: usize = count.parse().map_err(|_| unknown())?;
-                if count == 0 || count > 10_000 {
-                    return Err(unknown());
-                }
-                (name, Some(count))
-            }
+            Some((name, count)) => (name, Some(count.parse::<usize>().map_err(|_| unknown())?)),
             None => (spec, None),
         };
-        let items = match name {
-            "short" => builtin::short(count.unwrap_or(16)),
-            "long" => builtin::long(count.unwrap_or(6)),
-            "chat" => builtin::chat(count.unwrap_or(12)),
-            _ => return Err(unknown()),
-        };
+        let &(_, text, default) = BUILTINS
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .ok_or_else(unknown)?;
+        let mut items = Workload::parse(&format!("builtin:{name}"), text)?.items;
+        let count = count.unwrap_or(default);
+        if count == 0 || count > items.len() {
+            return Err(BenchError::InvalidSettings {
+                reason: format!(
+                    "builtin:{name} has 1 to {} items; {count} asked for (a larger workload \
+                     is a file: `edgecloud bench --workload FILE`)",
+                    items.len()
+                ),
+            });
+        }
+        items.truncate(count);
         Ok(Self {
             name: format!("builtin:{spec}"),
             items,
@@ -430,231 +435,97 @@ impl Workload {
     }
 }
 
-/// The built-in workloads. Everything comes from a fixed seed and word
-/// lists, so a workload is the same on every machine and every release
-/// that does not change this module.
-mod builtin {
-    use super::{Grader, WorkloadItem};
-    use crate::request::{ChatMessage, Request, Sampling};
-    use crate::rng::SplitMix64;
-
-    /// The crate's SplitMix64, deterministic everywhere, with a picker.
-    struct Rng(SplitMix64);
-
-    impl Rng {
-        fn new(seed: u64) -> Self {
-            Self(SplitMix64::new(seed))
-        }
-        fn next(&mut self) -> u64 {
-            self.0.next_u64()
-        }
-        fn pick<'a>(&mut self, list: &[&'a str]) -> &'a str {
-            list[(self.next() % list.len() as u64) as usize]
-        }
-    }
-
-    const CAPITALS: &[(&str, &str)] = &[
-        ("France", "Paris"),
-        ("Japan", "Tokyo"),
-        ("Italy", "Rome"),
-        ("Spain", "Madrid"),
-        ("Canada", "Ottawa"),
-        ("Kenya", "Nairobi"),
-        ("Peru", "Lima"),
-        ("Norway", "Oslo"),
-    ];
-    const SUBJECTS: &[&str] = &[
-        "the river",
-        "a small robot",
-        "the old library",
-        "our team",
-        "the harbour",
-        "a quiet village",
-        "the weather station",
-        "the night train",
-        "a new battery",
-        "the city council",
-    ];
-    const VERBS: &[&str] = &[
-        "measured",
-        "recorded",
-        "described",
-        "repaired",
-        "ignored",
-        "planned",
-        "compared",
-        "reported",
-        "delayed",
-        "improved",
-    ];
-    const OBJECTS: &[&str] = &[
-        "the water level",
-        "every signal",
-        "the long report",
-        "three lamps",
-        "the morning schedule",
-        "a broken sensor",
-        "the shared budget",
-        "the winter road",
-        "its own mistakes",
-        "the final result",
-    ];
-    const CLOSINGS: &[&str] = &[
-        "before noon",
-        "after the storm",
-        "without a word",
-        "for the second time",
-        "with great care",
-        "in the cold",
-        "as expected",
-        "despite the noise",
-    ];
-
-    fn sampling(max_tokens: u32) -> Sampling {
-        Sampling {
-            max_tokens,
-            temperature: 0.0,
-            seed: Some(7),
-            ..Sampling::default()
-        }
-    }
-
-    fn sentence(rng: &mut Rng) -> String {
-        format!(
-            "{} {} {} {}.",
-            rng.pick(SUBJECTS),
-            rng.pick(VERBS),
-            rng.pick(OBJECTS),
-            rng.pick(CLOSINGS)
-        )
-    }
-
-    fn item(id: String, tag: &str, messages: Vec<ChatMessage>, max_tokens: u32) -> WorkloadItem {
-        WorkloadItem {
-            id: id.clone(),
-            tag: Some(tag.into()),
-            request: Request {
-                id: Some(id),
-                messages,
-                sampling: sampling(max_tokens),
-                deadline: None,
-            },
-            expected: None,
-            grader: Grader::Contains,
-        }
-    }
-
-    /// Short questions: a one-line question each, short answers; the
-    /// capital questions carry an expected answer.
-    pub(super) fn short(count: usize) -> Vec<WorkloadItem> {
-        let mut rng = Rng::new(1);
-        (0..count)
-            .map(|i| {
-                if i % 2 == 0 {
-                    let (country, capital) = CAPITALS[(i / 2) % CAPITALS.len()];
-                    let mut it = item(
-                        format!("short-{i:03}"),
-                        "short",
-                        vec![ChatMessage::user(format!(
-                            "What is the capital of {country}? Answer in one word."
-                        ))],
-                        16,
-                    );
-                    it.expected = Some(capital.into());
-                    it
-                } else {
-                    let s = sentence(&mut rng);
-                    item(
-                        format!("short-{i:03}"),
-                        "short",
-                        vec![ChatMessage::user(format!(
-                            "In five words, what happened here: {s}"
-                        ))],
-                        16,
-                    )
-                }
-            })
-            .collect()
-    }
-
-    /// Long context: about 2,500 characters of generated text (several
-    /// hundred tokens with a real tokenizer) and one question about it; the
-    /// prompt dominates the cost.
-    pub(super) fn long(count: usize) -> Vec<WorkloadItem> {
-        let mut rng = Rng::new(2);
-        (0..count)
-            .map(|i| {
-                let mut doc = String::new();
-                while doc.len() < 2_500 {
-                    doc.push_str(&sentence(&mut rng));
-                    doc.push(' ');
-                }
-                item(
-                    format!("long-{i:03}"),
-                    "long",
-                    vec![
-                        ChatMessage::system("Answer using only the document."),
-                        ChatMessage::user(format!(
-                            "Document:\n{}\n\nQuestion: what did {} do?",
-                            doc.trim_end(),
-                            rng.pick(SUBJECTS)
-                        )),
-                    ],
-                    16,
-                )
-            })
-            .collect()
-    }
-
-    /// Multi-turn chats sharing a prefix: conversations of four user turns
-    /// under one long shared system prompt; each item is the whole
-    /// conversation so far, so every request extends an earlier one (the
-    /// local lane's prefix reuse shows in its time to first token).
-    pub(super) fn chat(count: usize) -> Vec<WorkloadItem> {
-        const TURNS: usize = 4;
-        let mut rng = Rng::new(3);
-        let mut system = String::from(
-            "You are a careful assistant for a field team. Keep answers short. Facts: ",
-        );
-        for _ in 0..12 {
-            system.push_str(&sentence(&mut rng));
-            system.push(' ');
-        }
-        let system = system.trim_end().to_string();
-        let mut items = Vec::with_capacity(count);
-        let mut conversation = 0;
-        while items.len() < count {
-            let mut messages = vec![ChatMessage::system(system.clone())];
-            for turn in 0..TURNS {
-                if items.len() == count {
-                    break;
-                }
-                messages.push(ChatMessage::user(format!(
-                    "Tell me more about this: {}",
-                    sentence(&mut rng)
-                )));
-                items.push(item(
-                    format!("chat-{conversation:02}-turn-{turn}"),
-                    "chat",
-                    messages.clone(),
-                    24,
-                ));
-                // A fixed assistant reply stands in for the model's, so the
-                // next turn's prefix is known in advance on every lane.
-                messages.push(ChatMessage::assistant(format!(
-                    "Noted: {}",
-                    sentence(&mut rng)
-                )));
-            }
-            conversation += 1;
-        }
-        items
-    }
-}
+/// The built-in workloads, as data: each file is an ordinary workload (the
+/// JSON Lines [`Workload::parse`] reads, so `edgecloud bench` can take it
+/// as `--workload FILE` too), with its default count. `builtin:NAME:COUNT`
+/// takes the file's first COUNT items, so a workload is the same on every
+/// machine and every release that does not change its file.
+const BUILTINS: [(&str, &str, usize); 3] = [
+    // Short questions: a one-line question each, short answers; the
+    // capital questions carry an expected answer.
+    ("short", include_str!("workloads/short.jsonl"), 16),
+    // Long context: about 2,500 characters of text (several hundred
+    // tokens with a real tokenizer) and one question about it; the prompt
+    // dominates the cost.
+    ("long", include_str!("workloads/long.jsonl"), 6),
+    // Multi-turn chats sharing a prefix: conversations of four user turns
+    // under one long shared system prompt, each item the whole
+    // conversation so far with fixed assistant replies, so every request
+    // extends an earlier one (the local lane's prefix reuse shows in its
+    // time to first token).
+    ("chat", include_str!("workloads/chat.jsonl"), 12),
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The built-ins are the items the generator they were made from gave
+    /// (digests of `to_jsonl` recorded from it before the move to data).
+    #[test]
+    fn builtins_are_the_items_they_were_generated_as() {
+        for (spec, n, digest) in [
+            (
+                "short",
+                16,
+                "643fecd3e48decdfa10e0b632d4db56aed7091d6dc33dfae05077f9626149619",
+            ),
+            (
+                "long",
+                6,
+                "e1b8dd7241efd9fa96eb3f87e1a475c7c2f6f43167fe8de6879f0a2372571df1",
+            ),
+            (
+                "chat",
+                12,
+                "fae4cd9f180740e830805222bdff2e3bc36d86fb80ec4a73f8562cd0ef537551",
+            ),
+            (
+                "short:3",
+                3,
+                "f20ba647858a25b5fd336a9fe2fe2303472e1fa14457d63df09af970f725463f",
+            ),
+            (
+                "chat:5",
+                5,
+                "fadc75476a5dfa127a6626054333f0744790535b74d35d51a69a8bb3a7630dd4",
+            ),
+            (
+                "chat:7",
+                7,
+                "57fc9b158c5872fd3346d552485373983a6dd1b4ef3a55a4df74cc4d9460f6b2",
+            ),
+            (
+                "long:1",
+                1,
+                "8fcbb19fe3cc922d03ef93258cd6f11dfbecbff0021075f7c09a4f8c01d4abb0",
+            ),
+            (
+                "short:256",
+                256,
+                "15b240c903790f02350d532c47ae9bb64236e5668e2b9614931259c87795abbf",
+            ),
+            (
+                "long:64",
+                64,
+                "564f6d727e9eedeebec514b7c1d7aa2805dd6191e0c2d4e487bcafb617480677",
+            ),
+            (
+                "chat:96",
+                96,
+                "34942d47770b455704200c31ff57c837894a7e73e01a384db42147853f91c26b",
+            ),
+        ] {
+            let w = Workload::builtin(spec).unwrap();
+            assert_eq!(w.items.len(), n, "{spec}");
+            let d = crate::bench::sha256::sha256_reader(w.to_jsonl().as_bytes()).unwrap();
+            assert_eq!(d, digest, "{spec}");
+        }
+        let e = Workload::builtin("short:257").unwrap_err().to_string();
+        assert!(e.contains("1 to 256 items"), "{e}");
+        assert!(Workload::builtin("short:0").is_err());
+        assert!(Workload::builtin("medium").is_err());
+    }
 
     #[test]
     fn builtins_are_deterministic_and_sized() {
