@@ -723,40 +723,7 @@ pub fn render_chart(c: &Calibration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn item(name: &str, s: Option<f64>, local: bool, cloud: bool) -> PairedItem {
-        let mut signals = BTreeMap::new();
-        if let Some(v) = s {
-            signals.insert(Signal::P10Logprob, v);
-        }
-        PairedItem {
-            item: name.into(),
-            signals,
-            local_correct: local,
-            cloud_correct: cloud,
-            local_ms: 10.0,
-            local_tokens: Some(20),
-            answer_tokens: Some(20),
-            samples: 1,
-        }
-    }
-
-    /// Four items, worked by hand:
-    /// A -0.1 local right, cloud right; B -0.5 right, wrong;
-    /// C -1.0 wrong, right; D -2.0 wrong, right.
-    /// weak 2/4 = 0.5, strong 3/4 = 0.75, gap 0.25.
-    /// Escalating in rising signal order: D (share .25): A, B local right,
-    /// C wrong, D cloud right = 3/4; +C (.5): 4/4; +B (.75): 3/4; +A (1): 3/4.
-    /// PGR: 0, 1, 2, 1, 1. CPT(50%) = CPT(80%) = 0.25.
-    /// APGR = .25 * ((0+1) + (1+2) + (2+1) + (1+1)) / 2 = 1.125.
-    fn four() -> Vec<PairedItem> {
-        vec![
-            item("A", Some(-0.1), true, true),
-            item("B", Some(-0.5), true, false),
-            item("C", Some(-1.0), false, true),
-            item("D", Some(-2.0), false, true),
-        ]
-    }
+    use crate::bench::routing_curve::tests::{four, item};
 
     #[test]
     fn rendering_names_the_threshold_and_signal() {

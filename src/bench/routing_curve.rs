@@ -289,10 +289,12 @@ pub fn choose(curve: &SignalCurve, target: Target) -> Option<Choice> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn item(name: &str, s: Option<f64>, local: bool, cloud: bool) -> PairedItem {
+    /// One paired item with a `p10_logprob` signal (shared with the
+    /// calibration report's tests).
+    pub(crate) fn item(name: &str, s: Option<f64>, local: bool, cloud: bool) -> PairedItem {
         let mut signals = BTreeMap::new();
         if let Some(v) = s {
             signals.insert(Signal::P10Logprob, v);
@@ -317,7 +319,7 @@ mod tests {
     /// C wrong, D cloud right = 3/4; +C (.5): 4/4; +B (.75): 3/4; +A (1): 3/4.
     /// PGR: 0, 1, 2, 1, 1. CPT(50%) = CPT(80%) = 0.25.
     /// APGR = .25 * ((0+1) + (1+2) + (2+1) + (1+1)) / 2 = 1.125.
-    fn four() -> Vec<PairedItem> {
+    pub(crate) fn four() -> Vec<PairedItem> {
         vec![
             item("A", Some(-0.1), true, true),
             item("B", Some(-0.5), true, false),
