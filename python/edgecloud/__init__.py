@@ -70,6 +70,8 @@ class _Default(str):
 # `policy`'s default: with a `config`, the configuration's policy wins
 # unless `policy` is given, as `--config` without `--policy` does.
 _FALLBACK = _Default("fallback")
+# `api_key_env`'s default names the variable without asking for a cloud lane.
+_OPENAI_KEY = _Default("OPENAI_API_KEY")
 
 
 class Decision:
@@ -235,7 +237,7 @@ class Harness:
         deadline_ms: Optional[int] = None,
         threads: Optional[int] = None,
         parallel: int = 1,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str = _OPENAI_KEY,
         config: Optional[Union[str, "os.PathLike[str]", Dict[str, Any]]] = None,
         *,
         scorer: Optional[Callable[[Dict[str, Any], str], float]] = None,
@@ -262,7 +264,7 @@ class Harness:
             deadline_ms=deadline_ms,
             threads=threads,
             parallel=parallel,
-            api_key_env=api_key_env,
+            api_key_env=None if api_key_env is _OPENAI_KEY else str(api_key_env),
             scorer=None if scorer is None else _scorer_adapter(scorer),
             arbiter=None if arbiter is None else _arbiter_adapter(arbiter),
             compressor=None if compressor is None else _compressor_adapter(compressor),

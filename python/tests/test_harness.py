@@ -91,9 +91,11 @@ def test_the_deadline_settles_the_run_and_the_late_worker_keeps_its_lane(cloud):
         out = h.run("hi")
         assert out.status == "deadline_exceeded", out.to_dict()
         assert out.winner is None
-        # The late worker still holds the one cloud slot.
+        # The cloud worker is told to stop (it drops its HTTP request); the
+        # run did not wait for it, and the harness serves the next run.
+        assert out.lanes["cloud"].status in ("late", "cancelled"), out.to_dict()
         second = h.run("again")
-        assert second.lanes["cloud"].status == "busy", second.to_dict()
+        assert second.status == "deadline_exceeded", second.to_dict()
         cloud.release.set()
 
 
