@@ -444,13 +444,14 @@ impl Harness {
     /// is. Errors only for a route or policy the instances reject.
     fn try_claim(&self, options: &RunOptions) -> Result<Option<Claim>, HarnessError> {
         let inner = &self.inner;
-        let needs = inner.instances[0].lane_needs(options)?;
         let n = inner.instances.len();
         if n == 1 {
             // A lone instance: its own admission decides (busy lanes are
-            // reported in the run's outcome).
+            // reported in the run's outcome; a bad route or policy is
+            // refused when the run starts).
             return Ok(Some(inner.claims.add(0)));
         }
+        let needs = inner.instances[0].lane_needs(options)?;
         let from = inner.next.fetch_add(1, Ordering::Relaxed);
         let free = |h: &Instance, lane: Lane| !needs.uses[lane] || !h.is_busy(lane);
         let whole = |h: &Instance| free(h, Lane::Local) && free(h, Lane::Cloud);
