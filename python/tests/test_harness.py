@@ -95,7 +95,13 @@ def test_the_deadline_settles_the_run_and_the_late_worker_keeps_its_lane(cloud):
         # run did not wait for it, and the harness serves the next run.
         assert out.lanes["cloud"].status in ("late", "cancelled"), out.to_dict()
         second = h.run("again")
-        assert second.status == "deadline_exceeded", second.to_dict()
+        if second.status == "failed":
+            # The late worker has not returned yet: it keeps its lane, so
+            # the next run finds the lane busy (never a second task on it).
+            assert second.lanes["cloud"].status == "busy", second.to_dict()
+        else:
+            # It had returned: the lane took the next task, held again.
+            assert second.status == "deadline_exceeded", second.to_dict()
         cloud.release.set()
 
 
