@@ -1,15 +1,26 @@
 //! The Rust side of `scripts/embed-overhead`: the harness's cost per run
-//! against a cloud lane on loopback, measured three ways in one process so
-//! the bindings' figures have a same-run peer: the Rust API
-//! (`Harness::run_blocking` on a built `Request`), and the binding-neutral
+//! against a cloud lane on loopback, measured three ways in one process,
+//! one run of each in turn, so the bindings' figures have a same-run peer
+//! under the same upstream and the same moment's noise: the Rust API
+//! (`Harness::run_blocking` on a built `Request`); the binding-neutral
 //! layer the C ABI and the Python package wrap (`embed::Embedded::run` on
-//! the request's JSON, then the outcome's JSON), which adds the JSON.
+//! the request's JSON, then the outcome's JSON); and `ec_run` itself,
+//! called through its C ABI (`extern "C"`, a C string in, a C string out,
+//! freed with `ec_string_free`: the same machine code a C program runs,
+//! whose own side of the call adds nothing but the call) on a harness
+//! made by `ec_harness_new` from the same configuration.
 //!
 //! `embed_overhead CONFIG.toml RUNS` prints one line per way:
-//! `rust <p50 us> <p90 us>` and `embed <p50 us> <p90 us>`.
+//! `rust <p50 us> <p90 us>`, `embed <p50 us> <p90 us>` and
+//! `capi <p50 us> <p90 us>`.
 
+// Calling the C ABI is what this example measures.
+#![allow(unsafe_code)]
+
+use edgecloud::capi::{ec_harness_free, ec_harness_new, ec_run, ec_string_free, EC_OK};
 use edgecloud::embed::{self, Callbacks, Embedded};
 use edgecloud::Request;
+use std::ffi::{c_char, CStr, CString};
 use std::time::Instant;
 
 const REQUEST: &str =
@@ -38,7 +49,36 @@ fn main() {
     for _ in 0..50 {
         harness.run_blocking(request.clone()).expect("runs");
     }
-    let (mut rust, mut json) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    let c_config = CString::new(text).expect("the config has no NUL byte");
+    let c_request = CString::new(REQUEST).expect("the request has no NUL byte");
+    let mut error: *mut c_char = std::ptr::null_mut();
+    // SAFETY: a NUL-terminated string and a writable error pointer.
+    let c_harness = unsafe { ec_harness_new(c_config.as_ptr(), &mut error) };
+    assert!(!c_harness.is_null(), "ec_harness_new failed");
+    let c_run = || {
+        let mut outcome: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a live harness, a NUL-terminated request, writable
+        // outputs; the outcome is freed with its own free.
+        unsafe {
+            let status = ec_run(
+                c_harness,
+                c_request.as_ptr(),
+                &mut outcome,
+                std::ptr::null_mut(),
+            );
+            assert_eq!(status, EC_OK, "ec_run failed");
+            assert!(!CStr::from_ptr(outcome).to_bytes().is_empty());
+            ec_string_free(outcome);
+        }
+    };
+    for _ in 0..50 {
+        c_run();
+    }
+    let (mut rust, mut json, mut capi) = (
+        Vec::with_capacity(runs),
+        Vec::with_capacity(runs),
+        Vec::with_capacity(runs),
+    );
     for _ in 0..runs {
         let t = Instant::now();
         let o = harness.run_blocking(request.clone()).expect("runs");
@@ -48,9 +88,14 @@ fn main() {
         let o = embedded.run(REQUEST).expect("runs");
         let _ = embed::outcome_json(&o);
         json.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        c_run();
+        capi.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let (p50, p90) = percentiles(rust);
-    println!("rust {p50:.1} {p90:.1}");
-    let (p50, p90) = percentiles(json);
-    println!("embed {p50:.1} {p90:.1}");
+    // SAFETY: made by ec_harness_new, not used after.
+    unsafe { ec_harness_free(c_harness) };
+    for (name, v) in [("rust", rust), ("embed", json), ("capi", capi)] {
+        let (p50, p90) = percentiles(v);
+        println!("{name} {p50:.1} {p90:.1}");
+    }
 }

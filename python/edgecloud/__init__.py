@@ -39,6 +39,7 @@ from ._edgecloud import (
 __all__ = [
     "Harness",
     "Run",
+    "Delta",
     "Outcome",
     "LaneReport",
     "Decision",
@@ -189,21 +190,47 @@ def _compressor_adapter(f: Callable[..., List[Dict[str, Any]]]) -> Callable[[str
     return call
 
 
+class Delta:
+    """One streamed delta, as ``serve`` streams it in a chunk's ``delta``
+    (and as OpenAI's ``ChoiceDelta``): ``content`` for a piece of the
+    committed text, or ``tool_calls`` for the winner's calls once the run
+    has settled (per call, one delta with ``index``, ``id``, ``type`` and
+    the function's ``name``, then one with its ``arguments``). ``str(d)``
+    is its text (``""`` for a tool-call delta); ``raw`` its JSON object."""
+
+    __slots__ = ("raw", "content", "tool_calls")
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.raw = d
+        self.content: Optional[str] = d.get("content")
+        self.tool_calls: Optional[List[Dict[str, Any]]] = d.get("tool_calls")
+
+    def __str__(self) -> str:
+        return self.content or ""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Delta) and other.raw == self.raw
+
+    def __repr__(self) -> str:
+        return f"Delta({self.raw!r})"
+
+
 class Run:
     """One started run (``Harness.start``): ``wait()`` for its outcome,
-    ``abort()`` from any thread, iterate for streamed deltas when started
-    with ``stream=True``."""
+    ``abort()`` from any thread, iterate for its ``Delta``s (the committed
+    text as it comes when started with ``stream=True``, then the winner's
+    tool calls)."""
 
     def __init__(self, native: Any) -> None:
         self._native = native
         self._pending: Any = None
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Delta]:
         while True:
-            piece = self._native.next_token()
-            if piece is None:
+            d = self._native.next_delta()
+            if d is None:
                 return
-            yield piece
+            yield Delta(json.loads(d))
 
     def wait(self) -> Outcome:
         """Blocks (the GIL released) until the run settles."""
@@ -321,10 +348,12 @@ class Harness:
         )
         return Outcome(json.loads(self._native.run(_request_json(prompt_or_messages, kw))))
 
-    def stream(self, prompt_or_messages: Messages, **kw: Any) -> Iterator[str]:
-        """Yields the text deltas the harness accepts (the committed lane's,
-        as ``serve`` streams them). For the outcome too, iterate
-        ``start(..., stream=True)`` and call its ``wait()``."""
+    def stream(self, prompt_or_messages: Messages, **kw: Any) -> Iterator[Delta]:
+        """Yields the ``Delta``s ``serve`` streams for the run: the
+        committed lane's text as it comes (``d.content``), then the
+        winner's tool calls (``d.tool_calls``). For the outcome too,
+        iterate ``start(..., stream=True)`` and call its ``wait()``.
+        Leaving the loop early aborts the run."""
         run = self.start(prompt_or_messages, stream=True, **kw)
         try:
             yield from run
@@ -345,15 +374,15 @@ class Harness:
             run.abort()
             raise
 
-    async def astream(self, prompt_or_messages: Messages, **kw: Any) -> AsyncIterator[str]:
+    async def astream(self, prompt_or_messages: Messages, **kw: Any) -> AsyncIterator[Delta]:
         """``stream`` for asyncio; cancelling aborts the run."""
         run = self.start(prompt_or_messages, stream=True, **kw)
         loop = asyncio.get_running_loop()
         try:
             while True:
-                piece = await asyncio.shield(loop.run_in_executor(None, run._native.next_token))
-                if piece is None:
+                d = await asyncio.shield(loop.run_in_executor(None, run._native.next_delta))
+                if d is None:
                     return
-                yield piece
+                yield Delta(json.loads(d))
         finally:
             run.abort()

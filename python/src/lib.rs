@@ -11,9 +11,9 @@
 //! becomes a caught panic, which the harness turns into the callback's
 //! documented default and reports on the outcome).
 
-use edgecloud::embed::{self, Callbacks, Embedded, ErrorKind, Overrides};
+use edgecloud::embed::{self, Callbacks, DeltaStream, Embedded, ErrorKind, Overrides};
 use edgecloud::harness::{
-    AbortHandle, Candidate, Compressed, PolicyKind, RunHandle, Score, ScoreContext, Scored,
+    AbortHandle, Candidate, Compressed, PolicyKind, Score, ScoreContext, Scored,
 };
 use edgecloud::request::ChatMessage;
 use pyo3::create_exception;
@@ -267,10 +267,38 @@ impl NativeHarness {
         let handle = py
             .allow_threads(move || h.start_run(&request_json, stream))
             .map_err(to_py)?;
+        let deltas = DeltaStream::new(handle);
         Ok(NativeRun {
-            abort: handle.abort_handle(),
-            handle: Mutex::new(Some(handle)),
+            abort: deltas.abort_handle(),
+            deltas: Mutex::new(deltas),
         })
+    }
+
+    /// For `scripts/embed-overhead` only: runs `request_json`'s request
+    /// `runs` times straight through the Rust harness (prepared once, no
+    /// JSON, no Python per run; the GIL released) and returns each run's
+    /// microseconds, so the Python package's cost per run has a peer in
+    /// the same process, under the same upstream and noise.
+    fn _rust_run_us(
+        &self,
+        py: Python<'_>,
+        request_json: String,
+        runs: usize,
+    ) -> PyResult<Vec<f64>> {
+        let h = self.get()?;
+        py.allow_threads(move || {
+            let p = h.prepare(&request_json)?;
+            (0..runs)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    h.harness()
+                        .run_blocking_with(p.request.clone(), p.options.clone())
+                        .map_err(embed::Error::from)?;
+                    Ok(t.elapsed().as_secs_f64() * 1e6)
+                })
+                .collect::<Result<Vec<f64>, embed::Error>>()
+        })
+        .map_err(to_py)
     }
 
     /// Drops this reference to the harness; runs in flight finish on their
@@ -297,24 +325,21 @@ impl NativeHarness {
 /// One started run. Built by `Harness.start`/`stream`; use those.
 #[pyclass(module = "edgecloud._edgecloud", frozen)]
 struct NativeRun {
-    handle: Mutex<Option<RunHandle>>,
+    deltas: Mutex<DeltaStream>,
     abort: AbortHandle,
 }
 
 #[pymethods]
 impl NativeRun {
-    /// The next accepted piece of streamed text, or `None` at the end
-    /// (the GIL released while waiting).
-    fn next_token(&self, py: Python<'_>) -> PyResult<Option<String>> {
+    /// The next delta serve would stream (JSON: text pieces, then the
+    /// winner's tool calls), or `None` at the end (the GIL released while
+    /// waiting).
+    fn next_delta(&self, py: Python<'_>) -> PyResult<Option<String>> {
         py.allow_threads(|| {
-            let mut g = self
-                .handle
+            self.deltas
                 .lock()
-                .expect("no code panics holding this lock");
-            match g.as_mut() {
-                Some(h) => h.next_token_blocking().map_err(embed::Error::from),
-                None => Ok(None),
-            }
+                .expect("no code panics holding this lock")
+                .next_blocking()
         })
         .map_err(to_py)
     }
@@ -323,18 +348,10 @@ impl NativeRun {
     fn wait(&self, py: Python<'_>) -> PyResult<String> {
         let outcome = py
             .allow_threads(|| {
-                let h = self
-                    .handle
+                self.deltas
                     .lock()
                     .expect("no code panics holding this lock")
-                    .take();
-                match h {
-                    Some(h) => h.wait().map_err(embed::Error::from),
-                    None => Err(embed::Error::new(
-                        ErrorKind::Internal,
-                        "this run's outcome was already taken",
-                    )),
-                }
+                    .wait()
             })
             .map_err(to_py)?;
         Ok(embed::outcome_json(&outcome))

@@ -238,19 +238,46 @@ def test_interpreter_exit_with_a_run_in_flight_neither_hangs_nor_crashes(cloud, 
 def test_streaming_yields_the_accepted_deltas_on_smollm2(smollm2):
     with local(smollm2) as h:
         run = h.start("Name a colour.", stream=True, max_tokens=12, seed=1)
-        pieces = list(run)
+        deltas = list(run)
         out = run.wait()
         assert out.winner == "local", out.to_dict()
-        assert pieces and "".join(pieces) == out.text
+        assert deltas and all(isinstance(d, edgecloud.Delta) for d in deltas)
+        assert all(d.content is not None and d.tool_calls is None for d in deltas), deltas
+        assert "".join(str(d) for d in deltas) == out.text
         assert list(h.stream("Name a fruit.", max_tokens=4))
+
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                   "properties": {"city": {"type": "string"}}}}}]
+
+
+def test_a_streamed_tool_call_comes_as_serve_streams_it_on_smollm2(smollm2):
+    with local(smollm2) as h:
+        run = h.start("What's the weather like in Paris?", stream=True, max_tokens=64,
+                      temperature=0, tools=WEATHER, tool_choice="required")
+        deltas = list(run)
+        out = run.wait()
+        assert out.winner == "local", out.to_dict()
+        call = out.tool_calls[0]
+        calls = [d.tool_calls for d in deltas if d.tool_calls is not None]
+        assert calls == [
+            [{"index": 0, "id": call["id"], "type": "function",
+              "function": {"name": "get_weather", "arguments": ""}}],
+            [{"index": 0, "function": {"arguments": call["function"]["arguments"]}}],
+        ], deltas
+        assert deltas[-1].tool_calls is not None, "the calls come after the text"
+        assert "".join(str(d) for d in deltas) == (out.text or "")
 
 
 def test_astream_on_smollm2(smollm2):
     async def main(h):
-        return [p async for p in h.astream("Say hi.", max_tokens=6)]
+        return [d async for d in h.astream("Say hi.", max_tokens=6)]
 
     with local(smollm2) as h:
-        assert asyncio.run(main(h))
+        deltas = asyncio.run(main(h))
+        assert deltas and all(d.content is not None for d in deltas)
 
 
 def test_help_shows_docstrings():
