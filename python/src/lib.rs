@@ -20,8 +20,9 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+mod exit;
 
 create_exception!(_edgecloud, Error, PyException, "Every edgecloud error.");
 create_exception!(
@@ -68,11 +69,6 @@ create_exception!(
     "The harness is shutting down or its runtime is gone."
 );
 
-/// Set by the package's `atexit` hook: once the interpreter finalises, a
-/// callback on an edgecloud thread must not touch Python (it would hang or
-/// kill the thread), so it unwinds to its documented default instead.
-static FINALIZING: AtomicBool = AtomicBool::new(false);
-
 fn to_py(e: embed::Error) -> PyErr {
     let msg = e.message.clone();
     let err = match e.kind {
@@ -108,7 +104,7 @@ fn call_py<T>(
     arg: String,
     read: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>,
 ) -> T {
-    if FINALIZING.load(Ordering::Acquire) {
+    if exit::finalizing() {
         std::panic::resume_unwind(Box::new(
             "the Python interpreter is shutting down".to_string(),
         ));
@@ -242,11 +238,13 @@ impl NativeHarness {
         o.apply(&mut cfg).map_err(|e| to_py(e.into()))?;
         let cb = callbacks(scorer, arbiter, compressor);
         // Loading a model blocks: other Python threads keep running.
-        let embedded = py
-            .allow_threads(|| Embedded::start(&cfg, cb))
-            .map_err(to_py)?;
+        let embedded = Arc::new(
+            py.allow_threads(|| Embedded::start(&cfg, cb))
+                .map_err(to_py)?,
+        );
+        exit::track_harness(&embedded);
         Ok(Self {
-            inner: Mutex::new(Some(Arc::new(embedded))),
+            inner: Mutex::new(Some(embedded)),
         })
     }
 
@@ -255,7 +253,11 @@ impl NativeHarness {
     fn run(&self, py: Python<'_>, request_json: String) -> PyResult<String> {
         let h = self.get()?;
         let outcome = py
-            .allow_threads(move || h.run(&request_json))
+            .allow_threads(move || {
+                let run = h.start_run(&request_json, false)?;
+                exit::track_run(run.abort_handle());
+                run.wait().map_err(embed::Error::from)
+            })
             .map_err(to_py)?;
         Ok(embed::outcome_json(&outcome))
     }
@@ -267,6 +269,7 @@ impl NativeHarness {
         let handle = py
             .allow_threads(move || h.start_run(&request_json, stream))
             .map_err(to_py)?;
+        exit::track_run(handle.abort_handle());
         let deltas = DeltaStream::new(handle);
         Ok(NativeRun {
             abort: deltas.abort_handle(),
@@ -367,8 +370,8 @@ impl NativeRun {
 
 /// Called by the package's `atexit` hook.
 #[pyfunction]
-fn _interpreter_exiting() {
-    FINALIZING.store(true, Ordering::Release);
+fn _interpreter_exiting(py: Python<'_>) {
+    exit::interpreter_exiting(py);
 }
 
 /// edgecloud's version.

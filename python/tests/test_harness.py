@@ -229,10 +229,14 @@ def test_interpreter_exit_with_a_run_in_flight_neither_hangs_nor_crashes(cloud, 
         run = h.start("hi", max_tokens=64)
         print("started", flush=True)
     """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # Before the exit hook waited for the workers, 1 exit in 4 died of
+    # SIGSEGV (a local worker decoding while llama.cpp's exit handlers
+    # ran): eight exits miss that 9 times in 10 or less.
+    for _ in range(8):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        assert "started" in p.stdout
     cloud.release.set()
-    assert p.returncode == 0, p.stderr
-    assert "started" in p.stdout
 
 
 def test_streaming_yields_the_accepted_deltas_on_smollm2(smollm2):

@@ -133,6 +133,7 @@ fn a_stream_gives_the_text_then_the_winners_tool_calls_as_serve_streams_them() {
         "the end stays"
     );
     let outcome = deltas.wait().expect("the outcome after the deltas");
+    assert!(deltas.abort_handle().is_settled());
     assert!(outcome.is_ok(), "{:?}", outcome.error);
     let call = &outcome.completion.as_ref().expect("a winner").tool_calls[0];
 
