@@ -17,7 +17,6 @@ held only for the call. An exception in one is reported on the outcome
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import json
 import os
@@ -363,6 +362,8 @@ class Harness:
     async def arun(self, prompt_or_messages: Messages, **kw: Any) -> Outcome:
         """``run`` for asyncio: cancelling the task aborts the run (its
         lanes follow the late-worker rule)."""
+        import asyncio  # here, not at the top: it costs ~10 MB of RSS to import
+
         run = self.start(prompt_or_messages, **kw)
         loop = asyncio.get_running_loop()
         # The wait goes on in the executor after a cancellation (shielded):
@@ -376,6 +377,8 @@ class Harness:
 
     async def astream(self, prompt_or_messages: Messages, **kw: Any) -> AsyncIterator[Delta]:
         """``stream`` for asyncio; cancelling aborts the run."""
+        import asyncio  # as in arun
+
         run = self.start(prompt_or_messages, stream=True, **kw)
         loop = asyncio.get_running_loop()
         try:

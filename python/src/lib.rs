@@ -13,7 +13,8 @@
 
 use edgecloud::embed::{self, Callbacks, DeltaStream, Embedded, ErrorKind, Overrides};
 use edgecloud::harness::{
-    AbortHandle, Candidate, Compressed, PolicyKind, Score, ScoreContext, Scored,
+    AbortHandle, Candidate, Compressed, Harness, InstantBackend, Policy, PolicyKind, Score,
+    ScoreContext, Scored,
 };
 use edgecloud::request::ChatMessage;
 use pyo3::create_exception;
@@ -302,6 +303,25 @@ impl NativeHarness {
                 .collect::<Result<Vec<f64>, embed::Error>>()
         })
         .map_err(to_py)
+    }
+
+    /// For `scripts/embed-overhead` only: a harness whose two lanes are
+    /// the stand-in `InstantBackend` (answers at once, reported as
+    /// `instant`), local-only, so a run costs only the harness and what
+    /// this package adds over it.
+    #[staticmethod]
+    fn _instant() -> PyResult<Self> {
+        let harness = Harness::builder()
+            .local(InstantBackend::default())
+            .cloud(InstantBackend::default())
+            .policy(Policy::LocalOnly)
+            .build()
+            .map_err(|e| to_py(e.into()))?;
+        let embedded = Arc::new(Embedded::from_harness(harness));
+        exit::track_harness(&embedded);
+        Ok(Self {
+            inner: Mutex::new(Some(embedded)),
+        })
     }
 
     /// Drops this reference to the harness; runs in flight finish on their

@@ -293,6 +293,17 @@ pub unsafe extern "C" fn ec_harness_create(
     })
 }
 
+/// For a Rust program that hands C code a harness it built itself
+/// ([`Embedded::from_harness`]: its own backends, or a configured one):
+/// the `ec_harness` C functions take, freed with `ec_harness_free`. A Rust
+/// function, not part of the C header.
+pub fn harness_from_embedded(embedded: Embedded) -> *mut ec_harness {
+    Box::into_raw(Box::new(ec_harness {
+        embedded,
+        gate: None,
+    }))
+}
+
 /// `ec_harness_create` without callbacks, returning the harness (NULL on
 /// failure, with `*error` saying why).
 ///

@@ -152,6 +152,18 @@ impl Embedded {
         })
     }
 
+    /// A harness built in Rust (with backends of its own: a custom lane,
+    /// a scripted stand-in) behind the JSON layer, for a binding to hand
+    /// out as it hands out a configured one. Its requests use its routes;
+    /// a policy named in a request is one of the named presets.
+    pub fn from_harness(harness: Harness) -> Self {
+        Self {
+            routes: harness.routes(),
+            harness,
+            presets: Vec::new(),
+        }
+    }
+
     /// The harness itself, for everything else it offers.
     pub fn harness(&self) -> &Harness {
         &self.harness
