@@ -117,22 +117,63 @@ class Outcome:
     """The settled result of one run: ``text``, ``winner`` (``"local"``,
     ``"cloud"`` or ``None``), ``status``, ``tool_calls``, ``decision``,
     ``lanes["local"]`` / ``lanes["cloud"]`` and ``to_dict()`` (exactly the
-    JSON of ``edgecloud run --json``)."""
+    JSON of ``edgecloud run --json``). The headline fields come straight
+    from the run; the rest is parsed from the JSON when first read."""
 
-    def __init__(self, d: Dict[str, Any]) -> None:
-        self._d = d
-        self.status: str = d["status"]
-        self.winner: Optional[str] = d.get("winner")
-        self.text: Optional[str] = d.get("text")
-        self.error: Optional[str] = d.get("error")
-        completion = d.get("completion") or {}
-        self.tool_calls: List[Dict[str, Any]] = completion.get("tool_calls", []) or []
-        self.decision = Decision(d.get("decision") or {})
-        self.lanes: Dict[str, LaneReport] = {l["lane"]: LaneReport(l) for l in d.get("lanes", [])}
-        self.callbacks: List[Dict[str, Any]] = d.get("callbacks", []) or []
-        self.elapsed_ms: float = d.get("elapsed_ms", 0.0)
-        self.deadline_ms: float = d.get("deadline_ms", 0.0)
-        self.late_workers: int = d.get("late_workers", 0)
+    def __init__(self, head: Any) -> None:
+        if isinstance(head, dict):  # an outcome dict, as to_dict() gives
+            self._json: Optional[str] = None
+            self._d: Optional[Dict[str, Any]] = head
+            status, winner, text, error = (head["status"], head.get("winner"), head.get("text"),
+                                           head.get("error"))
+        else:
+            self._json, status, winner, text, error = head
+            self._d = None
+        self.status: str = status
+        self.winner: Optional[str] = winner
+        self.text: Optional[str] = text
+        self.error: Optional[str] = error
+
+    def _dict(self) -> Dict[str, Any]:
+        if self._d is None:
+            self._d = json.loads(self._json or "{}")
+        return self._d
+
+    @property
+    def tool_calls(self) -> List[Dict[str, Any]]:
+        """The winner's tool calls (OpenAI's shape); empty when none."""
+        completion = self._dict().get("completion") or {}
+        return completion.get("tool_calls", []) or []
+
+    @property
+    def decision(self) -> Decision:
+        """Why the winner won."""
+        return Decision(self._dict().get("decision") or {})
+
+    @property
+    def lanes(self) -> Dict[str, LaneReport]:
+        """Each lane's report, by lane name."""
+        return {l["lane"]: LaneReport(l) for l in self._dict().get("lanes", [])}
+
+    @property
+    def callbacks(self) -> List[Dict[str, Any]]:
+        """The callbacks' reports (an exception in one is reported here)."""
+        return self._dict().get("callbacks", []) or []
+
+    @property
+    def elapsed_ms(self) -> float:
+        """From the run's start to its settlement."""
+        return self._dict().get("elapsed_ms", 0.0)
+
+    @property
+    def deadline_ms(self) -> float:
+        """The run's deadline, from its start."""
+        return self._dict().get("deadline_ms", 0.0)
+
+    @property
+    def late_workers(self) -> int:
+        """Workers still running when the run settled (each keeps its lane)."""
+        return self._dict().get("late_workers", 0)
 
     @property
     def ok(self) -> bool:
@@ -141,7 +182,7 @@ class Outcome:
 
     def to_dict(self) -> Dict[str, Any]:
         """The outcome as ``edgecloud run --json`` prints it."""
-        return json.loads(json.dumps(self._d))
+        return json.loads(self._json) if self._json is not None else json.loads(json.dumps(self._d))
 
     def __repr__(self) -> str:
         return f"Outcome(status={self.status!r}, winner={self.winner!r}, text={self.text!r})"
@@ -233,7 +274,7 @@ class Run:
 
     def wait(self) -> Outcome:
         """Blocks (the GIL released) until the run settles."""
-        return Outcome(json.loads(self._native.wait()))
+        return Outcome(self._native.wait())
 
     def abort(self) -> None:
         """Aborts the run; idempotent."""
@@ -345,7 +386,7 @@ class Harness:
             tool_choice=tool_choice,
             logprobs=logprobs,
         )
-        return Outcome(json.loads(self._native.run(_request_json(prompt_or_messages, kw))))
+        return Outcome(self._native.run(_request_json(prompt_or_messages, kw)))
 
     def stream(self, prompt_or_messages: Messages, **kw: Any) -> Iterator[Delta]:
         """Yields the ``Delta``s ``serve`` streams for the run: the

@@ -13,8 +13,8 @@
 
 use edgecloud::embed::{self, Callbacks, DeltaStream, Embedded, ErrorKind, Overrides};
 use edgecloud::harness::{
-    AbortHandle, Candidate, Compressed, Harness, InstantBackend, Policy, PolicyKind, Score,
-    ScoreContext, Scored,
+    AbortHandle, Candidate, Compressed, Harness, InstantBackend, Outcome, Policy, PolicyKind,
+    Score, ScoreContext, Scored,
 };
 use edgecloud::request::ChatMessage;
 use pyo3::create_exception;
@@ -164,6 +164,27 @@ fn callbacks(
     cb
 }
 
+/// The outcome as the package reads it: its JSON (`run --json`'s, parsed
+/// in Python only when more than these is read) with the fields nearly
+/// every caller reads first: status, winner, text, error.
+type OutcomeHead = (
+    String,
+    &'static str,
+    Option<&'static str>,
+    Option<String>,
+    Option<String>,
+);
+
+fn outcome_head(o: Outcome) -> OutcomeHead {
+    (
+        embed::outcome_json(&o),
+        o.status.as_str(),
+        o.winner.map(|l| l.as_str()),
+        o.text,
+        o.error,
+    )
+}
+
 /// The embedded harness. Built by `edgecloud.Harness`; use that.
 #[pyclass(module = "edgecloud._edgecloud", frozen)]
 struct NativeHarness {
@@ -249,9 +270,9 @@ impl NativeHarness {
         })
     }
 
-    /// Runs a request (serve's wire JSON) and returns the outcome JSON,
-    /// the GIL released while the lanes work.
-    fn run(&self, py: Python<'_>, request_json: String) -> PyResult<String> {
+    /// Runs a request (serve's wire JSON) and returns the outcome (its
+    /// JSON and headline fields), the GIL released while the lanes work.
+    fn run(&self, py: Python<'_>, request_json: String) -> PyResult<OutcomeHead> {
         let h = self.get()?;
         let outcome = py
             .allow_threads(move || {
@@ -260,7 +281,7 @@ impl NativeHarness {
                 run.wait().map_err(embed::Error::from)
             })
             .map_err(to_py)?;
-        Ok(embed::outcome_json(&outcome))
+        Ok(outcome_head(outcome))
     }
 
     /// Starts a request and returns its handle at once.
@@ -367,8 +388,9 @@ impl NativeRun {
         .map_err(to_py)
     }
 
-    /// Waits for the outcome JSON (the GIL released). Once per run.
-    fn wait(&self, py: Python<'_>) -> PyResult<String> {
+    /// Waits for the outcome (its JSON and headline fields; the GIL
+    /// released). Once per run.
+    fn wait(&self, py: Python<'_>) -> PyResult<OutcomeHead> {
         let outcome = py
             .allow_threads(|| {
                 self.deltas
@@ -377,7 +399,7 @@ impl NativeRun {
                     .wait()
             })
             .map_err(to_py)?;
-        Ok(embed::outcome_json(&outcome))
+        Ok(outcome_head(outcome))
     }
 
     /// Aborts the run: it settles at once as aborted; its workers stop at
