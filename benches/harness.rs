@@ -23,23 +23,12 @@
 
 use criterion::{criterion_group, Criterion};
 use edgecloud::harness::{
-    Backend, BackendFuture, BackendInfo, Candidate, Event, Harness, LaneStatus, LocalBackend,
-    Policy, RunOptions,
+    Backend, BackendFuture, BackendInfo, Candidate, Event, Harness, InstantBackend, LaneStatus,
+    LocalBackend, Policy, RunOptions,
 };
 use edgecloud::{FinishReason, Lane, LaneJob, Request};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// Answers at once.
-struct Instantly;
-impl Backend for Instantly {
-    fn info(&self) -> BackendInfo {
-        BackendInfo::named("instant")
-    }
-    fn run(&self, _job: LaneJob) -> BackendFuture {
-        Box::pin(async { Ok(Candidate::new("The answer is 42.", FinishReason::Stop)) })
-    }
-}
 
 /// Never answers; returns as soon as it is cancelled (like a real lane
 /// that overruns).
@@ -58,8 +47,8 @@ impl Backend for Overruns {
 
 fn instant_harness(policy: Policy) -> Harness {
     Harness::builder()
-        .local(Instantly)
-        .cloud(Instantly)
+        .local(InstantBackend::default())
+        .cloud(InstantBackend::default())
         .policy(policy)
         .build()
         .expect("harness builds")

@@ -118,9 +118,12 @@ typedef struct ec_callbacks {
 } ec_callbacks;
 
 /*
- Called with each piece of text the run commits to, as JSON
- `{"content":"..."}` (the shape of an OpenAI stream chunk's delta).
- `delta_json` is valid only during the call. Called on the handle's own
+ Called with each delta `serve` would stream for the run, as JSON in the
+ shape of an OpenAI stream chunk's `delta`: each piece of text the run
+ commits to as `{"content":"..."}`, then, once it has settled, the
+ winner's tool calls (per call `{"tool_calls":[{"index":0,"id":...,
+ "type":"function","function":{"name":...,"arguments":""}}]}`, then one
+ with its `arguments`). `delta_json` is valid only during the call. Called on the handle's own
  edgecloud thread (named `edgecloud-delta`), one call at a time, in
  order, never after `ec_handle_free` returns.
  */

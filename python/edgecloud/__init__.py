@@ -17,7 +17,6 @@ held only for the call. An exception in one is reported on the outcome
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import json
 import os
@@ -39,6 +38,7 @@ from ._edgecloud import (
 __all__ = [
     "Harness",
     "Run",
+    "Delta",
     "Outcome",
     "LaneReport",
     "Decision",
@@ -117,22 +117,63 @@ class Outcome:
     """The settled result of one run: ``text``, ``winner`` (``"local"``,
     ``"cloud"`` or ``None``), ``status``, ``tool_calls``, ``decision``,
     ``lanes["local"]`` / ``lanes["cloud"]`` and ``to_dict()`` (exactly the
-    JSON of ``edgecloud run --json``)."""
+    JSON of ``edgecloud run --json``). The headline fields come straight
+    from the run; the rest is parsed from the JSON when first read."""
 
-    def __init__(self, d: Dict[str, Any]) -> None:
-        self._d = d
-        self.status: str = d["status"]
-        self.winner: Optional[str] = d.get("winner")
-        self.text: Optional[str] = d.get("text")
-        self.error: Optional[str] = d.get("error")
-        completion = d.get("completion") or {}
-        self.tool_calls: List[Dict[str, Any]] = completion.get("tool_calls", []) or []
-        self.decision = Decision(d.get("decision") or {})
-        self.lanes: Dict[str, LaneReport] = {l["lane"]: LaneReport(l) for l in d.get("lanes", [])}
-        self.callbacks: List[Dict[str, Any]] = d.get("callbacks", []) or []
-        self.elapsed_ms: float = d.get("elapsed_ms", 0.0)
-        self.deadline_ms: float = d.get("deadline_ms", 0.0)
-        self.late_workers: int = d.get("late_workers", 0)
+    def __init__(self, head: Any) -> None:
+        if isinstance(head, dict):  # an outcome dict, as to_dict() gives
+            self._json: Optional[str] = None
+            self._d: Optional[Dict[str, Any]] = head
+            status, winner, text, error = (head["status"], head.get("winner"), head.get("text"),
+                                           head.get("error"))
+        else:
+            self._json, status, winner, text, error = head
+            self._d = None
+        self.status: str = status
+        self.winner: Optional[str] = winner
+        self.text: Optional[str] = text
+        self.error: Optional[str] = error
+
+    def _dict(self) -> Dict[str, Any]:
+        if self._d is None:
+            self._d = json.loads(self._json or "{}")
+        return self._d
+
+    @property
+    def tool_calls(self) -> List[Dict[str, Any]]:
+        """The winner's tool calls (OpenAI's shape); empty when none."""
+        completion = self._dict().get("completion") or {}
+        return completion.get("tool_calls", []) or []
+
+    @property
+    def decision(self) -> Decision:
+        """Why the winner won."""
+        return Decision(self._dict().get("decision") or {})
+
+    @property
+    def lanes(self) -> Dict[str, LaneReport]:
+        """Each lane's report, by lane name."""
+        return {l["lane"]: LaneReport(l) for l in self._dict().get("lanes", [])}
+
+    @property
+    def callbacks(self) -> List[Dict[str, Any]]:
+        """The callbacks' reports (an exception in one is reported here)."""
+        return self._dict().get("callbacks", []) or []
+
+    @property
+    def elapsed_ms(self) -> float:
+        """From the run's start to its settlement."""
+        return self._dict().get("elapsed_ms", 0.0)
+
+    @property
+    def deadline_ms(self) -> float:
+        """The run's deadline, from its start."""
+        return self._dict().get("deadline_ms", 0.0)
+
+    @property
+    def late_workers(self) -> int:
+        """Workers still running when the run settled (each keeps its lane)."""
+        return self._dict().get("late_workers", 0)
 
     @property
     def ok(self) -> bool:
@@ -141,7 +182,7 @@ class Outcome:
 
     def to_dict(self) -> Dict[str, Any]:
         """The outcome as ``edgecloud run --json`` prints it."""
-        return json.loads(json.dumps(self._d))
+        return json.loads(self._json) if self._json is not None else json.loads(json.dumps(self._d))
 
     def __repr__(self) -> str:
         return f"Outcome(status={self.status!r}, winner={self.winner!r}, text={self.text!r})"
@@ -189,25 +230,51 @@ def _compressor_adapter(f: Callable[..., List[Dict[str, Any]]]) -> Callable[[str
     return call
 
 
+class Delta:
+    """One streamed delta, as ``serve`` streams it in a chunk's ``delta``
+    (and as OpenAI's ``ChoiceDelta``): ``content`` for a piece of the
+    committed text, or ``tool_calls`` for the winner's calls once the run
+    has settled (per call, one delta with ``index``, ``id``, ``type`` and
+    the function's ``name``, then one with its ``arguments``). ``str(d)``
+    is its text (``""`` for a tool-call delta); ``raw`` its JSON object."""
+
+    __slots__ = ("raw", "content", "tool_calls")
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.raw = d
+        self.content: Optional[str] = d.get("content")
+        self.tool_calls: Optional[List[Dict[str, Any]]] = d.get("tool_calls")
+
+    def __str__(self) -> str:
+        return self.content or ""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Delta) and other.raw == self.raw
+
+    def __repr__(self) -> str:
+        return f"Delta({self.raw!r})"
+
+
 class Run:
     """One started run (``Harness.start``): ``wait()`` for its outcome,
-    ``abort()`` from any thread, iterate for streamed deltas when started
-    with ``stream=True``."""
+    ``abort()`` from any thread, iterate for its ``Delta``s (the committed
+    text as it comes when started with ``stream=True``, then the winner's
+    tool calls)."""
 
     def __init__(self, native: Any) -> None:
         self._native = native
         self._pending: Any = None
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Delta]:
         while True:
-            piece = self._native.next_token()
-            if piece is None:
+            d = self._native.next_delta()
+            if d is None:
                 return
-            yield piece
+            yield Delta(json.loads(d))
 
     def wait(self) -> Outcome:
         """Blocks (the GIL released) until the run settles."""
-        return Outcome(json.loads(self._native.wait()))
+        return Outcome(self._native.wait())
 
     def abort(self) -> None:
         """Aborts the run; idempotent."""
@@ -319,12 +386,14 @@ class Harness:
             tool_choice=tool_choice,
             logprobs=logprobs,
         )
-        return Outcome(json.loads(self._native.run(_request_json(prompt_or_messages, kw))))
+        return Outcome(self._native.run(_request_json(prompt_or_messages, kw)))
 
-    def stream(self, prompt_or_messages: Messages, **kw: Any) -> Iterator[str]:
-        """Yields the text deltas the harness accepts (the committed lane's,
-        as ``serve`` streams them). For the outcome too, iterate
-        ``start(..., stream=True)`` and call its ``wait()``."""
+    def stream(self, prompt_or_messages: Messages, **kw: Any) -> Iterator[Delta]:
+        """Yields the ``Delta``s ``serve`` streams for the run: the
+        committed lane's text as it comes (``d.content``), then the
+        winner's tool calls (``d.tool_calls``). For the outcome too,
+        iterate ``start(..., stream=True)`` and call its ``wait()``.
+        Leaving the loop early aborts the run."""
         run = self.start(prompt_or_messages, stream=True, **kw)
         try:
             yield from run
@@ -334,6 +403,8 @@ class Harness:
     async def arun(self, prompt_or_messages: Messages, **kw: Any) -> Outcome:
         """``run`` for asyncio: cancelling the task aborts the run (its
         lanes follow the late-worker rule)."""
+        import asyncio  # here, not at the top: it costs ~10 MB of RSS to import
+
         run = self.start(prompt_or_messages, **kw)
         loop = asyncio.get_running_loop()
         # The wait goes on in the executor after a cancellation (shielded):
@@ -345,15 +416,17 @@ class Harness:
             run.abort()
             raise
 
-    async def astream(self, prompt_or_messages: Messages, **kw: Any) -> AsyncIterator[str]:
+    async def astream(self, prompt_or_messages: Messages, **kw: Any) -> AsyncIterator[Delta]:
         """``stream`` for asyncio; cancelling aborts the run."""
+        import asyncio  # as in arun
+
         run = self.start(prompt_or_messages, stream=True, **kw)
         loop = asyncio.get_running_loop()
         try:
             while True:
-                piece = await asyncio.shield(loop.run_in_executor(None, run._native.next_token))
-                if piece is None:
+                d = await asyncio.shield(loop.run_in_executor(None, run._native.next_delta))
+                if d is None:
                     return
-                yield piece
+                yield Delta(json.loads(d))
         finally:
             run.abort()

@@ -11,17 +11,19 @@
 //! becomes a caught panic, which the harness turns into the callback's
 //! documented default and reports on the outcome).
 
-use edgecloud::embed::{self, Callbacks, Embedded, ErrorKind, Overrides};
+use edgecloud::embed::{self, Callbacks, DeltaStream, Embedded, ErrorKind, Overrides};
 use edgecloud::harness::{
-    AbortHandle, Candidate, Compressed, PolicyKind, RunHandle, Score, ScoreContext, Scored,
+    AbortHandle, Candidate, Compressed, Harness, InstantBackend, Outcome, Policy, PolicyKind,
+    Score, ScoreContext, Scored,
 };
 use edgecloud::request::ChatMessage;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+mod exit;
 
 create_exception!(_edgecloud, Error, PyException, "Every edgecloud error.");
 create_exception!(
@@ -68,11 +70,6 @@ create_exception!(
     "The harness is shutting down or its runtime is gone."
 );
 
-/// Set by the package's `atexit` hook: once the interpreter finalises, a
-/// callback on an edgecloud thread must not touch Python (it would hang or
-/// kill the thread), so it unwinds to its documented default instead.
-static FINALIZING: AtomicBool = AtomicBool::new(false);
-
 fn to_py(e: embed::Error) -> PyErr {
     let msg = e.message.clone();
     let err = match e.kind {
@@ -108,7 +105,7 @@ fn call_py<T>(
     arg: String,
     read: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>,
 ) -> T {
-    if FINALIZING.load(Ordering::Acquire) {
+    if exit::finalizing() {
         std::panic::resume_unwind(Box::new(
             "the Python interpreter is shutting down".to_string(),
         ));
@@ -165,6 +162,27 @@ fn callbacks(
         }));
     }
     cb
+}
+
+/// The outcome as the package reads it: its JSON (`run --json`'s, parsed
+/// in Python only when more than these is read) with the fields nearly
+/// every caller reads first: status, winner, text, error.
+type OutcomeHead = (
+    String,
+    &'static str,
+    Option<&'static str>,
+    Option<String>,
+    Option<String>,
+);
+
+fn outcome_head(o: Outcome) -> OutcomeHead {
+    (
+        embed::outcome_json(&o),
+        o.status.as_str(),
+        o.winner.map(|l| l.as_str()),
+        o.text,
+        o.error,
+    )
 }
 
 /// The embedded harness. Built by `edgecloud.Harness`; use that.
@@ -242,22 +260,28 @@ impl NativeHarness {
         o.apply(&mut cfg).map_err(|e| to_py(e.into()))?;
         let cb = callbacks(scorer, arbiter, compressor);
         // Loading a model blocks: other Python threads keep running.
-        let embedded = py
-            .allow_threads(|| Embedded::start(&cfg, cb))
-            .map_err(to_py)?;
+        let embedded = Arc::new(
+            py.allow_threads(|| Embedded::start(&cfg, cb))
+                .map_err(to_py)?,
+        );
+        exit::track_harness(&embedded);
         Ok(Self {
-            inner: Mutex::new(Some(Arc::new(embedded))),
+            inner: Mutex::new(Some(embedded)),
         })
     }
 
-    /// Runs a request (serve's wire JSON) and returns the outcome JSON,
-    /// the GIL released while the lanes work.
-    fn run(&self, py: Python<'_>, request_json: String) -> PyResult<String> {
+    /// Runs a request (serve's wire JSON) and returns the outcome (its
+    /// JSON and headline fields), the GIL released while the lanes work.
+    fn run(&self, py: Python<'_>, request_json: String) -> PyResult<OutcomeHead> {
         let h = self.get()?;
         let outcome = py
-            .allow_threads(move || h.run(&request_json))
+            .allow_threads(move || {
+                let run = h.start_run(&request_json, false)?;
+                exit::track_run(run.abort_handle());
+                run.wait().map_err(embed::Error::from)
+            })
             .map_err(to_py)?;
-        Ok(embed::outcome_json(&outcome))
+        Ok(outcome_head(outcome))
     }
 
     /// Starts a request and returns its handle at once.
@@ -267,9 +291,57 @@ impl NativeHarness {
         let handle = py
             .allow_threads(move || h.start_run(&request_json, stream))
             .map_err(to_py)?;
+        exit::track_run(handle.abort_handle());
+        let deltas = DeltaStream::new(handle);
         Ok(NativeRun {
-            abort: handle.abort_handle(),
-            handle: Mutex::new(Some(handle)),
+            abort: deltas.abort_handle(),
+            deltas: Mutex::new(deltas),
+        })
+    }
+
+    /// For `scripts/embed-overhead` only: runs `request_json`'s request
+    /// `runs` times straight through the Rust harness (prepared once, no
+    /// JSON, no Python per run; the GIL released) and returns each run's
+    /// microseconds, so the Python package's cost per run has a peer in
+    /// the same process, under the same upstream and noise.
+    fn _rust_run_us(
+        &self,
+        py: Python<'_>,
+        request_json: String,
+        runs: usize,
+    ) -> PyResult<Vec<f64>> {
+        let h = self.get()?;
+        py.allow_threads(move || {
+            let p = h.prepare(&request_json)?;
+            (0..runs)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    h.harness()
+                        .run_blocking_with(p.request.clone(), p.options.clone())
+                        .map_err(embed::Error::from)?;
+                    Ok(t.elapsed().as_secs_f64() * 1e6)
+                })
+                .collect::<Result<Vec<f64>, embed::Error>>()
+        })
+        .map_err(to_py)
+    }
+
+    /// For `scripts/embed-overhead` only: a harness whose two lanes are
+    /// the stand-in `InstantBackend` (answers at once, reported as
+    /// `instant`), local-only, so a run costs only the harness and what
+    /// this package adds over it.
+    #[staticmethod]
+    fn _instant() -> PyResult<Self> {
+        let harness = Harness::builder()
+            .local(InstantBackend::default())
+            .cloud(InstantBackend::default())
+            .policy(Policy::LocalOnly)
+            .build()
+            .map_err(|e| to_py(e.into()))?;
+        let embedded = Arc::new(Embedded::from_harness(harness));
+        exit::track_harness(&embedded);
+        Ok(Self {
+            inner: Mutex::new(Some(embedded)),
         })
     }
 
@@ -297,47 +369,37 @@ impl NativeHarness {
 /// One started run. Built by `Harness.start`/`stream`; use those.
 #[pyclass(module = "edgecloud._edgecloud", frozen)]
 struct NativeRun {
-    handle: Mutex<Option<RunHandle>>,
+    deltas: Mutex<DeltaStream>,
     abort: AbortHandle,
 }
 
 #[pymethods]
 impl NativeRun {
-    /// The next accepted piece of streamed text, or `None` at the end
-    /// (the GIL released while waiting).
-    fn next_token(&self, py: Python<'_>) -> PyResult<Option<String>> {
+    /// The next delta serve would stream (JSON: text pieces, then the
+    /// winner's tool calls), or `None` at the end (the GIL released while
+    /// waiting).
+    fn next_delta(&self, py: Python<'_>) -> PyResult<Option<String>> {
         py.allow_threads(|| {
-            let mut g = self
-                .handle
+            self.deltas
                 .lock()
-                .expect("no code panics holding this lock");
-            match g.as_mut() {
-                Some(h) => h.next_token_blocking().map_err(embed::Error::from),
-                None => Ok(None),
-            }
+                .expect("no code panics holding this lock")
+                .next_blocking()
         })
         .map_err(to_py)
     }
 
-    /// Waits for the outcome JSON (the GIL released). Once per run.
-    fn wait(&self, py: Python<'_>) -> PyResult<String> {
+    /// Waits for the outcome (its JSON and headline fields; the GIL
+    /// released). Once per run.
+    fn wait(&self, py: Python<'_>) -> PyResult<OutcomeHead> {
         let outcome = py
             .allow_threads(|| {
-                let h = self
-                    .handle
+                self.deltas
                     .lock()
                     .expect("no code panics holding this lock")
-                    .take();
-                match h {
-                    Some(h) => h.wait().map_err(embed::Error::from),
-                    None => Err(embed::Error::new(
-                        ErrorKind::Internal,
-                        "this run's outcome was already taken",
-                    )),
-                }
+                    .wait()
             })
             .map_err(to_py)?;
-        Ok(embed::outcome_json(&outcome))
+        Ok(outcome_head(outcome))
     }
 
     /// Aborts the run: it settles at once as aborted; its workers stop at
@@ -350,8 +412,8 @@ impl NativeRun {
 
 /// Called by the package's `atexit` hook.
 #[pyfunction]
-fn _interpreter_exiting() {
-    FINALIZING.store(true, Ordering::Release);
+fn _interpreter_exiting(py: Python<'_>) {
+    exit::interpreter_exiting(py);
 }
 
 /// edgecloud's version.

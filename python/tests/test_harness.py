@@ -229,28 +229,59 @@ def test_interpreter_exit_with_a_run_in_flight_neither_hangs_nor_crashes(cloud, 
         run = h.start("hi", max_tokens=64)
         print("started", flush=True)
     """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # Before the exit hook waited for the workers, 1 exit in 4 died of
+    # SIGSEGV (a local worker decoding while llama.cpp's exit handlers
+    # ran): eight exits miss that 9 times in 10 or less.
+    for _ in range(8):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        assert "started" in p.stdout
     cloud.release.set()
-    assert p.returncode == 0, p.stderr
-    assert "started" in p.stdout
 
 
 def test_streaming_yields_the_accepted_deltas_on_smollm2(smollm2):
     with local(smollm2) as h:
         run = h.start("Name a colour.", stream=True, max_tokens=12, seed=1)
-        pieces = list(run)
+        deltas = list(run)
         out = run.wait()
         assert out.winner == "local", out.to_dict()
-        assert pieces and "".join(pieces) == out.text
+        assert deltas and all(isinstance(d, edgecloud.Delta) for d in deltas)
+        assert all(d.content is not None and d.tool_calls is None for d in deltas), deltas
+        assert "".join(str(d) for d in deltas) == out.text
         assert list(h.stream("Name a fruit.", max_tokens=4))
+
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                   "properties": {"city": {"type": "string"}}}}}]
+
+
+def test_a_streamed_tool_call_comes_as_serve_streams_it_on_smollm2(smollm2):
+    with local(smollm2) as h:
+        run = h.start("What's the weather like in Paris?", stream=True, max_tokens=64,
+                      temperature=0, tools=WEATHER, tool_choice="required")
+        deltas = list(run)
+        out = run.wait()
+        assert out.winner == "local", out.to_dict()
+        call = out.tool_calls[0]
+        calls = [d.tool_calls for d in deltas if d.tool_calls is not None]
+        assert calls == [
+            [{"index": 0, "id": call["id"], "type": "function",
+              "function": {"name": "get_weather", "arguments": ""}}],
+            [{"index": 0, "function": {"arguments": call["function"]["arguments"]}}],
+        ], deltas
+        assert deltas[-1].tool_calls is not None, "the calls come after the text"
+        assert "".join(str(d) for d in deltas) == (out.text or "")
 
 
 def test_astream_on_smollm2(smollm2):
     async def main(h):
-        return [p async for p in h.astream("Say hi.", max_tokens=6)]
+        return [d async for d in h.astream("Say hi.", max_tokens=6)]
 
     with local(smollm2) as h:
-        assert asyncio.run(main(h))
+        deltas = asyncio.run(main(h))
+        assert deltas and all(d.content is not None for d in deltas)
 
 
 def test_help_shows_docstrings():

@@ -22,8 +22,8 @@
 mod boundary;
 mod callbacks;
 
-use crate::embed::{self, Embedded, ErrorKind};
-use crate::harness::{AbortHandle, AbortResult, HarnessError, Outcome, RunHandle};
+use crate::embed::{self, DeltaStream, Embedded, ErrorKind};
+use crate::harness::{AbortHandle, AbortResult, Outcome, RunHandle};
 use boundary::{c_string, guard, put, str_arg, Failure};
 use std::ffi::{c_char, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,9 +62,12 @@ pub const EC_ARBITRATE_REJECT_ALL: i32 = -1;
 /// highest score); so does any other negative or out-of-range value.
 pub const EC_ARBITRATE_DEFAULT: i32 = -2;
 
-/// Called with each piece of text the run commits to, as JSON
-/// `{"content":"..."}` (the shape of an OpenAI stream chunk's delta).
-/// `delta_json` is valid only during the call. Called on the handle's own
+/// Called with each delta `serve` would stream for the run, as JSON in the
+/// shape of an OpenAI stream chunk's `delta`: each piece of text the run
+/// commits to as `{"content":"..."}`, then, once it has settled, the
+/// winner's tool calls (per call `{"tool_calls":[{"index":0,"id":...,
+/// "type":"function","function":{"name":...,"arguments":""}}]}`, then one
+/// with its `arguments`). `delta_json` is valid only during the call. Called on the handle's own
 /// edgecloud thread (named `edgecloud-delta`), one call at a time, in
 /// order, never after `ec_handle_free` returns.
 pub type ec_delta_fn =
@@ -135,7 +138,7 @@ enum HandleState {
     Running(RunHandle),
     /// Streaming: the thread that calls `on_delta`, then returns the
     /// outcome.
-    Streaming(std::thread::JoinHandle<Result<Outcome, HarnessError>>),
+    Streaming(std::thread::JoinHandle<Result<Outcome, embed::Error>>),
     /// Waited for: what every later wait returns.
     Done(Finished),
     /// A wait is in progress (or panicked).
@@ -164,7 +167,7 @@ fn status_of(kind: ErrorKind) -> ec_status {
 }
 
 impl Finished {
-    fn of(result: Result<Outcome, HarnessError>) -> Self {
+    fn of(result: Result<Outcome, embed::Error>) -> Self {
         match result {
             Ok(outcome) => {
                 let error = embed::Error::of_outcome(&outcome);
@@ -175,7 +178,7 @@ impl Finished {
                 }
             }
             Err(e) => {
-                let f = Failure::from(embed::Error::from(e));
+                let f = Failure::from(e);
                 Finished {
                     status: f.status,
                     outcome: None,
@@ -211,12 +214,12 @@ struct DeltaTarget {
 unsafe impl Send for DeltaTarget {}
 
 impl DeltaTarget {
-    fn call(&self, delta: &str) {
+    fn call(&self, delta_json: String) {
         // Freed from inside `on_delta`: `user_data` may be gone.
         if self.freed.load(Ordering::Acquire) {
             return;
         }
-        let text = c_string(embed::delta_json(delta));
+        let text = c_string(delta_json);
         // SAFETY: the caller's callback, with a string valid for the call
         // and its own `user_data` (the header's contract).
         unsafe { (self.f)(text.as_ptr(), self.user_data) }
@@ -288,6 +291,17 @@ pub unsafe extern "C" fn ec_harness_create(
         unsafe { *out = Box::into_raw(harness) };
         Ok(EC_OK)
     })
+}
+
+/// For a Rust program that hands C code a harness it built itself
+/// ([`Embedded::from_harness`]: its own backends, or a configured one):
+/// the `ec_harness` C functions take, freed with `ec_harness_free`. A Rust
+/// function, not part of the C header.
+pub fn harness_from_embedded(embedded: Embedded) -> *mut ec_harness {
+    Box::into_raw(Box::new(ec_harness {
+        embedded,
+        gate: None,
+    }))
 }
 
 /// `ec_harness_create` without callbacks, returning the harness (NULL on
@@ -415,7 +429,7 @@ pub unsafe extern "C" fn ec_start(
         let h = unsafe { harness_ref(harness) }?;
         // SAFETY: the contract.
         let json = unsafe { str_arg(request_json, "request_json") }?;
-        let mut run = h.embedded.start_run(json, on_delta.is_some())?;
+        let run = h.embedded.start_run(json, on_delta.is_some())?;
         let abort = run.abort_handle();
         let freed = Arc::new(AtomicBool::new(false));
         let state = match on_delta {
@@ -430,10 +444,11 @@ pub unsafe extern "C" fn ec_start(
                     .name("edgecloud-delta".into())
                     .spawn(move || {
                         let target = target;
-                        while let Some(piece) = run.next_token_blocking()? {
-                            target.call(&piece);
+                        let mut deltas = DeltaStream::new(run);
+                        while let Some(delta) = deltas.next_blocking()? {
+                            target.call(delta);
                         }
-                        run.wait()
+                        deltas.wait()
                     });
                 match spawned {
                     Ok(thread) => HandleState::Streaming(thread),
@@ -479,7 +494,7 @@ pub unsafe extern "C" fn ec_handle_wait(
             unsafe { handle.as_ref() }.ok_or_else(|| Failure::argument("`handle` is NULL"))?;
         let mut state = handle.state.lock().unwrap_or_else(|p| p.into_inner());
         let finished = match std::mem::replace(&mut *state, HandleState::Taken) {
-            HandleState::Running(run) => Finished::of(run.wait()),
+            HandleState::Running(run) => Finished::of(run.wait().map_err(embed::Error::from)),
             HandleState::Streaming(thread) => match thread.join() {
                 Ok(result) => Finished::of(result),
                 Err(payload) => Finished {

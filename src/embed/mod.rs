@@ -14,7 +14,8 @@
 //!   (`POST /v1/chat/completions` bodies, `model` optional, the `edgecloud`
 //!   extension object for policy and deadline), through the one validator.
 //! - Results: the outcome as the JSON of `edgecloud run --json`
-//!   ([`outcome_json`]), a streamed piece as a delta ([`delta_json`]), and
+//!   ([`outcome_json`]), a streamed run as the deltas serve streams
+//!   ([`DeltaStream`]: text pieces, then the winner's tool calls), and
 //!   errors as one small [`ErrorKind`] that C statuses and Python exception
 //!   classes both map from.
 //!
@@ -41,12 +42,14 @@
 mod error;
 mod request;
 pub mod settings;
+mod stream;
 
 pub use error::{Error, ErrorKind};
 pub use request::{request_from_json, Prepared, DEFAULT_MODEL, MAX_DEADLINE};
 pub use settings::{
     config_from_toml, config_from_value, openai_base_url, resolve_model, Overrides, SettingsError,
 };
+pub use stream::{delta_json, tool_call_deltas, DeltaStream};
 
 use crate::harness::{
     Arbiter, Candidate, Compressor, Harness, HarnessConfig, Outcome, Policy, RunHandle,
@@ -149,6 +152,18 @@ impl Embedded {
         })
     }
 
+    /// A harness built in Rust (with backends of its own: a custom lane,
+    /// a scripted stand-in) behind the JSON layer, for a binding to hand
+    /// out as it hands out a configured one. Its requests use its routes;
+    /// a policy named in a request is one of the named presets.
+    pub fn from_harness(harness: Harness) -> Self {
+        Self {
+            routes: harness.routes(),
+            harness,
+            presets: Vec::new(),
+        }
+    }
+
     /// The harness itself, for everything else it offers.
     pub fn harness(&self) -> &Harness {
         &self.harness
@@ -187,10 +202,4 @@ impl Embedded {
 /// the callbacks' reports, timings).
 pub fn outcome_json(outcome: &Outcome) -> String {
     serde_json::to_string(outcome).expect("an outcome always serializes (plain data)")
-}
-
-/// A piece of streamed text as a delta, in the shape of an OpenAI stream
-/// chunk's `delta` (`{"content":"..."}`), as serve streams it.
-pub fn delta_json(piece: &str) -> String {
-    serde_json::json!({ "content": piece }).to_string()
 }

@@ -73,6 +73,12 @@ impl AbortHandle {
     pub fn run_id(&self) -> u64 {
         self.shared.run_id
     }
+
+    /// Whether the run has settled (its outcome is decided; late workers
+    /// may still hold their lanes). Cheap; never blocks on the run.
+    pub fn is_settled(&self) -> bool {
+        self.shared.is_settled()
+    }
 }
 
 impl std::fmt::Debug for AbortHandle {

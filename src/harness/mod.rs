@@ -86,6 +86,7 @@ mod decision;
 mod error;
 mod handle;
 mod instance;
+mod instant;
 mod observer;
 mod outcome;
 mod policy;
@@ -120,6 +121,7 @@ pub use config::{
 pub use error::{ConfigError, HarnessError, Setting};
 pub use handle::{AbortHandle, RunHandle, RunOptions};
 pub use instance::Instance;
+pub use instant::InstantBackend;
 pub use observer::{Event, Observer};
 pub use outcome::{CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, RunStatus};
 pub use policy::{

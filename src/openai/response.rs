@@ -98,6 +98,45 @@ pub(crate) struct ChatChunk {
     pub(crate) usage: Option<Usage>,
 }
 
+impl Delta {
+    /// Tool calls as OpenAI streams them: per call, one delta with its
+    /// index, id, type and name (empty arguments), then one with its
+    /// arguments. The one home of that shape: serve's chunks and the
+    /// bindings' streamed deltas both come from here.
+    pub(crate) fn tool_call_pieces(calls: &[ToolCall]) -> Vec<Self> {
+        let piece = |index: usize, first: bool, call: &ToolCall| ToolCallDelta {
+            function: Some(FunctionDelta {
+                arguments: Some(if first {
+                    String::new()
+                } else {
+                    call.function.arguments.clone()
+                }),
+                name: first.then(|| call.function.name.clone()),
+            }),
+            id: first.then(|| call.id.clone()),
+            index: index as u32,
+            kind: first.then(|| "function".to_string()),
+        };
+        calls
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| [piece(i, true, c), piece(i, false, c)])
+            .map(|d| Self {
+                tool_calls: Some(vec![d]),
+                ..Self::default()
+            })
+            .collect()
+    }
+
+    /// A piece of streamed text.
+    pub(crate) fn text(piece: &str) -> Self {
+        Self {
+            content: Some(piece.to_string()),
+            ..Self::default()
+        }
+    }
+}
+
 impl ChatChunk {
     /// Whether this parsed chunk is really an error object.
     pub(crate) fn may_be_error(&self) -> bool {
@@ -277,48 +316,15 @@ impl ChatChunk {
 
     /// A chunk of text.
     pub(crate) fn content(ids: &Ids, text: &str) -> Self {
-        Self::delta(
-            ids,
-            Delta {
-                content: Some(text.to_string()),
-                role: None,
-                tool_calls: None,
-            },
-            None,
-        )
+        Self::delta(ids, Delta::text(text), None)
     }
 
-    /// The chunks of tool calls, as OpenAI streams them: per call, one
-    /// with its index, id, type and name (empty arguments), then one with
-    /// its arguments.
+    /// The chunks of tool calls, as OpenAI streams them (one chunk per
+    /// piece of [`Delta::tool_call_pieces`]).
     pub(crate) fn tool_calls(ids: &Ids, calls: &[ToolCall]) -> Vec<Self> {
-        let piece = |index: usize, first: bool, call: &ToolCall| ToolCallDelta {
-            function: Some(FunctionDelta {
-                arguments: Some(if first {
-                    String::new()
-                } else {
-                    call.function.arguments.clone()
-                }),
-                name: first.then(|| call.function.name.clone()),
-            }),
-            id: first.then(|| call.id.clone()),
-            index: index as u32,
-            kind: first.then(|| "function".to_string()),
-        };
-        calls
-            .iter()
-            .enumerate()
-            .flat_map(|(i, c)| [piece(i, true, c), piece(i, false, c)])
-            .map(|d| {
-                Self::delta(
-                    ids,
-                    Delta {
-                        tool_calls: Some(vec![d]),
-                        ..Delta::default()
-                    },
-                    None,
-                )
-            })
+        Delta::tool_call_pieces(calls)
+            .into_iter()
+            .map(|d| Self::delta(ids, d, None))
             .collect()
     }
 

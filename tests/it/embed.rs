@@ -96,3 +96,70 @@ fn mistakes_come_back_in_their_kind() {
     let e = start("[local]\nmodel = \"hf:not a repo\"\n").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Config, "a malformed reference: {e}");
 }
+
+/// A streamed run read as a binding reads it ([`embed::DeltaStream`], what
+/// C's `on_delta` and Python's `stream()` get): the committed text as
+/// content deltas, then the winner's tool call as OpenAI streams it (a
+/// delta with its id, type and name, then one with its arguments), then
+/// the end; the outcome after. The real SmolLM2 with a tool it must call.
+#[test]
+fn a_stream_gives_the_text_then_the_winners_tool_calls_as_serve_streams_them() {
+    let mut cfg = embed::config_from_toml("[harness]\ndeadline_ms = 120000\n").expect("valid");
+    let mut o = Overrides::default();
+    o.model = Some(crate::support::real_model::smollm2().into());
+    o.threads = Some(2);
+    o.policy = Some("local-only".parse().expect("a policy"));
+    o.apply(&mut cfg).expect("valid");
+    let embedded = Embedded::start(&cfg, Callbacks::default()).expect("SmolLM2 loads");
+    let request = serde_json::json!({
+        "messages": [{"role": "user", "content": "What's the weather like in Paris?"}],
+        "max_tokens": 64,
+        "temperature": 0,
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather", "description": "Current weather in a city.",
+            "parameters": {"type": "object", "additionalProperties": false,
+                "required": ["city"], "properties": {"city": {"type": "string"}}}}}],
+        "tool_choice": "required",
+    })
+    .to_string();
+    let mut deltas = embed::DeltaStream::new(embedded.start_run(&request, true).expect("starts"));
+    let mut seen: Vec<Value> = Vec::new();
+    while let Some(d) = deltas.next_blocking().expect("streams") {
+        seen.push(serde_json::from_str(&d).expect("each delta is JSON"));
+    }
+    assert_eq!(
+        deltas.next_blocking().expect("ended"),
+        None,
+        "the end stays"
+    );
+    let outcome = deltas.wait().expect("the outcome after the deltas");
+    assert!(deltas.abort_handle().is_settled());
+    assert!(outcome.is_ok(), "{:?}", outcome.error);
+    let call = &outcome.completion.as_ref().expect("a winner").tool_calls[0];
+
+    let (text, calls): (Vec<&Value>, Vec<&Value>) =
+        seen.iter().partition(|d| d.get("content").is_some());
+    let streamed: String = text
+        .iter()
+        .map(|d| d["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(Some(streamed.as_str()), outcome.text.as_deref());
+    assert_eq!(calls.len(), 2, "one call, two deltas: {seen:?}");
+    assert!(
+        seen[seen.len() - 2..]
+            .iter()
+            .all(|d| d.get("tool_calls").is_some()),
+        "the calls come after the text: {seen:?}"
+    );
+    assert_eq!(
+        *calls[0],
+        serde_json::json!({"tool_calls": [{"index": 0, "id": call.id, "type": "function",
+            "function": {"name": "get_weather", "arguments": ""}}]})
+    );
+    assert_eq!(
+        *calls[1],
+        serde_json::json!({"tool_calls": [{"index": 0,
+            "function": {"arguments": call.function.arguments}}]})
+    );
+    assert!(deltas.wait().is_err(), "the outcome is handed out once");
+}

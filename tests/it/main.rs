@@ -4,6 +4,7 @@ mod bench;
 mod capi_header;
 mod cli;
 mod cli_conventions;
+mod cli_docs;
 mod cloud;
 mod cloud_down;
 mod cloud_tls;

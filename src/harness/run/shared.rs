@@ -92,6 +92,10 @@ impl RunShared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    pub(crate) fn is_settled(&self) -> bool {
+        self.lock().settled_at.is_some()
+    }
+
     pub(crate) fn abort(&self) -> AbortResult {
         let mut st = self.lock();
         if st.settled_at.is_some() {
