@@ -10,9 +10,9 @@ use super::engine::{Job, ModelEntry, Param, StartError};
 use super::response::{
     self, all_instances_busy, error_response, full, json_response, shutting_down, Body,
 };
-use super::stream;
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
+use super::{completions, stream};
 use crate::openai::{Ids, Model, ModelList};
 use crate::request::Request as LlmRequest;
 use bytes::Bytes;
@@ -48,6 +48,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/completions" => "/v1/completions",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     };
@@ -57,14 +58,14 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         }
     }
     let allowed = match endpoint {
-        "/v1/chat/completions" => Method::POST,
+        "/v1/chat/completions" | "/v1/completions" => Method::POST,
         "other" => {
             let e = ApiError::new(
                 404,
                 INVALID_REQUEST,
                 format!(
                     "unknown endpoint {method} {path}; this server has POST /v1/chat/completions, \
-                     GET /v1/models, GET /health and GET /metrics"
+                     POST /v1/completions, GET /v1/models, GET /health and GET /metrics"
                 ),
             )
             .code("unknown_url");
@@ -94,6 +95,9 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/metrics" => metrics(app),
         "/v1/models" => models(app),
         "/v1/models/{id}" => model(app, &path["/v1/models/".len()..]),
+        "/v1/completions" => completion(app, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e)),
         _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
     };
     (endpoint, response)
@@ -258,15 +262,41 @@ fn request_id(headers: &HeaderMap) -> Option<String> {
     (!v.is_empty() && v.len() <= 128).then(|| v.to_string())
 }
 
-async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let (header_policy, header_deadline) = header_options(req.headers(), &app.limits)?;
-    let id = request_id(req.headers());
+/// What a generation request's headers say: the policy and deadline
+/// options and the request id.
+struct Head {
+    policy: Option<String>,
+    deadline: Option<Duration>,
+    request_id: Option<String>,
+}
+
+/// Reads a generation request's headers and body.
+async fn read_request(app: &App, req: Request<Incoming>) -> Result<(Head, Bytes), ApiError> {
+    let (policy, deadline) = header_options(req.headers(), &app.limits)?;
+    let request_id = request_id(req.headers());
     let body = read_body(app, req).await?;
-    let params = wire::parse_chat(&body, app.limits)?;
+    Ok((
+        Head {
+            policy,
+            deadline,
+            request_id,
+        },
+        body,
+    ))
+}
+
+/// Starts the run of a validated request on the route its `model`
+/// selects: every generation endpoint's one way to the engine. Takes the
+/// messages and sampling out of `params`.
+async fn start(
+    app: &App,
+    head: &Head,
+    params: &mut wire::ChatParams,
+) -> Result<Box<dyn super::engine::Run>, ApiError> {
     let Some(entry) = app.resolve_model(&params.model) else {
         return Err(unknown_model(&params.model, &app.models()).param("model"));
     };
-    let policy = params.policy.clone().or(header_policy);
+    let policy = params.policy.clone().or_else(|| head.policy.clone());
     let policy_param = if params.policy.is_some() {
         "edgecloud.policy"
     } else {
@@ -274,10 +304,10 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     };
     let job = Job {
         request: LlmRequest {
-            id: id.clone(),
-            messages: params.messages,
-            sampling: params.sampling,
-            deadline: params.deadline.or(header_deadline),
+            id: head.request_id.clone(),
+            messages: std::mem::take(&mut params.messages),
+            sampling: std::mem::take(&mut params.sampling),
+            deadline: params.deadline.or(head.deadline),
         },
         route: entry.route.clone(),
         policy,
@@ -286,7 +316,7 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     if app.shutting_down.load(Ordering::Acquire) {
         return Err(shutting_down(app.retry_after_secs));
     }
-    let run = app.engine.start(job).await.map_err(|e| match e {
+    app.engine.start(job).await.map_err(|e| match e {
         StartError::Invalid { param, message } => {
             let e = ApiError::new(400, INVALID_REQUEST, message);
             match param {
@@ -301,11 +331,38 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
             all_instances_busy(instances, app.retry_after_secs)
         }
         StartError::Internal(m) => ApiError::new(500, "server_error", m),
-    })?;
+    })
+}
+
+async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params = wire::parse_chat(&body, app.limits)?;
+    let run = start(app, &head, &mut params).await?;
     let ids = Ids::new(run.info().run_id, &params.model);
     if params.stream {
-        stream::respond(app.clone(), run, ids, params.include_usage, id).await
+        let shape = stream::ChatShape::new(ids, params.include_usage);
+        stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(app, run, ids, id).await
+        response::whole(app, run, head.request_id, |summary, text, finish| {
+            response::chat_completion(&ids, summary, text, finish)
+        })
+        .await
+    }
+}
+
+async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params = wire::parse_completion(&body, app.limits)?;
+    let run = start(app, &head, &mut params.chat).await?;
+    let ids = Ids::prefixed("cmpl", run.info().run_id, &params.chat.model);
+    let echo = params.echo.then_some(params.prompt);
+    if params.chat.stream {
+        let shape = completions::Stream::new(ids, echo, params.chat.include_usage);
+        stream::respond(app.clone(), run, shape, head.request_id).await
+    } else {
+        response::whole(app, run, head.request_id, |summary, text, finish| {
+            completions::whole(&ids, echo.as_deref(), summary, text, finish)
+        })
+        .await
     }
 }

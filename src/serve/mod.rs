@@ -25,6 +25,7 @@
 //! | endpoint | what |
 //! |---|---|
 //! | `POST /v1/chat/completions` | chat completion, whole or streamed (`"stream": true`) |
+//! | `POST /v1/completions` | legacy text completion of a raw prompt (no chat template), whole or streamed |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
@@ -98,6 +99,7 @@
 //! ```
 
 mod app;
+mod completions;
 mod config;
 mod engine;
 mod harness_engine;

@@ -1,4 +1,4 @@
-//! How a chat run ends as a response, for the whole and the streamed path
+//! How a run ends as a response, for the whole and the streamed path
 //! alike: waiting for the settled run (aborting it if the client leaves),
 //! recording it, the answer or the OpenAI-shaped error, usage, the
 //! `edgecloud` extension field and the `x-edgecloud-*` headers. It must not
@@ -19,12 +19,14 @@ use std::convert::Infallible;
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
-/// Answers a non-streaming request: one JSON body once the run settles.
+/// Answers a non-streaming request: one JSON body once the run settles,
+/// `render(summary, text, finish_reason)` on success (the endpoint's
+/// shape), the OpenAI error otherwise.
 pub(crate) async fn whole(
     app: &App,
     run: Box<dyn Run>,
-    ids: Ids,
     request_id: Option<String>,
+    render: impl FnOnce(&Summary, &str, &'static str) -> Response<Body>,
 ) -> Result<Response<Body>, ApiError> {
     let info = run.info().clone();
     let guard = AbortOnDrop::new(&*run);
@@ -34,14 +36,22 @@ pub(crate) async fn whole(
         &info,
         &summary,
         request_id.as_deref(),
-        |text, finish| {
-            let mut body = ChatCompletion::answer(&ids, text, finish, usage(&summary))
-                .with_tool_calls(&summary.tool_calls)
-                .with_logprobs(summary.logprobs.as_deref());
-            body.edgecloud = Some(extension(&summary));
-            json_response(200, &body)
-        },
+        |text, finish| render(&summary, text, finish),
     ))
+}
+
+/// A whole chat completion.
+pub(crate) fn chat_completion(
+    ids: &Ids,
+    summary: &Summary,
+    text: &str,
+    finish: &'static str,
+) -> Response<Body> {
+    let mut body = ChatCompletion::answer(ids, text, finish, usage(summary))
+        .with_tool_calls(&summary.tool_calls)
+        .with_logprobs(summary.logprobs.as_deref());
+    body.edgecloud = Some(extension(summary));
+    json_response(200, &body)
 }
 
 /// Waits for the run to settle and records it. The guard aborts the run if

@@ -23,6 +23,7 @@ mod probe;
 mod quality;
 mod real_model;
 mod serve;
+mod serve_completions;
 mod serve_fuzz;
 mod source_rules;
 mod structured;
