@@ -12,7 +12,7 @@ use super::response::{
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
-use super::{completions, stream};
+use super::{completions, cors, stream};
 use crate::openai::{Ids, Model, ModelList};
 use crate::request::Request as LlmRequest;
 use bytes::Bytes;
@@ -35,7 +35,13 @@ pub(crate) async fn handle(
     app: Arc<App>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let (endpoint, response) = route(&app, req).await;
+    if let Some(r) = cors::preflight(&app.cors, req.method(), req.headers()) {
+        app.metrics.http("preflight", r.status().as_u16());
+        return Ok(r);
+    }
+    let origin = req.headers().get(hyper::header::ORIGIN).cloned();
+    let (endpoint, mut response) = route(&app, req).await;
+    cors::decorate(&app.cors, origin.as_ref(), response.headers_mut());
     app.metrics.http(endpoint, response.status().as_u16());
     Ok(response)
 }

@@ -46,6 +46,11 @@
 //! overshoot, late workers, decision, and per lane its status, times,
 //! finish reason, score, error and token counts by source.
 //!
+//! # Browsers
+//! [`ServeConfig::cors`] (off by default) answers CORS preflights (204, no
+//! token needed) and marks every other response with the allowed origin;
+//! see `cors`.
+//!
 //! # Errors
 //! `{"error": {"message", "type", "param", "code"}}`, as OpenAI sends them:
 //! 400 malformed (`param` names the field), 401 bearer token, 404 unknown
@@ -101,6 +106,7 @@
 mod app;
 mod completions;
 mod config;
+mod cors;
 mod engine;
 mod harness_engine;
 mod http;
@@ -115,6 +121,7 @@ pub(crate) mod wire;
 mod tests;
 
 pub use self::config::{ServeConfig, DEFAULT_PORT};
+pub use self::cors::CorsOrigins;
 pub use self::token::BearerToken;
 
 use self::app::App;
@@ -186,6 +193,12 @@ pub enum ServeError {
     #[error("invalid bearer token: {reason}")]
     Token {
         /// Why (never the token itself).
+        reason: String,
+    },
+    /// The CORS origins are unusable.
+    #[error("invalid CORS origins: {reason}")]
+    Cors {
+        /// Why.
         reason: String,
     },
 }
@@ -270,6 +283,7 @@ impl Server {
             engine,
             metrics,
             token: config.token,
+            cors: config.cors,
             max_body_bytes: config.max_body_bytes,
             body_timeout: config.body_timeout,
             limits: wire::Limits {

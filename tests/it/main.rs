@@ -24,6 +24,7 @@ mod quality;
 mod real_model;
 mod serve;
 mod serve_completions;
+mod serve_cors;
 mod serve_fuzz;
 mod source_rules;
 mod structured;
