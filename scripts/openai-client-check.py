@@ -115,7 +115,7 @@ def responses(client):
     check("responses stream: same text as whole",
           done is not None and text == whole.output_text == done.output_text, repr(text))
     with client.responses.stream(
-            model="edgecloud", input="Say hi.", max_output_tokens=6, temperature=0) as s:
+            model="edgecloud", input="Say hi.", max_output_tokens=40, temperature=0) as s:
         final = s.get_final_response()
     check("responses.stream helper: final response", final.id.startswith("resp"),
           repr(final.output_text))

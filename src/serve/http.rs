@@ -50,6 +50,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let endpoint: &'static str = match path.as_str() {
+        "/" => "/",
         "/health" => "/health",
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
@@ -70,8 +71,8 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
                 404,
                 INVALID_REQUEST,
                 format!(
-                    "unknown endpoint {method} {path}; this server has POST /v1/chat/completions, \
-                     POST /v1/completions, GET /v1/models, GET /health and GET /metrics"
+                    "unknown endpoint {method} {path}; this server has {}",
+                    ENDPOINTS.join(", ")
                 ),
             )
             .code("unknown_url");
@@ -97,6 +98,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         return (endpoint, r);
     }
     let response = match endpoint {
+        "/" => root(app),
         "/health" => health(app),
         "/metrics" => metrics(app),
         "/v1/models" => models(app),
@@ -133,6 +135,33 @@ fn check_token(token: Option<&BearerToken>, headers: &HeaderMap) -> Result<(), A
             ApiError::new(401, INVALID_REQUEST, "incorrect bearer token").code("invalid_api_key"),
         ),
     }
+}
+
+/// The endpoints, as `GET /` lists them (and the 404 names them).
+pub(crate) const ENDPOINTS: &[&str] = &[
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+    "GET /v1/models",
+    "GET /v1/models/{id}",
+    "GET /health",
+    "GET /metrics",
+    "GET /",
+];
+
+/// `GET /`: what this server is, its version, models and endpoints (a
+/// browser or `curl` pointed at the bare address learns where to go).
+fn root(app: &App) -> Response<Body> {
+    let models: Vec<String> = app.models().into_iter().map(|m| m.id).collect();
+    json_response(
+        200,
+        &json!({
+            "name": "edgecloud",
+            "version": env!("CARGO_PKG_VERSION"),
+            "api": "OpenAI-compatible, base URL /v1",
+            "models": models,
+            "endpoints": ENDPOINTS,
+        }),
+    )
 }
 
 fn health(app: &App) -> Response<Body> {

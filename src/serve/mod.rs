@@ -29,6 +29,7 @@
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
+//! | `GET /` | the server's name, version, models and endpoints (JSON) |
 //!
 //! # Extension fields and headers
 //! A request may choose the policy and deadline, in the body (wins) or as

@@ -1,5 +1,6 @@
-//! Integration tests: browsers' cross-origin rules (CORS) on a real
-//! server. CORS is off by default (no `Access-Control-*`
+//! Integration tests: what a browser meets on a real server: `GET /`
+//! (the server's name, version, models and endpoints) and the
+//! cross-origin rules (CORS). CORS is off by default (no `Access-Control-*`
 //! header anywhere, a preflight is the 405 it always was); with origins
 //! allowed, a preflight is a 204 with the allowed origin, methods, headers
 //! and max age and needs no token, while every other response (errors
@@ -184,6 +185,41 @@ async fn a_list_of_origins_echoes_the_listed_one_and_refuses_the_others() {
     .await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert_eq!(header(&r, "access-control-allow-origin"), Some(PAGE));
+    assert!(server.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_root_names_the_server_its_version_models_and_endpoints() {
+    let (_local, _cloud, builder) = scripted_pair(Policy::LocalOnly);
+    let server = serve(
+        builder.build().unwrap(),
+        loopback().model_alias("gpt-4o-mini"),
+    )
+    .await;
+    let root = format!("http://{}/", server.local_addr());
+    let r = send(Method::GET, &root, &[], None).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["name"], "edgecloud");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["models"], json!(["edgecloud", "gpt-4o-mini"]));
+    let endpoints: Vec<&str> = v["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    for e in [
+        "POST /v1/chat/completions",
+        "POST /v1/completions",
+        "GET /v1/models",
+        "GET /health",
+        "GET /metrics",
+    ] {
+        assert!(endpoints.contains(&e), "{endpoints:?}");
+    }
+    let r = send(Method::POST, &root, &[], Some(json!({}))).await;
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert!(server.shutdown().await.is_clean());
 }
 
