@@ -12,7 +12,7 @@ use super::response::{
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
-use super::{completions, cors, stream};
+use super::{completions, cors, responses, stream};
 use crate::openai::{Ids, Model, ModelList};
 use crate::request::Request as LlmRequest;
 use bytes::Bytes;
@@ -56,6 +56,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/models" => "/v1/models",
         "/v1/chat/completions" => "/v1/chat/completions",
         "/v1/completions" => "/v1/completions",
+        "/v1/responses" => "/v1/responses",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     };
@@ -65,7 +66,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         }
     }
     let allowed = match endpoint {
-        "/v1/chat/completions" | "/v1/completions" => Method::POST,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" => Method::POST,
         "other" => {
             let e = ApiError::new(
                 404,
@@ -106,6 +107,9 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/completions" => completion(app, req)
             .await
             .unwrap_or_else(|e| error_response(&e)),
+        "/v1/responses" => response_api(app, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e)),
         _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
     };
     (endpoint, response)
@@ -141,6 +145,7 @@ fn check_token(token: Option<&BearerToken>, headers: &HeaderMap) -> Result<(), A
 pub(crate) const ENDPOINTS: &[&str] = &[
     "POST /v1/chat/completions",
     "POST /v1/completions",
+    "POST /v1/responses",
     "GET /v1/models",
     "GET /v1/models/{id}",
     "GET /health",
@@ -397,6 +402,23 @@ async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<B
     } else {
         response::whole(app, run, head.request_id, |summary, text, finish| {
             completions::whole(&ids, echo.as_deref(), summary, text, finish)
+        })
+        .await
+    }
+}
+
+async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params = wire::parse_responses(&body, app.limits)?;
+    let run = start(app, &head, &mut params.chat).await?;
+    let ids = Ids::prefixed("resp", run.info().run_id, &params.chat.model);
+    let meta = crate::openai::Meta::new(ids, params.echo);
+    if params.chat.stream {
+        let shape = responses::Stream::new(meta);
+        stream::respond(app.clone(), run, shape, head.request_id).await
+    } else {
+        response::whole(app, run, head.request_id, |summary, text, finish| {
+            responses::whole(&meta, summary, text, finish)
         })
         .await
     }

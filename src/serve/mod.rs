@@ -26,6 +26,7 @@
 //! |---|---|
 //! | `POST /v1/chat/completions` | chat completion, whole or streamed (`"stream": true`) |
 //! | `POST /v1/completions` | legacy text completion of a raw prompt (no chat template), whole or streamed |
+//! | `POST /v1/responses` | the Responses API (stateless), whole or streamed as its events |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
@@ -113,6 +114,7 @@ mod harness_engine;
 mod http;
 mod metrics;
 mod response;
+mod responses;
 mod server;
 mod stream;
 mod token;

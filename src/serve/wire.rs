@@ -213,6 +213,68 @@ pub(crate) fn parse_completion(body: &[u8], limits: Limits) -> Result<Completion
     })
 }
 
+/// A Responses request, validated: the chat parameters its run takes and
+/// what its response object echoes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResponsesParams {
+    pub(crate) chat: ChatParams,
+    pub(crate) echo: openai::Echo,
+}
+
+/// Parses a Responses body: `openai`'s Responses reader (the one home of
+/// the mapping onto a chat request), the server's message cap, the
+/// `edgecloud` extension object, then `Request::validate` (its errors
+/// named as the Responses body spells the field: `input`,
+/// `max_output_tokens`, `text.format`).
+pub(crate) fn parse_responses(body: &[u8], limits: Limits) -> Result<ResponsesParams, ApiError> {
+    let obj = json_object(body)?;
+    let (body, extra) = openai::parse_responses(&obj)?;
+    if body.messages.len() > limits.max_messages {
+        return Err(ApiError::invalid(
+            "input",
+            format!(
+                "`input` makes {} messages; this server accepts at most {}",
+                body.messages.len(),
+                limits.max_messages
+            ),
+        )
+        .code("too_many_messages"));
+    }
+    let (policy, deadline) = extension(present(&extra, "edgecloud"), limits.max_deadline)?;
+    let sampling = body.sampling(Sampling {
+        max_tokens: limits.default_max_tokens,
+        ..Sampling::default()
+    });
+    let request = Request {
+        id: None,
+        messages: body.messages,
+        sampling,
+        deadline,
+    };
+    request.validate().map_err(|e| {
+        let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
+        api.param = e.field.map(|field| match field {
+            RequestField::Messages => "input".to_string(),
+            RequestField::MaxTokens => "max_output_tokens".to_string(),
+            RequestField::ResponseFormat => "text.format".to_string(),
+            other => other.name(),
+        });
+        api
+    })?;
+    Ok(ResponsesParams {
+        chat: ChatParams {
+            include_usage: false,
+            stream: body.stream,
+            model: body.model,
+            messages: request.messages,
+            sampling: request.sampling,
+            policy,
+            deadline,
+        },
+        echo: body.echo,
+    })
+}
+
 /// A request the validator refused, as a 400 naming its field the way
 /// the client's body spelled it.
 fn invalid(e: InvalidRequest, body: &openai::ChatRequest<'_>) -> ApiError {

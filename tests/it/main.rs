@@ -26,6 +26,7 @@ mod serve;
 mod serve_completions;
 mod serve_cors;
 mod serve_fuzz;
+mod serve_responses;
 mod source_rules;
 mod structured;
 mod support;

@@ -97,7 +97,7 @@ fn default_listen() -> SocketAddr {
 fn serve_help() -> String {
     format!(
         "Endpoints: POST /v1/chat/completions (whole or streamed), POST /v1/completions \
-(a raw prompt, no chat template), GET /v1/models, GET /health, GET /metrics (Prometheus), \
+(a raw prompt, no chat template), POST /v1/responses (stateless), GET /v1/models, GET /health, GET /metrics (Prometheus), \
 GET / (name, version, models, endpoints).
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
