@@ -9,6 +9,9 @@ client has for it, whole and streamed, and checks what the client parsed:
   * client.responses.create (a string input, items with a function call
     and its output, a function tool, `text.format` json_schema), when the
     server has /v1/responses
+  * the OpenAI Agents SDK (`openai-agents`, when installed): an agent with
+    a function tool on the Responses API; the tool must be called and the
+    run must end with an answer
 
 It prints one line per check and exits 1 if one failed. Without the
 `openai` package it says so and exits 0 (skipped): `pip install openai`.
@@ -158,6 +161,47 @@ def responses(client):
               e.body.get("param") == "previous_response_id", str(e.body))
 
 
+def agents_check(url):
+    try:
+        import asyncio
+        from agents import (Agent, ModelSettings, OpenAIResponsesModel, Runner,
+                            function_tool, set_tracing_disabled)
+    except ImportError:
+        print("skip agents: the `openai-agents` package is not installed")
+        return
+    set_tracing_disabled(True)
+    calls = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        calls.append(city)
+        return f"12 C and sunny in {city}"
+
+    model = OpenAIResponsesModel(
+        model="edgecloud",
+        openai_client=openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0))
+    agent = Agent(name="weather", instructions="Answer with the tool's result.",
+                  tools=[get_weather], model=model,
+                  model_settings=ModelSettings(tool_choice="required", temperature=0,
+                                               max_tokens=60))
+
+    async def both():
+        whole = await Runner.run(agent, "What is the weather in Oslo?", max_turns=4)
+        before = len(calls)
+        run = Runner.run_streamed(agent, "What is the weather in Paris?", max_turns=4)
+        async for _ in run.stream_events():
+            pass
+        return whole.final_output, before, run.final_output
+
+    whole, before, streamed = asyncio.run(both())
+    check("agents: the function tool was called", before >= 1, repr(calls[:before]))
+    check("agents: the run ended with an answer", isinstance(whole, str), repr(whole))
+    check("agents streamed: the tool was called and the run ended with an answer",
+          len(calls) > before and isinstance(streamed, str),
+          f"{calls[before:]} {streamed!r}")
+
+
 def main():
     target = os.environ.get("CARGO_TARGET_DIR", "target")
     ap = argparse.ArgumentParser()
@@ -176,6 +220,7 @@ def main():
         completions(client)
         try:
             responses(client)
+            agents_check(url)
         except openai.NotFoundError:
             print("skip responses: this server has no /v1/responses")
     finally:

@@ -95,4 +95,8 @@ impl Shape for Stream {
     fn failure(&mut self, e: &ApiError) -> Vec<u8> {
         event(&e.body()).to_vec()
     }
+
+    fn prompt_param(&self) -> &'static str {
+        "prompt"
+    }
 }

@@ -1,9 +1,11 @@
-//! Request handling: routing, the bearer-token check, the body cap, and
-//! for a chat request the path top to bottom: parse (`wire`), start the
-//! run (the engine), respond (whole in `response`, SSE in `stream`, which
-//! ends through `response` too). One function per endpoint. It
-//! must not accept connections or manage shutdown (`server` does) and must
-//! not decide how a run goes (the engine does).
+//! Request handling: routing, CORS (through `cors`), the bearer-token
+//! check, the body cap, and for a generation request (chat, text
+//! completion, Responses) the path top to bottom: parse (`wire`), start
+//! the run (the engine, one `start` for every endpoint), respond (whole in
+//! `response`, SSE in `stream`, each in its endpoint's shape:
+//! `completions`, `responses`). One function per endpoint. It must not
+//! accept connections or manage shutdown (`server` does) and must not
+//! decide how a run goes (the engine does).
 
 use super::app::App;
 use super::engine::{Job, ModelEntry, Param, StartError};
@@ -383,9 +385,13 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
         let shape = stream::ChatShape::new(ids, params.include_usage);
         stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(app, run, head.request_id, |summary, text, finish| {
-            response::chat_completion(&ids, summary, text, finish)
-        })
+        response::whole(
+            app,
+            run,
+            head.request_id,
+            "messages",
+            |summary, text, finish| response::chat_completion(&ids, summary, text, finish),
+        )
         .await
     }
 }
@@ -400,9 +406,15 @@ async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<B
         let shape = completions::Stream::new(ids, echo, params.chat.include_usage);
         stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(app, run, head.request_id, |summary, text, finish| {
-            completions::whole(&ids, echo.as_deref(), summary, text, finish)
-        })
+        response::whole(
+            app,
+            run,
+            head.request_id,
+            "prompt",
+            |summary, text, finish| {
+                completions::whole(&ids, echo.as_deref(), summary, text, finish)
+            },
+        )
         .await
     }
 }
@@ -417,9 +429,13 @@ async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response
         let shape = responses::Stream::new(meta);
         stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(app, run, head.request_id, |summary, text, finish| {
-            responses::whole(&meta, summary, text, finish)
-        })
+        response::whole(
+            app,
+            run,
+            head.request_id,
+            "input",
+            |summary, text, finish| responses::whole(&meta, summary, text, finish),
+        )
         .await
     }
 }

@@ -21,11 +21,13 @@ pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 /// Answers a non-streaming request: one JSON body once the run settles,
 /// `render(summary, text, finish_reason)` on success (the endpoint's
-/// shape), the OpenAI error otherwise.
+/// shape), the OpenAI error otherwise (a prompt over the context names
+/// `prompt_param`, the field the endpoint's prompt came in).
 pub(crate) async fn whole(
     app: &App,
     run: Box<dyn Run>,
     request_id: Option<String>,
+    prompt_param: &'static str,
     render: impl FnOnce(&Summary, &str, &'static str) -> Response<Body>,
 ) -> Result<Response<Body>, ApiError> {
     let info = run.info().clone();
@@ -36,6 +38,7 @@ pub(crate) async fn whole(
         &info,
         &summary,
         request_id.as_deref(),
+        prompt_param,
         |text, finish| render(&summary, text, finish),
     ))
 }
@@ -76,11 +79,12 @@ pub(crate) fn settled(
     info: &RunInfo,
     summary: &Summary,
     request_id: Option<&str>,
+    prompt_param: &'static str,
     answer: impl FnOnce(&str, &'static str) -> Response<Body>,
 ) -> Response<Body> {
     let mut response = match success(summary) {
         Some((text, finish)) => answer(text, finish),
-        None => error_response(&failure(app, summary)),
+        None => error_response(&failure(app, summary, prompt_param)),
     };
     outcome_headers(response.headers_mut(), info, Some(summary), request_id);
     response
@@ -162,8 +166,9 @@ pub(crate) fn all_instances_busy(instances: usize, retry_after: u64) -> ApiError
 }
 
 /// The error for a run that ended without an answer; counts busy
-/// rejections.
-pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
+/// rejections. A prompt over the context names `prompt_param` (`messages`,
+/// `prompt`, `input`: where the endpoint's prompt came in).
+pub(crate) fn failure(app: &App, s: &Summary, prompt_param: &'static str) -> ApiError {
     let detail = s.error.clone().unwrap_or_else(|| "no answer".into());
     if s.all_busy() {
         app.metrics.busy_rejection();
@@ -197,7 +202,7 @@ pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
         .retry_after(secs);
     }
     if let Some(message) = s.context_exceeded() {
-        return ApiError::invalid("messages", message).code("context_length_exceeded");
+        return ApiError::invalid(prompt_param, message).code("context_length_exceeded");
     }
     if let Some(message) = s.refused_as_invalid() {
         return ApiError::new(400, INVALID_REQUEST, message);

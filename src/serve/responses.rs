@@ -209,4 +209,8 @@ impl Shape for Stream {
             .event("response.failed", fields(json!({"response": object})));
         format!("{error}{failed}").into_bytes()
     }
+
+    fn prompt_param(&self) -> &'static str {
+        "input"
+    }
 }

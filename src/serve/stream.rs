@@ -42,6 +42,11 @@ pub(crate) trait Shape: Send + 'static {
     fn ending(&mut self, summary: &Summary, finish: &'static str) -> Vec<u8>;
     /// The event that ends a stream whose run failed after its first byte.
     fn failure(&mut self, e: &ApiError) -> Vec<u8>;
+    /// The request field the prompt came in, which an error about its
+    /// length names.
+    fn prompt_param(&self) -> &'static str {
+        "messages"
+    }
 }
 
 /// Frames buffered between the run and a slow client; beyond this the pump
@@ -80,6 +85,7 @@ pub(crate) async fn respond<S: Shape>(
             &info,
             &summary,
             request_id.as_deref(),
+            shape.prompt_param(),
             |text, finish| {
                 let mut frames = shape.opening();
                 if !text.is_empty() {
@@ -214,7 +220,10 @@ async fn pump<S: Shape>(
     }
     let end = match success(&summary) {
         Some((_, finish)) => shape.ending(&summary, finish),
-        None => shape.failure(&failure(&app, &summary)),
+        None => {
+            let e = failure(&app, &summary, shape.prompt_param());
+            shape.failure(&e)
+        }
     };
     let _ = tx.send(Bytes::from(end)).await;
 }

@@ -8,10 +8,12 @@
 use crate::serve::{
     client, local_backend, loopback, next_task, post_to, scripted_pair, serve, LONG,
 };
+use crate::support::http::{Flavor, TestServer};
 use async_openai::types::{CreateChatCompletionRequestArgs, CreateCompletionRequestArgs};
 use edgecloud::harness::{Harness, LaneErrorKind, Policy};
 use edgecloud::lane::{TokenLogprob, TopLogprob};
 use edgecloud::{ChatMessage, FinishReason};
+use edgecloud::{CloudBackend, CloudConfig};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
@@ -133,6 +135,23 @@ async fn a_completion_gets_the_same_status_whole_and_streamed() {
         assert_eq!(status, 502, "stream {stream}: {body}");
         let e: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(e["error"]["code"], "lanes_failed");
+        // A prompt over the context: 400 naming `prompt` either way.
+        let long = tokio::spawn({
+            let url = url.clone();
+            async move {
+                let body = json!({"model": "edgecloud", "prompt": "x", "stream": stream});
+                post_to(&url, "/completions", body, &[]).await
+            }
+        });
+        next_task(&local).await.fail(
+            LaneErrorKind::ContextLengthExceeded,
+            "the prompt has 9000 tokens; the context holds 2048",
+        );
+        let (status, _, body) = long.await.unwrap();
+        assert_eq!(status, 400, "stream {stream}: {body}");
+        let e: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["error"]["code"], "context_length_exceeded");
+        assert_eq!(e["error"]["param"], "prompt");
         // A blank answer from the only lane: 200 either way.
         let blank = tokio::spawn({
             let url = url.clone();
@@ -238,6 +257,38 @@ async fn bad_completion_fields_are_a_400_naming_them_and_the_server_keeps_servin
         json!({"text_offset": [0, 1], "token_logprobs": [-0.25, -0.5],
             "tokens": ["a", "b"], "top_logprobs": [{"a": -0.25}, {"b": -0.5}]})
     );
+    assert!(server.shutdown().await.is_clean());
+}
+
+/// The cloud lane has no raw-prompt path: it sends the prompt as one user
+/// message of a chat request (docs/serve.md says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloud_lane_sends_a_completion_as_one_user_message() {
+    let upstream = TestServer::openai(Flavor::OpenAi, &["Once", " upon"]).await;
+    let harness = Harness::builder()
+        .cloud(CloudBackend::start(CloudConfig::new(upstream.base_url(), "upstream")).unwrap())
+        .policy(Policy::CloudOnly)
+        .deadline(LONG)
+        .build()
+        .unwrap();
+    let server = serve(harness, loopback()).await;
+    for stream in [false, true] {
+        let body = json!({"model": "edgecloud", "prompt": "Tell me", "max_tokens": 5,
+            "stream": stream});
+        let (status, _, text) = post_to(&server.base_url(), "/completions", body, &[]).await;
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains("Once") && text.contains(" upon"), "{text}");
+        assert!(text.contains("text_completion"), "{text}");
+    }
+    let sent = upstream.requests();
+    assert_eq!(sent.len(), 2);
+    for r in &sent {
+        assert_eq!(r.path, "/v1/chat/completions");
+        assert_eq!(
+            r.json()["messages"],
+            json!([{"role": "user", "content": "Tell me"}])
+        );
+    }
     assert!(server.shutdown().await.is_clean());
 }
 

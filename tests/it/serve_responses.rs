@@ -211,6 +211,20 @@ async fn a_response_gets_the_same_status_whole_and_streamed_and_says_when_it_is_
         let (status, _, text) = failing.await.unwrap();
         assert_eq!(status, 502, "stream {stream}: {text}");
 
+        let long = tokio::spawn({
+            let (url, body) = (url.clone(), body.clone());
+            async move { post_to(&url, "/responses", body, &[]).await }
+        });
+        next_task(&local).await.fail(
+            LaneErrorKind::ContextLengthExceeded,
+            "the prompt has 9000 tokens; the context holds 2048",
+        );
+        let (status, _, text) = long.await.unwrap();
+        assert_eq!(status, 400, "stream {stream}: {text}");
+        let e: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(e["error"]["code"], "context_length_exceeded");
+        assert_eq!(e["error"]["param"], "input");
+
         let cut = tokio::spawn({
             let url = url.clone();
             async move { post_to(&url, "/responses", body, &[]).await }
