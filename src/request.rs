@@ -146,6 +146,22 @@ pub struct Sampling {
     /// once whatever this says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consensus: Option<Consensus>,
+    /// The request's one user message is the model's whole prompt, as
+    /// written: no chat template (a legacy text completion, `POST
+    /// /v1/completions`). The local lane tokenizes it as given (the
+    /// model's BOS token added when the model asks for one, special
+    /// tokens in the text read as such, as llama-server's `/completion`
+    /// does); the cloud lane sends it as one user message of a chat
+    /// request, so a provider applies its own template there. It lives
+    /// here, with the other generation settings, so it reaches every
+    /// lane's job unchanged. A raw prompt takes exactly one user message
+    /// and no tools (a tool declaration needs a template to render it).
+    #[serde(skip_serializing_if = "is_false")]
+    pub raw_prompt: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Most samples one request may ask of the local lane.
@@ -186,6 +202,7 @@ impl Default for Sampling {
             tool_choice: None,
             logprobs: None,
             consensus: None,
+            raw_prompt: false,
         }
     }
 }
@@ -350,7 +367,22 @@ pub(crate) fn validate_parts(
             "a request needs at least one message",
         ));
     }
-    sampling.validate()
+    sampling.validate()?;
+    if sampling.raw_prompt {
+        if messages.len() != 1 || messages[0].role != Role::User {
+            return Err(InvalidRequest::at(
+                RequestField::Messages,
+                "a raw prompt is exactly one user message (no chat template joins several)",
+            ));
+        }
+        if !sampling.tools.is_empty() {
+            return Err(InvalidRequest::at(
+                RequestField::Tools,
+                "a raw prompt cannot declare tools (only a chat template renders them)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A request or setting that cannot be served as given.
@@ -546,6 +578,20 @@ mod tests {
         r.messages.clear();
         assert_eq!(
             r.validate().unwrap_err().field,
+            Some(RequestField::Messages)
+        );
+        // A raw prompt is one user message and declares no tools.
+        let mut raw = Request::user("Once upon a time");
+        raw.sampling.raw_prompt = true;
+        raw.validate().unwrap();
+        raw.messages.insert(0, ChatMessage::system("s"));
+        assert_eq!(
+            raw.validate().unwrap_err().field,
+            Some(RequestField::Messages)
+        );
+        raw.messages = vec![ChatMessage::assistant("a")];
+        assert_eq!(
+            raw.validate().unwrap_err().field,
             Some(RequestField::Messages)
         );
         assert_eq!(RequestField::Stop(3).name(), "stop[3]");

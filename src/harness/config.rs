@@ -102,6 +102,19 @@ pub struct HarnessConfig {
     /// `[pool]`: how many instances a server runs at once.
     #[serde(default)]
     pub pool: PoolConfig,
+    /// `[serve]`: settings of `edgecloud serve` alone.
+    #[serde(default)]
+    pub serve: ServeFileConfig,
+}
+
+/// The settings of `[serve]`, read by `edgecloud serve` (its flags win).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeFileConfig {
+    /// Browser origins that may call the server (CORS): `["*"]` for any,
+    /// or origins such as `"https://app.example"`; absent or empty: off
+    /// (`--cors-origins` wins).
+    pub cors_origins: Option<Vec<String>>,
 }
 
 /// The settings of `[pool]`: the harness's instances over one model

@@ -116,7 +116,8 @@ pub use callbacks::{
 };
 pub use compression::KeepRecent;
 pub use config::{
-    EscalateBelow, HarnessConfig, PoolConfig, RouteConfig, DEFAULT_PARALLEL, EXAMPLE_CONFIG,
+    EscalateBelow, HarnessConfig, PoolConfig, RouteConfig, ServeFileConfig, DEFAULT_PARALLEL,
+    EXAMPLE_CONFIG,
 };
 pub use error::{ConfigError, HarnessError, Setting};
 pub use handle::{AbortHandle, RunHandle, RunOptions};

@@ -76,13 +76,19 @@ impl PromptFormat {
 
     /// A job's prompt, and what its tools mean on this lane when it has
     /// tools or tool messages (then the model's own Jinja template renders
-    /// it, see `toolcall`); other jobs render as they always have.
+    /// it, see `toolcall`); other jobs render as they always have. A raw
+    /// prompt (`Sampling::raw_prompt`, validated to be one user message
+    /// without tools) is the prompt as written: no template at all.
     pub(super) fn render_job(
         &self,
         model: &LlamaModel,
         messages: &[ChatMessage],
         sampling: &Sampling,
     ) -> Result<(String, Option<ToolJob>), LocalError> {
+        if sampling.raw_prompt {
+            let text = messages.iter().map(|m| m.content.as_str()).collect();
+            return Ok((text, None));
+        }
         let tools = ToolTemplate::detect(self.jinja_text());
         let Some(job) = ToolJob::of(tools, sampling, messages) else {
             return Ok((self.render(model, messages)?, None));

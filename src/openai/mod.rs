@@ -2,7 +2,10 @@
 //! request ([`ChatRequest`]) and the one reader that parses it from JSON
 //! naming the offending field ([`parse_request`]), the single list of
 //! fields no lane can honour (`refused`), and the typed whole response,
-//! stream chunk, usage, error and model-list shapes (`response`, `error`).
+//! stream chunk, usage, error and model-list shapes (`response`, `error`);
+//! the legacy text completion, its reader and shapes (`completions`);
+//! the Responses API, its mapping onto a chat request and its objects and
+//! events (`responses`).
 //!
 //! Who uses it: the cloud lane writes requests and reads responses, chunks
 //! and errors; `serve` reads requests and writes responses, chunks and
@@ -23,14 +26,18 @@
     allow(dead_code, unused_imports)
 )]
 
+mod completions;
 mod error;
 mod refused;
 mod request;
 mod response;
+mod responses;
 
+pub(crate) use completions::{parse_completion, LegacyLogprobs, TextCompletion};
 pub(crate) use error::{error_message, provider_error, ErrorBody, ErrorObject, FieldError};
 pub(crate) use refused::REFUSED;
 pub(crate) use request::{parse_request, string, unsigned, ChatRequest, ParseOptions};
 pub(crate) use response::{
     to_json, ChatChunk, ChatCompletion, Delta, Ids, Model, ModelList, ToolCallDelta, Usage,
 };
+pub(crate) use responses::{fields, parse_responses, Echo, Ending, Meta};

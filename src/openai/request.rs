@@ -284,7 +284,7 @@ pub(crate) fn parse_request(
 
 /// `max_completion_tokens` or `max_tokens`: the newer spelling wins, and
 /// the other is then not looked at.
-fn max_tokens(
+pub(super) fn max_tokens(
     obj: &Map<String, Value>,
     at: &str,
 ) -> Result<(Option<u32>, Option<u32>), FieldError> {
@@ -306,7 +306,7 @@ fn max_tokens(
 }
 
 /// A number field (its range is `Sampling::validate`'s).
-fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>, FieldError> {
+pub(super) fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>, FieldError> {
     let name = param.rsplit('.').next().unwrap_or(param);
     let Some(v) = present(obj, name) else {
         return Ok(None);
@@ -316,7 +316,7 @@ fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>, FieldErro
 
 /// `seed`: OpenAI accepts any 64-bit integer; a negative seed keeps its
 /// bits.
-fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError> {
+pub(super) fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError> {
     let Some(v) = present(obj, "seed") else {
         return Ok(None);
     };
@@ -330,7 +330,10 @@ fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError
 }
 
 /// `stream_options`: an object; only `include_usage` is read.
-fn stream_options(obj: &Map<String, Value>, at: &str) -> Result<Option<StreamOptions>, FieldError> {
+pub(super) fn stream_options(
+    obj: &Map<String, Value>,
+    at: &str,
+) -> Result<Option<StreamOptions>, FieldError> {
     match present(obj, "stream_options") {
         Some(Value::Object(o)) => match present(o, "include_usage") {
             None => Ok(None),
@@ -349,7 +352,7 @@ fn stream_options(obj: &Map<String, Value>, at: &str) -> Result<Option<StreamOpt
 /// `response_format`: `text` (`None`), `json_object`, or `json_schema`
 /// with a schema inside the supported subset (`crate::structured`); a
 /// keyword outside it is named, never ignored.
-fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldError> {
+pub(super) fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldError> {
     let Value::Object(o) = v else {
         return Err(type_error(p, "an object", v));
     };
@@ -400,7 +403,7 @@ fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldEr
 /// inside the supported schema subset, a keyword outside it named) and
 /// OpenAI's choices. `tool_choice` without `tools` is ignored when it is
 /// `none` or `auto`, as OpenAI does.
-fn tools(
+pub(super) fn tools(
     obj: &Map<String, Value>,
     at: &str,
 ) -> Result<(Vec<Tool>, Option<ToolChoice>), FieldError> {
@@ -495,7 +498,7 @@ pub(crate) fn string<'a>(v: &'a Value, param: &str) -> Result<&'a str, FieldErro
     v.as_str().ok_or_else(|| type_error(param, "a string", v))
 }
 
-fn number(v: &Value, param: &str) -> Result<f64, FieldError> {
+pub(super) fn number(v: &Value, param: &str) -> Result<f64, FieldError> {
     v.as_f64().ok_or_else(|| type_error(param, "a number", v))
 }
 
@@ -512,11 +515,11 @@ pub(crate) fn unsigned(v: &Value, param: &str) -> Result<u64, FieldError> {
     Err(type_error(param, "an integer", v))
 }
 
-fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
+pub(super) fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
     v.as_bool().ok_or_else(|| type_error(param, "a boolean", v))
 }
 
-fn stop(v: &Value, at: &str) -> Result<Vec<String>, FieldError> {
+pub(super) fn stop(v: &Value, at: &str) -> Result<Vec<String>, FieldError> {
     let list: Vec<String> = match v {
         Value::String(s) => vec![s.clone()],
         Value::Array(items) => items

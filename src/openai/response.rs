@@ -223,14 +223,20 @@ pub(crate) struct Ids {
 }
 
 impl Ids {
-    /// Ids for edgecloud run `run_id`, created now.
+    /// Ids for edgecloud run `run_id`'s chat completion, created now.
     pub(crate) fn new(run_id: u64, model: &str) -> Self {
+        Self::prefixed("chatcmpl", run_id, model)
+    }
+
+    /// Ids for edgecloud run `run_id`, the id starting `prefix-` as the
+    /// endpoint's ids do (`chatcmpl`, `cmpl`, `resp`), created now.
+    pub(crate) fn prefixed(prefix: &str, run_id: u64, model: &str) -> Self {
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         Self {
-            id: format!("chatcmpl-edgecloud-{run_id}"),
+            id: format!("{prefix}-edgecloud-{run_id}"),
             created,
             model: model.to_string(),
         }

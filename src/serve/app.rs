@@ -4,7 +4,7 @@
 use super::engine::{Engine, ModelEntry};
 use super::metrics::Metrics;
 use super::wire::Limits;
-use super::BearerToken;
+use super::{BearerToken, CorsOrigins};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,8 @@ pub(crate) struct App {
     pub(crate) engine: Arc<dyn Engine>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) token: Option<BearerToken>,
+    /// Which browser origins may call (CORS).
+    pub(crate) cors: CorsOrigins,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_timeout: Duration,
     pub(crate) limits: Limits,

@@ -3,7 +3,7 @@
 //! environment; [`Server::bind`](super::Server::bind) turns it into a
 //! running app.
 
-use super::{BearerToken, ServeMetrics};
+use super::{BearerToken, CorsOrigins, ServeMetrics};
 use crate::harness::Policy;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,6 +24,9 @@ pub struct ServeConfig {
     /// When set, every endpoint but `/health` needs
     /// `Authorization: Bearer <token>`.
     pub token: Option<BearerToken>,
+    /// Which browser origins may call the server (CORS); off by default.
+    /// A preflight needs no token; every other request still does.
+    pub cors: CorsOrigins,
     /// Largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
     /// Most messages in one request (400 beyond).
@@ -68,6 +71,7 @@ impl Default for ServeConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
             token: None,
+            cors: CorsOrigins::Off,
             max_body_bytes: 1024 * 1024,
             max_messages: 256,
             max_deadline: Duration::from_secs(600),
@@ -115,6 +119,13 @@ impl ServeConfig {
     /// Requires this bearer token.
     pub fn token(mut self, token: BearerToken) -> Self {
         self.token = Some(token);
+        self
+    }
+
+    /// Lets these browser origins call the server (see
+    /// [`cors`](Self::cors)).
+    pub fn cors(mut self, origins: CorsOrigins) -> Self {
+        self.cors = origins;
         self
     }
 

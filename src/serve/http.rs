@@ -1,18 +1,20 @@
-//! Request handling: routing, the bearer-token check, the body cap, and
-//! for a chat request the path top to bottom: parse (`wire`), start the
-//! run (the engine), respond (whole in `response`, SSE in `stream`, which
-//! ends through `response` too). One function per endpoint. It
-//! must not accept connections or manage shutdown (`server` does) and must
-//! not decide how a run goes (the engine does).
+//! Request handling: routing, CORS (through `cors`), the bearer-token
+//! check, the body cap, and for a generation request (chat, text
+//! completion, Responses) the path top to bottom: parse (`wire`), start
+//! the run (the engine, one `start` for every endpoint), respond (whole in
+//! `response`, SSE in `stream`, each in its endpoint's shape:
+//! `completions`, `responses`). One function per endpoint. It must not
+//! accept connections or manage shutdown (`server` does) and must not
+//! decide how a run goes (the engine does).
 
 use super::app::App;
 use super::engine::{Job, ModelEntry, Param, StartError};
 use super::response::{
     self, all_instances_busy, error_response, full, json_response, shutting_down, Body,
 };
-use super::stream;
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
+use super::{completions, cors, responses, stream};
 use crate::openai::{Ids, Model, ModelList};
 use crate::request::Request as LlmRequest;
 use bytes::Bytes;
@@ -35,7 +37,13 @@ pub(crate) async fn handle(
     app: Arc<App>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let (endpoint, response) = route(&app, req).await;
+    if let Some(r) = cors::preflight(&app.cors, req.method(), req.headers()) {
+        app.metrics.http("preflight", r.status().as_u16());
+        return Ok(r);
+    }
+    let origin = req.headers().get(hyper::header::ORIGIN).cloned();
+    let (endpoint, mut response) = route(&app, req).await;
+    cors::decorate(&app.cors, origin.as_ref(), response.headers_mut());
     app.metrics.http(endpoint, response.status().as_u16());
     Ok(response)
 }
@@ -44,10 +52,13 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let endpoint: &'static str = match path.as_str() {
+        "/" => "/",
         "/health" => "/health",
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/completions" => "/v1/completions",
+        "/v1/responses" => "/v1/responses",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     };
@@ -57,14 +68,14 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         }
     }
     let allowed = match endpoint {
-        "/v1/chat/completions" => Method::POST,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" => Method::POST,
         "other" => {
             let e = ApiError::new(
                 404,
                 INVALID_REQUEST,
                 format!(
-                    "unknown endpoint {method} {path}; this server has POST /v1/chat/completions, \
-                     GET /v1/models, GET /health and GET /metrics"
+                    "unknown endpoint {method} {path}; this server has {}",
+                    ENDPOINTS.join(", ")
                 ),
             )
             .code("unknown_url");
@@ -90,10 +101,17 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         return (endpoint, r);
     }
     let response = match endpoint {
+        "/" => root(app),
         "/health" => health(app),
         "/metrics" => metrics(app),
         "/v1/models" => models(app),
         "/v1/models/{id}" => model(app, &path["/v1/models/".len()..]),
+        "/v1/completions" => completion(app, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e)),
+        "/v1/responses" => response_api(app, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e)),
         _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
     };
     (endpoint, response)
@@ -123,6 +141,34 @@ fn check_token(token: Option<&BearerToken>, headers: &HeaderMap) -> Result<(), A
             ApiError::new(401, INVALID_REQUEST, "incorrect bearer token").code("invalid_api_key"),
         ),
     }
+}
+
+/// The endpoints, as `GET /` lists them (and the 404 names them).
+pub(crate) const ENDPOINTS: &[&str] = &[
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+    "POST /v1/responses",
+    "GET /v1/models",
+    "GET /v1/models/{id}",
+    "GET /health",
+    "GET /metrics",
+    "GET /",
+];
+
+/// `GET /`: what this server is, its version, models and endpoints (a
+/// browser or `curl` pointed at the bare address learns where to go).
+fn root(app: &App) -> Response<Body> {
+    let models: Vec<String> = app.models().into_iter().map(|m| m.id).collect();
+    json_response(
+        200,
+        &json!({
+            "name": "edgecloud",
+            "version": env!("CARGO_PKG_VERSION"),
+            "api": "OpenAI-compatible, base URL /v1",
+            "models": models,
+            "endpoints": ENDPOINTS,
+        }),
+    )
 }
 
 fn health(app: &App) -> Response<Body> {
@@ -258,15 +304,41 @@ fn request_id(headers: &HeaderMap) -> Option<String> {
     (!v.is_empty() && v.len() <= 128).then(|| v.to_string())
 }
 
-async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let (header_policy, header_deadline) = header_options(req.headers(), &app.limits)?;
-    let id = request_id(req.headers());
+/// What a generation request's headers say: the policy and deadline
+/// options and the request id.
+struct Head {
+    policy: Option<String>,
+    deadline: Option<Duration>,
+    request_id: Option<String>,
+}
+
+/// Reads a generation request's headers and body.
+async fn read_request(app: &App, req: Request<Incoming>) -> Result<(Head, Bytes), ApiError> {
+    let (policy, deadline) = header_options(req.headers(), &app.limits)?;
+    let request_id = request_id(req.headers());
     let body = read_body(app, req).await?;
-    let params = wire::parse_chat(&body, app.limits)?;
+    Ok((
+        Head {
+            policy,
+            deadline,
+            request_id,
+        },
+        body,
+    ))
+}
+
+/// Starts the run of a validated request on the route its `model`
+/// selects: every generation endpoint's one way to the engine. Takes the
+/// messages and sampling out of `params`.
+async fn start(
+    app: &App,
+    head: &Head,
+    params: &mut wire::ChatParams,
+) -> Result<Box<dyn super::engine::Run>, ApiError> {
     let Some(entry) = app.resolve_model(&params.model) else {
         return Err(unknown_model(&params.model, &app.models()).param("model"));
     };
-    let policy = params.policy.clone().or(header_policy);
+    let policy = params.policy.clone().or_else(|| head.policy.clone());
     let policy_param = if params.policy.is_some() {
         "edgecloud.policy"
     } else {
@@ -274,10 +346,10 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     };
     let job = Job {
         request: LlmRequest {
-            id: id.clone(),
-            messages: params.messages,
-            sampling: params.sampling,
-            deadline: params.deadline.or(header_deadline),
+            id: head.request_id.clone(),
+            messages: std::mem::take(&mut params.messages),
+            sampling: std::mem::take(&mut params.sampling),
+            deadline: params.deadline.or(head.deadline),
         },
         route: entry.route.clone(),
         policy,
@@ -286,7 +358,7 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     if app.shutting_down.load(Ordering::Acquire) {
         return Err(shutting_down(app.retry_after_secs));
     }
-    let run = app.engine.start(job).await.map_err(|e| match e {
+    app.engine.start(job).await.map_err(|e| match e {
         StartError::Invalid { param, message } => {
             let e = ApiError::new(400, INVALID_REQUEST, message);
             match param {
@@ -301,11 +373,69 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
             all_instances_busy(instances, app.retry_after_secs)
         }
         StartError::Internal(m) => ApiError::new(500, "server_error", m),
-    })?;
+    })
+}
+
+async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params = wire::parse_chat(&body, app.limits)?;
+    let run = start(app, &head, &mut params).await?;
     let ids = Ids::new(run.info().run_id, &params.model);
     if params.stream {
-        stream::respond(app.clone(), run, ids, params.include_usage, id).await
+        let shape = stream::ChatShape::new(ids, params.include_usage);
+        stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(app, run, ids, id).await
+        response::whole(
+            app,
+            run,
+            head.request_id,
+            "messages",
+            |summary, text, finish| response::chat_completion(&ids, summary, text, finish),
+        )
+        .await
+    }
+}
+
+async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params = wire::parse_completion(&body, app.limits)?;
+    let run = start(app, &head, &mut params.chat).await?;
+    let ids = Ids::prefixed("cmpl", run.info().run_id, &params.chat.model);
+    let echo = params.echo.then_some(params.prompt);
+    if params.chat.stream {
+        let shape = completions::Stream::new(ids, echo, params.chat.include_usage);
+        stream::respond(app.clone(), run, shape, head.request_id).await
+    } else {
+        response::whole(
+            app,
+            run,
+            head.request_id,
+            "prompt",
+            |summary, text, finish| {
+                completions::whole(&ids, echo.as_deref(), summary, text, finish)
+            },
+        )
+        .await
+    }
+}
+
+async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params = wire::parse_responses(&body, app.limits)?;
+    let run = start(app, &head, &mut params.chat).await?;
+    let ids = Ids::prefixed("resp", run.info().run_id, &params.chat.model);
+    let meta = crate::openai::Meta::new(ids, params.echo);
+    if params.chat.stream {
+        let shape = responses::Stream::new(meta);
+        stream::respond(app.clone(), run, shape, head.request_id).await
+    } else {
+        response::whole(
+            app,
+            run,
+            head.request_id,
+            "input",
+            |summary, text, finish| responses::whole(&meta, summary, text, finish),
+        )
+        .await
     }
 }

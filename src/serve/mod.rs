@@ -25,9 +25,12 @@
 //! | endpoint | what |
 //! |---|---|
 //! | `POST /v1/chat/completions` | chat completion, whole or streamed (`"stream": true`) |
+//! | `POST /v1/completions` | legacy text completion of a raw prompt (no chat template), whole or streamed |
+//! | `POST /v1/responses` | the Responses API (stateless), whole or streamed as its events |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
+//! | `GET /` | the server's name, version, models and endpoints (JSON) |
 //!
 //! # Extension fields and headers
 //! A request may choose the policy and deadline, in the body (wins) or as
@@ -44,6 +47,11 @@
 //! outcome summary: run id, route, policy, status, lane, deadline, elapsed,
 //! overshoot, late workers, decision, and per lane its status, times,
 //! finish reason, score, error and token counts by source.
+//!
+//! # Browsers
+//! [`ServeConfig::cors`] (off by default) answers CORS preflights (204, no
+//! token needed) and marks every other response with the allowed origin;
+//! see `cors`.
 //!
 //! # Errors
 //! `{"error": {"message", "type", "param", "code"}}`, as OpenAI sends them:
@@ -98,12 +106,15 @@
 //! ```
 
 mod app;
+mod completions;
 mod config;
+mod cors;
 mod engine;
 mod harness_engine;
 mod http;
 mod metrics;
 mod response;
+mod responses;
 mod server;
 mod stream;
 mod token;
@@ -113,6 +124,7 @@ pub(crate) mod wire;
 mod tests;
 
 pub use self::config::{ServeConfig, DEFAULT_PORT};
+pub use self::cors::CorsOrigins;
 pub use self::token::BearerToken;
 
 use self::app::App;
@@ -184,6 +196,12 @@ pub enum ServeError {
     #[error("invalid bearer token: {reason}")]
     Token {
         /// Why (never the token itself).
+        reason: String,
+    },
+    /// The CORS origins are unusable.
+    #[error("invalid CORS origins: {reason}")]
+    Cors {
+        /// Why.
         reason: String,
     },
 }
@@ -268,6 +286,7 @@ impl Server {
             engine,
             metrics,
             token: config.token,
+            cors: config.cors,
             max_body_bytes: config.max_body_bytes,
             body_timeout: config.body_timeout,
             limits: wire::Limits {

@@ -1,4 +1,4 @@
-//! How a chat run ends as a response, for the whole and the streamed path
+//! How a run ends as a response, for the whole and the streamed path
 //! alike: waiting for the settled run (aborting it if the client leaves),
 //! recording it, the answer or the OpenAI-shaped error, usage, the
 //! `edgecloud` extension field and the `x-edgecloud-*` headers. It must not
@@ -19,12 +19,16 @@ use std::convert::Infallible;
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
-/// Answers a non-streaming request: one JSON body once the run settles.
+/// Answers a non-streaming request: one JSON body once the run settles,
+/// `render(summary, text, finish_reason)` on success (the endpoint's
+/// shape), the OpenAI error otherwise (a prompt over the context names
+/// `prompt_param`, the field the endpoint's prompt came in).
 pub(crate) async fn whole(
     app: &App,
     run: Box<dyn Run>,
-    ids: Ids,
     request_id: Option<String>,
+    prompt_param: &'static str,
+    render: impl FnOnce(&Summary, &str, &'static str) -> Response<Body>,
 ) -> Result<Response<Body>, ApiError> {
     let info = run.info().clone();
     let guard = AbortOnDrop::new(&*run);
@@ -34,14 +38,23 @@ pub(crate) async fn whole(
         &info,
         &summary,
         request_id.as_deref(),
-        |text, finish| {
-            let mut body = ChatCompletion::answer(&ids, text, finish, usage(&summary))
-                .with_tool_calls(&summary.tool_calls)
-                .with_logprobs(summary.logprobs.as_deref());
-            body.edgecloud = Some(extension(&summary));
-            json_response(200, &body)
-        },
+        prompt_param,
+        |text, finish| render(&summary, text, finish),
     ))
+}
+
+/// A whole chat completion.
+pub(crate) fn chat_completion(
+    ids: &Ids,
+    summary: &Summary,
+    text: &str,
+    finish: &'static str,
+) -> Response<Body> {
+    let mut body = ChatCompletion::answer(ids, text, finish, usage(summary))
+        .with_tool_calls(&summary.tool_calls)
+        .with_logprobs(summary.logprobs.as_deref());
+    body.edgecloud = Some(extension(summary));
+    json_response(200, &body)
 }
 
 /// Waits for the run to settle and records it. The guard aborts the run if
@@ -66,11 +79,12 @@ pub(crate) fn settled(
     info: &RunInfo,
     summary: &Summary,
     request_id: Option<&str>,
+    prompt_param: &'static str,
     answer: impl FnOnce(&str, &'static str) -> Response<Body>,
 ) -> Response<Body> {
     let mut response = match success(summary) {
         Some((text, finish)) => answer(text, finish),
-        None => error_response(&failure(app, summary)),
+        None => error_response(&failure(app, summary, prompt_param)),
     };
     outcome_headers(response.headers_mut(), info, Some(summary), request_id);
     response
@@ -152,8 +166,9 @@ pub(crate) fn all_instances_busy(instances: usize, retry_after: u64) -> ApiError
 }
 
 /// The error for a run that ended without an answer; counts busy
-/// rejections.
-pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
+/// rejections. A prompt over the context names `prompt_param` (`messages`,
+/// `prompt`, `input`: where the endpoint's prompt came in).
+pub(crate) fn failure(app: &App, s: &Summary, prompt_param: &'static str) -> ApiError {
     let detail = s.error.clone().unwrap_or_else(|| "no answer".into());
     if s.all_busy() {
         app.metrics.busy_rejection();
@@ -187,7 +202,7 @@ pub(crate) fn failure(app: &App, s: &Summary) -> ApiError {
         .retry_after(secs);
     }
     if let Some(message) = s.context_exceeded() {
-        return ApiError::invalid("messages", message).code("context_length_exceeded");
+        return ApiError::invalid(prompt_param, message).code("context_length_exceeded");
     }
     if let Some(message) = s.refused_as_invalid() {
         return ApiError::new(400, INVALID_REQUEST, message);

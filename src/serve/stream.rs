@@ -1,14 +1,14 @@
-//! Streaming responses: Server-Sent Events in the shape OpenAI clients
-//! expect (a role delta, content deltas, a finish chunk, an optional usage
-//! chunk, `data: [DONE]`), fed by the run's committed text. The status line
-//! waits for the first piece of text, so a run that ends with nothing (busy
-//! lanes, deadline, failure) is an ordinary JSON error with its status; a
-//! failure after the first byte ends the stream with an error event, never
-//! a clean end. It must not choose lanes: what it streams is what the run
-//! committed.
+//! Streaming responses: Server-Sent Events fed by the run's committed
+//! text, in the shape of the endpoint's format ([`Shape`]: chat chunks
+//! here, `completions` and `responses` have theirs). The status line
+//! waits for the first piece of text, so a run that ends with nothing
+//! (busy lanes, deadline, failure) is an ordinary JSON error with its
+//! status; a failure after the first byte ends the stream with the
+//! format's error event, never a clean end. It must not choose lanes:
+//! what it streams is what the run committed.
 
 use super::app::App;
-use super::engine::Run;
+use super::engine::{Run, Summary};
 use super::response::{
     self, extension, failure, full, outcome_headers, success, usage, AbortOnDrop, Body,
 };
@@ -28,15 +28,36 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::sync::mpsc;
 
+/// What one endpoint's stream looks like: the events around the text,
+/// and the text's own. `respond` calls them in order: `opening`, `text`
+/// per committed piece, then `ending` (the run succeeded) or `failure`.
+pub(crate) trait Shape: Send + 'static {
+    /// The events before the first piece of text (chat: the role delta).
+    fn opening(&mut self) -> Vec<u8>;
+    /// Appends the event carrying one piece of text.
+    fn text(&mut self, out: &mut Vec<u8>, piece: &str);
+    /// The events that end the stream of a run that succeeded with this
+    /// answer (its whole text is `summary.text`), `[DONE]` included where
+    /// the format has one.
+    fn ending(&mut self, summary: &Summary, finish: &'static str) -> Vec<u8>;
+    /// The event that ends a stream whose run failed after its first byte.
+    fn failure(&mut self, e: &ApiError) -> Vec<u8>;
+    /// The request field the prompt came in, which an error about its
+    /// length names.
+    fn prompt_param(&self) -> &'static str {
+        "messages"
+    }
+}
+
 /// Frames buffered between the run and a slow client; beyond this the pump
 /// waits (the run itself never does: its tokens queue in the engine).
 const FRAMES_IN_FLIGHT: usize = 64;
 
-fn event(v: &impl Serialize) -> Bytes {
+pub(crate) fn event(v: &impl Serialize) -> Bytes {
     Bytes::from(format!("data: {}\n\n", to_json(v)))
 }
 
-const DONE: &[u8] = b"data: [DONE]\n\n";
+pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
 fn sse_response(body: Body) -> Response<Body> {
     let mut r = Response::new(body);
@@ -46,12 +67,11 @@ fn sse_response(body: Body) -> Response<Body> {
     r
 }
 
-/// Answers a streaming request.
-pub(crate) async fn respond(
+/// Answers a streaming request in `shape`'s format.
+pub(crate) async fn respond<S: Shape>(
     app: Arc<App>,
     mut run: Box<dyn Run>,
-    ids: Ids,
-    include_usage: bool,
+    mut shape: S,
     request_id: Option<String>,
 ) -> Result<Response<Body>, ApiError> {
     let info = run.info().clone();
@@ -65,71 +85,99 @@ pub(crate) async fn respond(
             &info,
             &summary,
             request_id.as_deref(),
+            shape.prompt_param(),
             |text, finish| {
-                let mut frames = vec![event(&ChatChunk::role(&ids))];
+                let mut frames = shape.opening();
                 if !text.is_empty() {
-                    frames.push(event(&ChatChunk::content(&ids, text)));
+                    shape.text(&mut frames, text);
                 }
-                frames.extend(ending(&ids, &summary, finish, include_usage));
-                sse_response(full(frames.concat()))
+                frames.extend(shape.ending(&summary, finish));
+                sse_response(full(frames))
             },
         ));
     };
     app.metrics.request_ttft(started.elapsed());
     let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT);
-    tokio::spawn(pump(app, run, guard, first, tx, ids, include_usage));
+    tokio::spawn(pump(app, run, guard, first, tx, shape));
     let mut response = sse_response(ChannelBody(rx).boxed());
     outcome_headers(response.headers_mut(), &info, None, request_id.as_deref());
     Ok(response)
 }
 
-/// The finish chunk (with the outcome summary), the usage chunk when asked
-/// for, and `[DONE]`.
-fn ending(
-    ids: &Ids,
-    summary: &super::engine::Summary,
-    finish: &str,
+/// Chat-completion chunks: a role delta, content deltas, then the tool
+/// calls and log-probabilities whole, the finish chunk (with the outcome
+/// summary), the usage chunk when asked for, and `[DONE]`; a failure is
+/// `data: {"error": ...}` and no `[DONE]`.
+pub(crate) struct ChatShape {
+    ids: Ids,
     include_usage: bool,
-) -> Vec<Bytes> {
-    // Calls and log-probabilities come whole, before the finish chunk:
-    // per call a chunk with its id and name, then one with its arguments,
-    // as OpenAI streams them; the log-probabilities of the whole answer in
-    // one chunk (clients append each chunk's to the last).
-    let mut frames: Vec<Bytes> = ChatChunk::tool_calls(ids, &summary.tool_calls)
-        .iter()
-        .map(event)
-        .collect();
-    if let Some(lp) = &summary.logprobs {
-        frames.push(event(
-            &ChatChunk::delta(ids, Delta::default(), None).with_logprobs(lp.clone()),
-        ));
+    content: ContentEvents,
+}
+
+impl ChatShape {
+    pub(crate) fn new(ids: Ids, include_usage: bool) -> Self {
+        let content = ContentEvents::new(&ids);
+        Self {
+            ids,
+            include_usage,
+            content,
+        }
     }
-    let mut finish_chunk = ChatChunk::delta(ids, Delta::default(), Some(finish));
-    finish_chunk.edgecloud = Some(extension(summary));
-    frames.push(event(&finish_chunk));
-    if include_usage {
-        frames.push(event(&ChatChunk::usage(ids, usage(summary))));
+}
+
+impl Shape for ChatShape {
+    fn opening(&mut self) -> Vec<u8> {
+        event(&ChatChunk::role(&self.ids)).to_vec()
     }
-    frames.push(Bytes::from_static(DONE));
-    frames
+
+    fn text(&mut self, out: &mut Vec<u8>, piece: &str) {
+        self.content.push(out, piece);
+    }
+
+    fn ending(&mut self, summary: &Summary, finish: &'static str) -> Vec<u8> {
+        let ids = &self.ids;
+        // Calls and log-probabilities come whole, before the finish chunk:
+        // per call a chunk with its id and name, then one with its
+        // arguments, as OpenAI streams them; the log-probabilities of the
+        // whole answer in one chunk (clients append each chunk's to the
+        // last).
+        let mut frames: Vec<Bytes> = ChatChunk::tool_calls(ids, &summary.tool_calls)
+            .iter()
+            .map(event)
+            .collect();
+        if let Some(lp) = &summary.logprobs {
+            frames.push(event(
+                &ChatChunk::delta(ids, Delta::default(), None).with_logprobs(lp.clone()),
+            ));
+        }
+        let mut finish_chunk = ChatChunk::delta(ids, Delta::default(), Some(finish));
+        finish_chunk.edgecloud = Some(extension(summary));
+        frames.push(event(&finish_chunk));
+        if self.include_usage {
+            frames.push(event(&ChatChunk::usage(ids, usage(summary))));
+        }
+        frames.push(Bytes::from_static(DONE));
+        frames.concat()
+    }
+
+    fn failure(&mut self, e: &ApiError) -> Vec<u8> {
+        event(&e.body()).to_vec()
+    }
 }
 
 /// Moves the run's text to the client, then ends the stream as the outcome
 /// says. If the client goes away, the run is aborted (its lanes are
 /// cancelled) and still recorded.
-async fn pump(
+async fn pump<S: Shape>(
     app: Arc<App>,
     mut run: Box<dyn Run>,
     mut guard: AbortOnDrop,
     first: String,
     tx: mpsc::Sender<Bytes>,
-    ids: Ids,
-    include_usage: bool,
+    mut shape: S,
 ) {
-    let content = ContentEvents::new(&ids);
-    let role = event(&ChatChunk::role(&ids));
-    let mut frame = role.to_vec();
-    content.push(&mut frame, &first);
+    let mut frame = shape.opening();
+    shape.text(&mut frame, &first);
     let mut open = tx.send(Bytes::from(frame)).await.is_ok();
     while open {
         let Some(piece) = run.next_token().await else {
@@ -138,11 +186,11 @@ async fn pump(
         // One event per piece, but the pieces already waiting leave in one
         // write: fewer wake-ups and syscalls when tokens come fast.
         let mut frame = Vec::new();
-        content.push(&mut frame, &piece);
+        shape.text(&mut frame, &piece);
         let mut ended = false;
         while frame.len() < 64 * 1024 {
             match run.next_token().now_or_never() {
-                Some(Some(piece)) => content.push(&mut frame, &piece),
+                Some(Some(piece)) => shape.text(&mut frame, &piece),
                 Some(None) => {
                     ended = true;
                     break;
@@ -163,22 +211,21 @@ async fn pump(
     let summary = match response::settle(&app, run, guard).await {
         Ok(s) => s,
         Err(e) => {
-            let _ = tx.send(event(&e.body())).await;
+            let _ = tx.send(Bytes::from(shape.failure(&e))).await;
             return;
         }
     };
     if !open {
         return;
     }
-    let frames = match success(&summary) {
-        Some((_, finish)) => ending(&ids, &summary, finish, include_usage),
-        None => vec![event(&failure(&app, &summary).body())],
-    };
-    for f in frames {
-        if tx.send(f).await.is_err() {
-            return;
+    let end = match success(&summary) {
+        Some((_, finish)) => shape.ending(&summary, finish),
+        None => {
+            let e = failure(&app, &summary, shape.prompt_param());
+            shape.failure(&e)
         }
-    }
+    };
+    let _ = tx.send(Bytes::from(end)).await;
 }
 
 /// Content chunks from a template made once per stream: only the text

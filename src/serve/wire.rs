@@ -107,22 +107,7 @@ pub(crate) struct ChatParams {
 /// clients send many optional ones; the refused ones are not), then the
 /// `edgecloud` extension object, then the request's own validation.
 pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            400,
-            INVALID_REQUEST,
-            format!("the request body is not valid JSON: {e}"),
-        )
-        .code("invalid_json")
-    })?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::new(
-            400,
-            INVALID_REQUEST,
-            "the request body must be a JSON object",
-        )
-        .code("invalid_json"));
-    };
+    let obj = json_object(body)?;
     let parsed = openai::parse_request(
         &obj,
         ParseOptions {
@@ -152,6 +137,141 @@ pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiE
         sampling: request.sampling,
         policy,
         deadline,
+    })
+}
+
+/// A request body as a JSON object, or the 400 saying why it is not one.
+pub(crate) fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            400,
+            INVALID_REQUEST,
+            format!("the request body is not valid JSON: {e}"),
+        )
+        .code("invalid_json")
+    })?;
+    match value {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(ApiError::new(
+            400,
+            INVALID_REQUEST,
+            "the request body must be a JSON object",
+        )
+        .code("invalid_json")),
+    }
+}
+
+/// A text-completion request, validated: the chat parameters its run
+/// takes (one user message holding the prompt, as a raw prompt: no chat
+/// template) and what only its answer needs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CompletionParams {
+    pub(crate) chat: ChatParams,
+    /// The prompt, for `echo`.
+    pub(crate) prompt: String,
+    pub(crate) echo: bool,
+}
+
+/// Parses a text-completion body: `openai`'s completion reader, the
+/// `edgecloud` extension object, then `Request::validate` (its errors
+/// named as the completion body spells the field: `prompt`, `logprobs`).
+pub(crate) fn parse_completion(body: &[u8], limits: Limits) -> Result<CompletionParams, ApiError> {
+    let obj = json_object(body)?;
+    let parsed = openai::parse_completion(&obj)?;
+    let (policy, deadline) = extension(present(&parsed.extra, "edgecloud"), limits.max_deadline)?;
+    let body = parsed.request;
+    let request = Request {
+        id: None,
+        messages: vec![ChatMessage::user(body.prompt.clone())],
+        sampling: body.sampling(Sampling {
+            max_tokens: limits.default_max_tokens,
+            ..Sampling::default()
+        }),
+        deadline,
+    };
+    request.validate().map_err(|e| {
+        let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
+        api.param = e.field.map(|field| match field {
+            RequestField::Messages => "prompt".to_string(),
+            RequestField::TopLogprobs => "logprobs".to_string(),
+            other => other.name(),
+        });
+        api
+    })?;
+    Ok(CompletionParams {
+        chat: ChatParams {
+            include_usage: body.include_usage(),
+            stream: body.stream,
+            model: body.model,
+            messages: request.messages,
+            sampling: request.sampling,
+            policy,
+            deadline,
+        },
+        prompt: body.prompt,
+        echo: body.echo,
+    })
+}
+
+/// A Responses request, validated: the chat parameters its run takes and
+/// what its response object echoes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResponsesParams {
+    pub(crate) chat: ChatParams,
+    pub(crate) echo: openai::Echo,
+}
+
+/// Parses a Responses body: `openai`'s Responses reader (the one home of
+/// the mapping onto a chat request), the server's message cap, the
+/// `edgecloud` extension object, then `Request::validate` (its errors
+/// named as the Responses body spells the field: `input`,
+/// `max_output_tokens`, `text.format`).
+pub(crate) fn parse_responses(body: &[u8], limits: Limits) -> Result<ResponsesParams, ApiError> {
+    let obj = json_object(body)?;
+    let (body, extra) = openai::parse_responses(&obj)?;
+    if body.messages.len() > limits.max_messages {
+        return Err(ApiError::invalid(
+            "input",
+            format!(
+                "`input` makes {} messages; this server accepts at most {}",
+                body.messages.len(),
+                limits.max_messages
+            ),
+        )
+        .code("too_many_messages"));
+    }
+    let (policy, deadline) = extension(present(&extra, "edgecloud"), limits.max_deadline)?;
+    let sampling = body.sampling(Sampling {
+        max_tokens: limits.default_max_tokens,
+        ..Sampling::default()
+    });
+    let request = Request {
+        id: None,
+        messages: body.messages,
+        sampling,
+        deadline,
+    };
+    request.validate().map_err(|e| {
+        let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
+        api.param = e.field.map(|field| match field {
+            RequestField::Messages => "input".to_string(),
+            RequestField::MaxTokens => "max_output_tokens".to_string(),
+            RequestField::ResponseFormat => "text.format".to_string(),
+            other => other.name(),
+        });
+        api
+    })?;
+    Ok(ResponsesParams {
+        chat: ChatParams {
+            include_usage: false,
+            stream: body.stream,
+            model: body.model,
+            messages: request.messages,
+            sampling: request.sampling,
+            policy,
+            deadline,
+        },
+        echo: body.echo,
     })
 }
 
@@ -433,6 +553,48 @@ mod tests {
             ),
             "max_completion_tokens"
         );
+    }
+
+    #[test]
+    fn a_completion_is_a_raw_prompt_and_its_range_errors_name_its_fields() {
+        let p = parse_completion(
+            br#"{"model": "m", "prompt": "Once", "logprobs": 3, "edgecloud": {"deadline_ms": 900}}"#,
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!(p.chat.messages, [ChatMessage::user("Once")]);
+        assert!(p.chat.sampling.raw_prompt);
+        assert_eq!(p.chat.sampling.logprobs, Some(3));
+        assert_eq!(p.chat.sampling.max_tokens, 64);
+        assert_eq!(p.chat.deadline, Some(Duration::from_millis(900)));
+        let param = |body: &str| {
+            parse_completion(body.as_bytes(), LIMITS)
+                .unwrap_err()
+                .param
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            param(r#"{"model": "m", "prompt": "x", "logprobs": 21}"#),
+            "logprobs"
+        );
+        assert_eq!(
+            param(r#"{"model": "m", "prompt": "x", "top_p": 0}"#),
+            "top_p"
+        );
+        assert_eq!(
+            param(r#"{"model": "m", "prompt": "x", "max_tokens": 0}"#),
+            "max_tokens"
+        );
+        assert_eq!(
+            param(r#"{"model": "m", "prompt": "x", "stop": ["a", ""]}"#),
+            "stop[1]"
+        );
+        assert_eq!(
+            param(r#"{"model": "m", "prompt": "x", "edgecloud": {"policy": 1}}"#),
+            "edgecloud.policy"
+        );
+        let e = parse_completion(b"[]", LIMITS).unwrap_err();
+        assert_eq!(e.code, Some("invalid_json"));
     }
 
     #[test]

@@ -28,13 +28,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A long deadline: runs are meant to end by their lanes, not by it.
-const LONG: Duration = Duration::from_secs(60);
+pub(crate) const LONG: Duration = Duration::from_secs(60);
 
-fn loopback() -> ServeConfig {
+pub(crate) fn loopback() -> ServeConfig {
     ServeConfig::default().listen("127.0.0.1:0".parse().unwrap())
 }
 
-async fn serve(harness: Harness, config: ServeConfig) -> ServerHandle {
+pub(crate) async fn serve(harness: Harness, config: ServeConfig) -> ServerHandle {
     Server::bind(harness, config)
         .await
         .expect("bind a loopback port")
@@ -43,7 +43,7 @@ async fn serve(harness: Harness, config: ServeConfig) -> ServerHandle {
 
 /// A real OpenAI client, without its retries (a retried 503 would hide the
 /// busy answer under test).
-fn client(base_url: &str, key: &str) -> async_openai::Client<OpenAIConfig> {
+pub(crate) fn client(base_url: &str, key: &str) -> async_openai::Client<OpenAIConfig> {
     let config = OpenAIConfig::new()
         .with_api_base(base_url)
         .with_api_key(key);
@@ -102,8 +102,18 @@ async fn post(
     body: Value,
     headers: &[(&str, &str)],
 ) -> (u16, reqwest::header::HeaderMap, String) {
+    post_to(url, "/chat/completions", body, headers).await
+}
+
+/// POSTs `body` to `url` + `path` (`/completions`), with `headers`.
+pub(crate) async fn post_to(
+    url: &str,
+    path: &str,
+    body: Value,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, String) {
     let mut req = reqwest::Client::new()
-        .post(format!("{url}/chat/completions"))
+        .post(format!("{url}{path}"))
         .json(&body);
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -117,7 +127,7 @@ async fn post(
     (status, headers, resp.text().await.unwrap())
 }
 
-async fn metrics_text(url: &str) -> String {
+pub(crate) async fn metrics_text(url: &str) -> String {
     let base = url.trim_end_matches("/v1");
     reqwest::get(format!("{base}/metrics"))
         .await
@@ -127,7 +137,7 @@ async fn metrics_text(url: &str) -> String {
         .unwrap()
 }
 
-fn metric(text: &str, series: &str) -> f64 {
+pub(crate) fn metric(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .unwrap_or_else(|| panic!("no series {series}"))
@@ -139,7 +149,7 @@ fn user(prompt: &str) -> Value {
     json!([{"role": "user", "content": prompt}])
 }
 
-fn local_backend() -> LocalBackend {
+pub(crate) fn local_backend() -> LocalBackend {
     LocalBackend::start(LocalConfig {
         threads: Some(2),
         ..LocalConfig::new(tiny_model())
@@ -148,7 +158,7 @@ fn local_backend() -> LocalBackend {
 }
 
 /// Waits for a scripted task off the runtime's threads.
-async fn next_task(b: &Scripted) -> crate::support::scripted::Task {
+pub(crate) async fn next_task(b: &Scripted) -> crate::support::scripted::Task {
     let b = b.clone();
     tokio::task::spawn_blocking(move || b.next_task())
         .await
@@ -162,7 +172,7 @@ async fn wait_idle(b: &Scripted) {
         .unwrap()
 }
 
-fn scripted_pair(policy: Policy) -> (Scripted, Scripted, HarnessBuilder) {
+pub(crate) fn scripted_pair(policy: Policy) -> (Scripted, Scripted, HarnessBuilder) {
     let local = Scripted::new("scripted-local");
     let cloud = Scripted::new("scripted-cloud");
     let builder = Harness::builder()
@@ -654,13 +664,13 @@ async fn routes_become_model_names() {
 
 /// An `edgecloud serve` process; killed if the test ends without stopping
 /// it.
-struct ServeProcess {
+pub(crate) struct ServeProcess {
     child: Option<Child>,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl ServeProcess {
-    fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(bin());
         cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -701,7 +711,7 @@ impl ServeProcess {
 
     /// Sends `signal` and waits; returns whether it exited with success,
     /// and its stderr.
-    fn stop(mut self, signal: &str) -> (bool, String) {
+    pub(crate) fn stop(mut self, signal: &str) -> (bool, String) {
         let mut child = self.child.take().unwrap();
         // The shell's own `kill`: a minimal system may have no kill binary.
         let ok = Command::new("sh")

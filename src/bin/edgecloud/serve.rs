@@ -7,7 +7,7 @@ use crate::exit::{usage, usage_from};
 use crate::run::HarnessArgs;
 use anyhow::Context as _;
 use edgecloud::harness::{Harness, HarnessConfig, DEFAULT_PARALLEL};
-use edgecloud::serve::{BearerToken, ServeConfig, ServeMetrics, Server, DEFAULT_PORT};
+use edgecloud::serve::{BearerToken, CorsOrigins, ServeConfig, ServeMetrics, Server, DEFAULT_PORT};
 use edgecloud::Lane;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -57,6 +57,12 @@ pub(crate) struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     accept_any_model: bool,
+    /// Browser origins that may call the server (CORS): `*` for any, or a
+    /// comma-separated list (https://app.example,http://localhost:3000).
+    /// Off by default; a preflight (OPTIONS) needs no token, every other
+    /// request still does. Default: `[serve] cors_origins` of --config.
+    #[arg(long, value_name = "ORIGINS", env = "EDGECLOUD_CORS_ORIGINS")]
+    cors_origins: Option<String>,
     /// Instances in the pool: requests served at once, each with its own
     /// local and cloud lane (one loaded model and one batched decode loop
     /// for all local lanes, one connection pool for the cloud lanes).
@@ -90,8 +96,9 @@ fn default_listen() -> SocketAddr {
 
 fn serve_help() -> String {
     format!(
-        "Endpoints: POST /v1/chat/completions (whole or streamed), GET /v1/models, \
-GET /health, GET /metrics (Prometheus).
+        "Endpoints: POST /v1/chat/completions (whole or streamed), POST /v1/completions \
+(a raw prompt, no chat template), POST /v1/responses (stateless), GET /v1/models, GET /health, GET /metrics (Prometheus), \
+GET / (name, version, models, endpoints).
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
 (and any name with --accept-any-model); each route of --config is also a \
@@ -99,6 +106,9 @@ model name. A request may choose the policy and deadline with the body field \
 \"edgecloud\": {{\"policy\": \"race\", \"deadline_ms\": 1500}} or the headers \
 X-Edgecloud-Policy and X-Edgecloud-Deadline-Ms. Responses say which lane \
 answered (X-Edgecloud-Lane, and the \"edgecloud\" field).
+
+Browsers: --cors-origins '*' (or a list of origins) answers CORS preflights \
+and adds Access-Control-Allow-Origin to every response; off by default.
 
 Startup: one line per lane on stderr as it loads (model, size, load time), \
 then one line on stdout: `edgecloud serve: listening on http://ADDR/v1 ...`.
@@ -122,6 +132,14 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(name) = args.served_model_name.iter().find(|n| n.trim().is_empty()) {
         return Err(usage(format!("--served-model-name `{name}` is empty")));
     }
+    let cors = match (&args.cors_origins, &cfg.serve.cors_origins) {
+        (Some(spec), _) => {
+            CorsOrigins::parse(spec).map_err(|e| usage(format!("--cors-origins: {e}")))?
+        }
+        (None, Some(list)) => CorsOrigins::from_list(list.iter().map(String::as_str))
+            .map_err(|e| usage(format!("[serve] cors_origins: {e}")))?,
+        (None, None) => CorsOrigins::Off,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("edgecloud-serve")
@@ -168,7 +186,8 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .shutdown_grace(Duration::from_millis(args.grace_ms))
         .metrics(metrics)
         .max_queue((max_queue_ms > 0).then(|| Duration::from_millis(max_queue_ms)))
-        .accept_any_model(args.accept_any_model);
+        .accept_any_model(args.accept_any_model)
+        .cors(cors);
     for name in &args.served_model_name {
         config = config.model_alias(name.trim());
     }

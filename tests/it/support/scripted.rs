@@ -14,7 +14,7 @@
 use edgecloud::harness::{
     Backend, BackendError, BackendFuture, BackendInfo, Candidate, Event, LaneErrorKind, Observer,
 };
-use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob};
+use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -37,6 +37,8 @@ pub struct Task {
     pub index: u64,
     /// What the harness sent.
     pub messages: Vec<ChatMessage>,
+    /// How the job asked to sample.
+    pub sampling: Sampling,
     /// The job's deadline.
     pub deadline: Instant,
     /// The job's cancellation token.
@@ -347,6 +349,7 @@ async fn run_scripted(
     let task = Task {
         index,
         messages: job.messages.clone(),
+        sampling: job.sampling.clone(),
         deadline: job.deadline,
         cancel: job.cancel.clone(),
         ctl,
