@@ -25,5 +25,6 @@ mod real_model;
 mod serve;
 mod serve_fuzz;
 mod source_rules;
+mod speculation;
 mod structured;
 mod support;
