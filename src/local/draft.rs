@@ -6,11 +6,20 @@
 //!
 //! Prompt lookup, as llama.cpp's lookup decoding: the last n tokens of
 //! what the sequence holds (prompt and answer so far, n from
-//! [`NGRAM_MAX`] down to 1) are looked for earlier in the same tokens, the
+//! [`NGRAM_MAX`] down to [`NGRAM_MIN`]) are looked for earlier in the same tokens, the
 //! most recent occurrence first, and the tokens that followed it are the
 //! draft. Answers that copy spans of their prompt (an extraction, a
 //! rewrite, a JSON object naming the prompt's fields) repeat runs the
 //! lookup finds.
+//!
+//! Why the back-off is eager: on a CPU a verify step's rows are not free
+//! (measured on SmolLM2, one thread: a step of about 12 rows took as long
+//! as 5-6 steps of one), so a draft pays only when most of it is kept.
+//! A proposal starts short and doubles while it is kept whole; a step
+//! that keeps less than half of its drafts is a miss, and two misses in a
+//! row pause drafting (8 steps, then 16, ... 256; a good step starts the
+//! pauses over). Single-token matches are not looked up: in plain text
+//! they are everywhere and rarely right.
 //!
 //! A draft is only a guess: the decode loop (`batch`) decodes it with the
 //! sequence's next token in one step and keeps the drafts the sequence's
@@ -19,12 +28,14 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Longest n-gram looked up (then shorter ones, down to one token).
+/// Longest n-gram looked up (then shorter ones, down to [`NGRAM_MIN`]).
 pub(super) const NGRAM_MAX: usize = 3;
+/// Shortest n-gram looked up.
+pub(super) const NGRAM_MIN: usize = 2;
 
-/// Full rejections in a row after which a sequence stops drafting for a
-/// while.
-const MISSES_BEFORE_PAUSE: u32 = 3;
+/// Misses (steps keeping less than half of their drafts) in a row after
+/// which a sequence stops drafting for a while.
+const MISSES_BEFORE_PAUSE: u32 = 2;
 /// Steps without drafts after the first pause; each further pause
 /// doubles it, up to [`MAX_PAUSE`]. An accepted draft starts it over.
 const FIRST_PAUSE: u32 = 8;
@@ -32,6 +43,8 @@ const MAX_PAUSE: u32 = 256;
 /// The fewest drafts proposed after a partial acceptance (the length
 /// cap then grows back, doubling, while drafts are accepted whole).
 const MIN_CAP: usize = 2;
+/// The most drafts a sequence's first proposal has.
+const FIRST_CAP: usize = 4;
 
 /// Whether and how the local lane drafts tokens (llama-server's
 /// `--spec-type`).
@@ -109,7 +122,7 @@ pub fn check_settings(draft_max: u32, draft_min: u32) -> Result<(), SpecSettingE
 }
 
 /// The tokens that followed the most recent earlier occurrence of the
-/// last n tokens of `history` (n from [`NGRAM_MAX`] down to 1, the
+/// last n tokens of `history` (n from [`NGRAM_MAX`] down to [`NGRAM_MIN`], the
 /// longest match found wins), at most `max` of them, into `out` (cleared
 /// first). Nothing when no suffix occurs earlier.
 pub(super) fn lookup<T: PartialEq + Copy>(history: &[T], max: usize, out: &mut Vec<T>) {
@@ -118,7 +131,7 @@ pub(super) fn lookup<T: PartialEq + Copy>(history: &[T], max: usize, out: &mut V
         return;
     }
     let len = history.len();
-    for n in (1..=NGRAM_MAX).rev() {
+    for n in (NGRAM_MIN..=NGRAM_MAX).rev() {
         if len <= n {
             continue;
         }
@@ -142,7 +155,7 @@ pub(super) struct Drafter {
     /// How many drafts the next proposal may have (it follows how many
     /// were accepted lately).
     cap: usize,
-    /// Full rejections in a row.
+    /// Misses in a row.
     misses: u32,
     /// Steps left without drafting, and the next pause's length.
     paused: u32,
@@ -155,7 +168,7 @@ impl Drafter {
         Self {
             draft_max,
             draft_min: draft_min as usize,
-            cap: draft_max,
+            cap: FIRST_CAP.min(draft_max),
             misses: 0,
             paused: 0,
             next_pause: FIRST_PAUSE,
@@ -188,8 +201,12 @@ impl Drafter {
         if drafted == 0 {
             return;
         }
-        if accepted == 0 {
-            self.cap = MIN_CAP.min(self.draft_max);
+        self.cap = if accepted == drafted {
+            (self.cap * 2).min(self.draft_max)
+        } else {
+            (2 * accepted).clamp(MIN_CAP, self.draft_max)
+        };
+        if 2 * accepted < drafted {
             self.misses += 1;
             if self.misses >= MISSES_BEFORE_PAUSE {
                 self.misses = 0;
@@ -200,11 +217,6 @@ impl Drafter {
         }
         self.misses = 0;
         self.next_pause = FIRST_PAUSE;
-        self.cap = if accepted == drafted {
-            (self.cap * 2).min(self.draft_max)
-        } else {
-            (2 * accepted).clamp(MIN_CAP, self.draft_max)
-        };
     }
 }
 
@@ -241,8 +253,10 @@ mod tests {
     }
 
     #[test]
-    fn shorter_suffixes_are_tried_down_to_one_token() {
-        assert_eq!(look(&[4, 9, 1, 2, 4], 3), [9, 1, 2]);
+    fn shorter_suffixes_are_tried_down_to_two_tokens() {
+        assert_eq!(look(&[4, 5, 9, 1, 3, 4, 5], 3), [9, 1, 3]);
+        // One token alone is not looked up.
+        assert!(look(&[4, 9, 1, 2, 4], 3).is_empty());
     }
 
     #[test]
@@ -250,13 +264,14 @@ mod tests {
         assert!(look(&[1, 2, 3, 4], 5).is_empty());
         assert!(look(&[], 5).is_empty());
         assert!(look(&[1], 5).is_empty());
-        assert!(look(&[1, 2, 1], 0).is_empty());
+        assert!(look(&[1, 2, 1, 2], 0).is_empty());
     }
 
     #[test]
     fn a_run_proposes_its_own_continuation() {
         // A repeated token: the earlier occurrence is followed by itself.
         assert_eq!(look(&[3, 3, 3, 3], 4), [3]);
+        assert_eq!(look(&[3, 3, 3], 4), [3]);
         assert_eq!(look(&[1, 2, 1, 2, 1, 2], 4), [1, 2]);
     }
 
@@ -267,15 +282,17 @@ mod tests {
         let mut d = Drafter::new(16, 0);
         d.propose(&history, 2, &mut out);
         assert_eq!(out, [3, 4]);
+        d.propose(&history, 16, &mut out);
+        assert_eq!(out, [3, 4, 5, 1], "the first proposals are short");
         let mut d = Drafter::new(16, 4);
         d.propose(&history, 16, &mut out);
-        assert_eq!(out, [3, 4, 5, 1, 2]);
+        assert_eq!(out, [3, 4, 5, 1]);
         d.propose(&history, 3, &mut out);
         assert!(out.is_empty(), "fewer than draft_min");
     }
 
     #[test]
-    fn full_rejections_pause_drafting_for_longer_each_time() {
+    fn misses_pause_drafting_for_longer_each_time() {
         let history = [1, 2, 3, 1, 2];
         let mut out = Vec::new();
         let mut d = Drafter::new(16, 0);
@@ -309,15 +326,30 @@ mod tests {
     #[test]
     fn the_cap_follows_acceptance() {
         let mut d = Drafter::new(16, 0);
+        assert_eq!(d.cap, FIRST_CAP);
+        d.verified(4, 4);
+        assert_eq!(d.cap, 8);
+        d.verified(8, 8);
+        assert_eq!(d.cap, 16);
+        d.verified(16, 16);
         assert_eq!(d.cap, 16);
         d.verified(16, 3);
         assert_eq!(d.cap, 6);
-        d.verified(6, 6);
-        assert_eq!(d.cap, 12);
-        d.verified(12, 12);
-        assert_eq!(d.cap, 16);
-        d.verified(16, 0);
+        d.verified(6, 0);
         assert_eq!(d.cap, MIN_CAP);
+    }
+
+    #[test]
+    fn keeping_less_than_half_is_a_miss() {
+        let mut d = Drafter::new(16, 0);
+        d.verified(8, 3);
+        d.verified(8, 3);
+        assert_eq!(d.paused, FIRST_PAUSE, "two misses pause");
+        let mut d = Drafter::new(16, 0);
+        d.verified(8, 3);
+        d.verified(8, 4);
+        d.verified(8, 3);
+        assert_eq!(d.paused, 0, "half kept is not a miss and resets the count");
     }
 
     #[test]

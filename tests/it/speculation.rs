@@ -187,6 +187,12 @@ fn ngram_answers_as_off_under_a_grammar_with_stops_and_logprobs() {
          keeper as JSON."
     );
     let copy = copy_prompt();
+    let quote = edgecloud::ResponseFormat::json_schema(
+        "quote",
+        json!({"type": "object", "additionalProperties": false,
+            "required": ["text"],
+            "properties": {"text": {"type": "string", "maxLength": 200}}}),
+    );
     let jobs = [
         (
             extract.as_str(),
@@ -204,6 +210,14 @@ fn ngram_answers_as_off_under_a_grammar_with_stops_and_logprobs() {
                 ..greedy(96)
             },
         ),
+        (
+            copy.as_str(),
+            Sampling {
+                response_format: Some(quote),
+                logprobs: Some(1),
+                ..greedy(96)
+            },
+        ),
     ];
     let runs = both(smollm2(), &jobs);
     for (i, (off, on)) in runs.iter().enumerate() {
@@ -213,7 +227,19 @@ fn ngram_answers_as_off_under_a_grammar_with_stops_and_logprobs() {
     let (off, on) = &runs[0];
     assert_eq!(off.finish_reason, FinishReason::Stop, "{:?}", off.text);
     serde_json::from_str::<serde_json::Value>(&on.text).expect("the grammar's JSON");
-    assert!(on.timings.draft_n_accepted > 0, "{:?}", on.timings);
+    assert!(
+        on.timings.draft_n > 0,
+        "drafts under a grammar: {:?}",
+        on.timings
+    );
+    // Kept drafts under a grammar: the quote copies the paragraph.
+    let (_, quoted) = &runs[2];
+    assert!(
+        on.timings.draft_n_accepted + quoted.timings.draft_n_accepted > 0,
+        "{:?} {:?}",
+        on.timings,
+        quoted.timings
+    );
     let (_, on) = &runs[1];
     if on.text.len() > 20 {
         assert!(!on.text.contains("automatic"), "the stop string is cut");
