@@ -408,6 +408,8 @@ fn lane_record(r: &LaneReport, o: &Outcome) -> LaneRecord {
         if let Some(c) = &o.completion {
             l.prompt_tokens_per_s = c.timings.prompt_tokens_per_s;
             l.gen_tokens_per_s = c.timings.gen_tokens_per_s;
+            l.draft_n = c.timings.draft_n;
+            l.draft_n_accepted = c.timings.draft_n_accepted;
         }
     }
     l

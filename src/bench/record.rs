@@ -49,6 +49,13 @@ pub struct LaneRecord {
     /// Generation speed the lane measured (local).
     #[serde(default)]
     pub gen_tokens_per_s: Option<f64>,
+    /// Tokens drafted and verified by speculative decoding (local, when
+    /// any were), and those kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u32>,
+    /// Of the drafted tokens, those kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u32>,
     /// Prompt tokens the cloud provider reported (never estimated).
     #[serde(default)]
     pub provider_prompt_tokens: Option<u64>,
@@ -155,6 +162,8 @@ impl LaneRecord {
             samples: None,
             prompt_tokens_per_s: None,
             gen_tokens_per_s: None,
+            draft_n: None,
+            draft_n_accepted: None,
             provider_prompt_tokens: None,
             provider_completion_tokens: None,
             error: None,

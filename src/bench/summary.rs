@@ -46,6 +46,13 @@ pub struct LocalSetup {
     /// (`edgecloud::local::ThreadPolicy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_policy: Option<String>,
+    /// Speculative decoding, when on: `ngram` (`--spec-type`), with its
+    /// `--draft-max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_type: Option<String>,
+    /// Most tokens drafted per step, when speculation is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_max: Option<u32>,
     /// Layers offloaded to a GPU (0: CPU only).
     pub gpu_layers: u32,
     /// Context size in tokens.

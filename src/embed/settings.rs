@@ -9,7 +9,7 @@
 
 use crate::cloud::CloudConfig;
 use crate::harness::{ConfigError, HarnessConfig, PolicyKind, Setting};
-use crate::local::{LocalConfig, ProbeMode, ThreadPolicy};
+use crate::local::{LocalConfig, ProbeMode, SpecType, ThreadPolicy};
 use crate::modelref::{self, ModelRef, ModelRefError, OllamaTemplate, ResolveOptions};
 use std::path::PathBuf;
 
@@ -50,6 +50,12 @@ pub struct Overrides {
     pub batch_size: Option<u32>,
     /// Whether the local model is probed in a child process first.
     pub probe: Option<ProbeMode>,
+    /// Speculative decoding of the local lane (`off`, `ngram`).
+    pub spec_type: Option<SpecType>,
+    /// Most tokens drafted per step.
+    pub draft_max: Option<u32>,
+    /// Fewest drafts verified.
+    pub draft_min: Option<u32>,
     /// Instances (runs served at once): `[pool] parallel`.
     pub parallel: Option<usize>,
 }
@@ -85,13 +91,16 @@ impl Overrides {
         if let Some(model) = &self.model {
             cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
         }
-        let local_settings: [(&'static str, bool); 6] = [
+        let local_settings: [(&'static str, bool); 9] = [
             ("probe", self.probe.is_some()),
             ("threads", self.threads.is_some()),
             ("thread_policy", self.thread_policy.is_some()),
             ("gpu_layers", self.gpu_layers.is_some()),
             ("context_size", self.context_size.is_some()),
             ("batch_size", self.batch_size.is_some()),
+            ("spec_type", self.spec_type.is_some()),
+            ("draft_max", self.draft_max.is_some()),
+            ("draft_min", self.draft_min.is_some()),
         ];
         match cfg.local.as_mut() {
             Some(local) => {
@@ -112,6 +121,15 @@ impl Overrides {
                 }
                 if let Some(n) = self.batch_size {
                     local.batch_size = n;
+                }
+                if let Some(kind) = self.spec_type {
+                    local.spec_type = kind;
+                }
+                if let Some(n) = self.draft_max {
+                    local.draft_max = n;
+                }
+                if let Some(n) = self.draft_min {
+                    local.draft_min = n;
                 }
             }
             None => {

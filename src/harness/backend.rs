@@ -158,6 +158,13 @@ pub struct Timings {
     /// The whole job, as the backend measured it.
     #[serde(with = "crate::millis::optional", default)]
     pub total: Option<Duration>,
+    /// Tokens drafted and verified by speculative decoding (local, when
+    /// it is on; llama-server's `draft_n`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u32>,
+    /// Of those, the tokens kept (`draft_n_accepted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u32>,
 }
 
 /// Per-token log-probabilities a backend exposes (the local lane always;

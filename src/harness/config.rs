@@ -53,6 +53,7 @@ pub const EXAMPLE_CONFIG: &str = r#"# edgecloud.toml: lanes, default policy, nam
 model = "models/SmolLM2-135M-Instruct-Q8_0.gguf"
 threads = 4
 thread_policy = "adaptive"       # fewer threads while other programs hold cores; "fixed" never
+spec_type = "off"                # "ngram": greedy answers draft by prompt lookup (same answer)
 
 [cloud]
 base_url = "https://api.openai.com/v1"
@@ -270,6 +271,16 @@ impl HarnessConfig {
                 });
             }
             r.resolved_policy(&format!("routes.{name}"))?;
+        }
+        #[cfg(feature = "local")]
+        if let Some(local) = &self.local {
+            crate::local::check_spec_settings(local.draft_max, local.draft_min).map_err(|e| {
+                ConfigError::Invalid {
+                    key: format!("local.{}", e.key),
+                    setting: Setting::Lane,
+                    detail: e.detail,
+                }
+            })?;
         }
         if let Some(d) = &self.harness.default_route {
             if !self.routes.contains_key(d) {

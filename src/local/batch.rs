@@ -8,9 +8,12 @@
 //!                                           reuse the sequence's cached prefix
 //!  every step:  stopped (cancel / deadline)?  -> it ends, its KV tail is cut
 //!               batch = each generating sequence's last token
+//!                       (+ its drafts, when it drafts)
 //!                     + prompt chunks of the others, up to `batch_size`
 //!               arm the abort signal with the batch's jobs, llama_decode
 //!               sample each sequence from its own logits row
+//!               (a drafting one: row after row while the pick is the
+//!               next draft; the rejected drafts' cells are cut)
 //!  job ended:   its branches ──> finish (the vote, tool calls, answer
 //!                                 check) ──> the reply, after the permit
 //! ```
@@ -41,6 +44,15 @@
 //! the first allowed token in rank order, see `pick`), the same whatever
 //! else is in the batch (tested against the lane alone).
 //!
+//! Speculative decoding (`LocalConfig::spec_type`, contract point 16): a
+//! greedy lone answer proposes drafts (`draft`: prompt lookup, backing off
+//! when they fail) after its pending token; they go into the same batch at
+//! the following positions, each with logits, and `Engine::verify`
+//! keeps the longest prefix of them that the picker itself picks, one
+//! token at a time through the same `sample` every token goes through.
+//! A sampled answer or a consensus's samples do not draft (their picks
+//! are draws: keeping a draft would need the speculative-sampling rule).
+//!
 //! What a job's request becomes before its first step (its prompt's
 //! tokens, its grammar, its samples' pickers and stop strings) is
 //! `prepare`'s, and what its ended branches become is `finish`'s: data
@@ -52,6 +64,7 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
+use super::draft::{Drafter, SpecType};
 use super::ffi::{AbortSignal, ThreadControl};
 use super::finish::{self, Ended};
 use super::generate::{emit, Progress, PromptFormat};
@@ -76,6 +89,20 @@ use tokio::sync::oneshot;
 
 /// llama_decode's return value when the abort callback stopped it.
 const DECODE_ABORTED: i32 = 2;
+
+/// llama.cpp's CPU attention (ggml-cpu `ops.cpp`, flash attention, this
+/// release) picks its kernel by the step's rows and the cells in view:
+/// one row over 512 cells or more is split across the threads, 64 rows or
+/// more are tiled, anything else is summed one row at a time. Each kernel
+/// sums in its own order, so a row's logits depend on the kernel its step
+/// took. Drafts must not move a row to another kernel than the run without
+/// drafts gives it (`add_drafts`): a step of fewer rows than this stays
+/// under it with its drafts.
+const TILED_ROWS: usize = 64;
+/// The cells in view are the cells in use padded to 256 (at least 256): a
+/// lone row with more than this many cells in use takes the split kernel,
+/// which a verify step (several rows) never does.
+const SPLIT_KV_USED: usize = 256;
 
 /// The context and its sequences.
 pub(super) struct Engine<'m> {
@@ -102,6 +129,33 @@ pub(super) struct Engine<'m> {
     /// Whether the free cores were looked at for the first step (once: a
     /// lane whose steps are all cut short by deadlines stays "fresh").
     start_hint_taken: bool,
+    /// Speculative decoding's settings (`None`: off).
+    spec: Option<Speculation>,
+    /// Reused buffer: a drafting sequence's tokens and its pending one.
+    history: Vec<LlamaToken>,
+    /// The lane whose drafts go first into the next step (one lane's a
+    /// step: `add_drafts`).
+    draft_turn: usize,
+}
+
+/// How greedy sequences draft (see `draft` and `Engine::verify`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Speculation {
+    pub(super) draft_max: u32,
+    pub(super) draft_min: u32,
+}
+
+impl Speculation {
+    /// The settings in effect: `None` when off.
+    pub(super) fn of(kind: SpecType, draft_max: u32, draft_min: u32) -> Option<Self> {
+        match kind {
+            SpecType::Off => None,
+            SpecType::Ngram => Some(Self {
+                draft_max,
+                draft_min,
+            }),
+        }
+    }
 }
 
 /// One sequence: what its KV cells hold, its waiting jobs, its running one.
@@ -151,6 +205,8 @@ struct Branch {
     utf8: Utf8Stream,
     /// Why it ended, once it has (a sample waiting for the others).
     ended: Option<FinishReason>,
+    /// Its drafting, when it drafts (greedy and alone: see `Engine::verify`).
+    drafter: Option<Drafter>,
 }
 
 impl Active {
@@ -169,6 +225,11 @@ struct Entry {
     tokens: Vec<LlamaToken>,
     /// Batch row of the logits to sample from after the step, if any.
     logits: Option<i32>,
+    /// Drafts after a generating branch's token, at the positions that
+    /// follow it, each with logits; not yet accepted.
+    drafts: Vec<LlamaToken>,
+    /// The batch row of the first draft (the others follow it).
+    draft_row: i32,
 }
 
 /// The sequence ids of a context: one per lane, and `max_samples - 1`
@@ -209,7 +270,8 @@ impl<'m> Engine<'m> {
             format,
             grammar_pass: GrammarPass::default(),
             // A step holds each generating sample's token and up to
-            // `batch_size` prompt tokens besides.
+            // `batch_size` prompt tokens besides (and one lane's drafts,
+            // once speculation is on: `with_speculation`).
             batch: LlamaBatch::new(batch_size + sequences * max_samples, 1),
             batch_size,
             seq_context,
@@ -220,7 +282,25 @@ impl<'m> Engine<'m> {
             thread_control,
             threads_applied: threads,
             start_hint_taken: false,
+            spec: None,
+            history: Vec::new(),
+            draft_turn: 0,
         }
+    }
+
+    /// Turns speculative decoding on (`None` leaves it off). The context's
+    /// `n_batch` must hold `draft_max` more tokens (`worker`): one lane
+    /// drafts per step (`add_drafts`).
+    pub(super) fn with_speculation(mut self, spec: Option<Speculation>) -> Self {
+        if let Some(spec) = spec {
+            let lanes = self.seqs.len();
+            self.batch = LlamaBatch::new(
+                self.batch_size + lanes * self.max_samples + spec.draft_max as usize,
+                1,
+            );
+        }
+        self.spec = spec;
+        self
     }
 
     /// How a constrained answer's grammar is applied (see `pick`).
@@ -282,7 +362,15 @@ impl<'m> Engine<'m> {
             return;
         }
         let tokens = usize::try_from(self.batch.n_tokens()).unwrap_or(0).max(1);
-        let kind = StepKind::of_batch(tokens);
+        // A verify step (drafts in the batch) is a generation step that
+        // costs more than one: its kind is that of its tokens without the
+        // drafts, it has no overrun budget (a budget made of plain steps
+        // would abandon it) and it is not recorded among the plain steps'
+        // figures (their mean would follow the drafts' count, not the
+        // machine's load). A contended step is still cut short.
+        let drafted: usize = entries.iter().map(|e| e.drafts.len()).sum();
+        let verifying = drafted > 0;
+        let kind = StepKind::of_batch(tokens - drafted);
         if !self.start_hint_taken && self.governor.is_fresh() {
             self.start_hint_taken = true;
             if let Some(free) = crate::sched::free_cores() {
@@ -292,13 +380,14 @@ impl<'m> Engine<'m> {
         let threads = self.apply_threads(kind);
         let scale = match kind {
             StepKind::Generate => 1.0,
-            StepKind::Prompt => tokens as f64,
+            StepKind::Prompt => (tokens - drafted) as f64,
         };
         let waited_before = signal.waited_ns();
         let started = Instant::now();
         let budget = self
             .governor
             .budget(kind)
+            .filter(|_| !verifying)
             .and_then(|b| Duration::try_from_secs_f64(b * scale).ok())
             .map(|b| started + b);
         signal.arm(
@@ -330,15 +419,17 @@ impl<'m> Engine<'m> {
                     waited_us = waited / 1000,
                     "decode step"
                 );
-                self.governor.record(
-                    kind,
-                    threads,
-                    StepFigure {
-                        cost,
-                        wait_share,
-                        overran: false,
-                    },
-                );
+                if !verifying {
+                    self.governor.record(
+                        kind,
+                        threads,
+                        StepFigure {
+                            cost,
+                            wait_share,
+                            overran: false,
+                        },
+                    );
+                }
                 for entry in &entries {
                     if let Some(br) = self.seqs[entry.seq]
                         .active
@@ -463,6 +554,15 @@ impl<'m> Engine<'m> {
                 len: 0,
                 out,
                 pending: None,
+                // Only a greedy answer alone drafts: its picks are a
+                // function of the logits (and its grammar's state), so a
+                // draft is kept exactly when it is the pick. A sampled
+                // answer would need the speculative-sampling acceptance
+                // rule, not built yet.
+                drafter: self
+                    .spec
+                    .filter(|_| samples == 1 && picker.is_greedy())
+                    .map(|s| Drafter::new(s.draft_max, s.draft_min)),
                 picker,
                 stops,
                 utf8: Utf8Stream::default(),
@@ -520,6 +620,113 @@ impl<'m> Engine<'m> {
         false
     }
 
+    /// The drafts to decode after a lane's pending token this step (see
+    /// `draft`): none unless its answer drafts. At most as many as could
+    /// be kept: the answer's remaining `max_tokens` after the pending
+    /// token's own pick, and the sequence's cells (a pick at the last
+    /// cells ends the answer, as `sample` says).
+    fn draft(&mut self, seq: usize, most: usize) -> Vec<LlamaToken> {
+        let mut drafts = Vec::new();
+        if most == 0 {
+            return drafts;
+        }
+        let s = &mut self.seqs[seq];
+        let Some(a) = s.active.as_mut().filter(|a| a.prompt_done) else {
+            return drafts;
+        };
+        let max_tokens = a.job.sampling.max_tokens as usize;
+        let Some(br) = a.branches.first_mut() else {
+            return drafts;
+        };
+        let (Some(token), Some(drafter)) = (br.pending, br.drafter.as_mut()) else {
+            return drafts;
+        };
+        let room = max_tokens
+            .saturating_sub(br.out.completion_tokens + 1)
+            .min(self.seq_context.saturating_sub(br.len + 3))
+            .min(most);
+        self.history.clear();
+        self.history.extend_from_slice(&s.cached);
+        self.history.push(token);
+        drafter.propose(&self.history, room, &mut drafts);
+        drafts
+    }
+
+    /// The cells the context's sequences hold before this step (a bound
+    /// from above: a consensus's samples count their shared prompt each).
+    fn cells_in_use(&self) -> usize {
+        self.seqs
+            .iter()
+            .map(|s| {
+                s.cached.len()
+                    + s.active.as_ref().map_or(0, |a| {
+                        a.branches.iter().skip(1).map(|b| b.len).sum::<usize>()
+                    })
+            })
+            .sum()
+    }
+
+    /// Verifies a lane's drafts, decoded this step after its pending token
+    /// (batch row `row`; the drafts' rows from `draft_row` on). The picker picks at
+    /// the token's row as always; while its pick is the next draft, that
+    /// draft is the token the lane would have decoded next (its cell is in
+    /// the cache, its row holds the logits that step would have given), so
+    /// it is kept and the picker picks again at the draft's row. Every pick
+    /// goes through `sample`, the one per-token path (grammar, signals,
+    /// log-probs, stop strings, streaming, max_tokens), in order, so all
+    /// that follows sees exactly the tokens of a run without drafts. The
+    /// cells of the drafts not kept are cut; the last pick is pending, as
+    /// after any step.
+    fn verify(
+        &mut self,
+        seq: usize,
+        branch: usize,
+        row: i32,
+        drafts: &[LlamaToken],
+        draft_row: i32,
+    ) -> Result<(), LocalError> {
+        let mut next = self.sample(seq, branch, row);
+        let mut accepted = 0;
+        for &draft in drafts {
+            if !matches!(next, Next::Continue(token) if token == draft) {
+                break;
+            }
+            let s = &mut self.seqs[seq];
+            let Some(a) = s.active.as_mut() else {
+                break;
+            };
+            // A job stopped (its sink cancelled it, its deadline passed)
+            // ends before its next step: here, before its next draft.
+            if a.job.stop_reason().is_some() {
+                break;
+            }
+            a.branches[branch].len += 1;
+            s.cached.push(draft);
+            accepted += 1;
+            next = self.sample(seq, branch, draft_row + accepted as i32 - 1);
+        }
+        if let Some(br) = self.seqs[seq]
+            .active
+            .as_mut()
+            .and_then(|a| a.branches.get_mut(branch))
+        {
+            br.out.drafts_verified(drafts.len(), accepted);
+            if let Some(drafter) = br.drafter.as_mut() {
+                drafter.verified(drafts.len(), accepted);
+            }
+        }
+        if accepted < drafts.len() {
+            let from = self.seqs[seq].cached.len();
+            if !self.cut(seq, from) {
+                return Err(LocalError::Decode {
+                    detail: "the cells of rejected drafts could not be removed".into(),
+                });
+            }
+        }
+        self.advance(seq, branch, next);
+        Ok(())
+    }
+
     /// Puts every generating branch's pending token into the batch, then
     /// prompt chunks, in turn, up to `batch_size` prompt tokens.
     fn fill_batch(&mut self) -> Vec<Entry> {
@@ -542,6 +749,8 @@ impl<'m> Engine<'m> {
                     branch,
                     tokens: vec![token],
                     logits: Some(row),
+                    drafts: Vec::new(),
+                    draft_row: 0,
                 });
             }
         }
@@ -584,10 +793,75 @@ impl<'m> Engine<'m> {
                 branch: 0,
                 logits: last.then(|| first_row + take as i32 - 1),
                 tokens: chunk,
+                drafts: Vec::new(),
+                draft_row: 0,
             });
         }
         self.prompt_turn = (self.prompt_turn + 1) % n;
+        self.add_drafts(&mut entries);
         entries
+    }
+
+    /// Adds one lane's drafts, the next in turn that has any, as the
+    /// batch's last rows.
+    ///
+    /// Why one lane and last: llama.cpp puts a step's tokens into free
+    /// cells in row order and, when cells are removed, fills the lowest
+    /// free ones first; attention then sums over a sequence's cells in
+    /// cell order. Rejected drafts in the last rows leave free cells only
+    /// above every cell in use, so every sequence's later tokens still go
+    /// into cells above its earlier ones, in the order a run without
+    /// drafts gives them, and its sums are the same to the last bit.
+    /// Drafts of two lanes in one step would leave the first one's
+    /// rejected cells below the second one's kept ones.
+    ///
+    /// And no more drafts than keep every row on the attention kernel it
+    /// takes without them (see [`TILED_ROWS`]): a step under 64 rows stays
+    /// under 64; a lone row (the lane decoding alone, as a run without
+    /// drafts decodes every token) drafts only while its tokens and the
+    /// drafts' stay within the cells where a lone row is not split. So a
+    /// lone lane drafts in its first 256 cells only: past them llama.cpp
+    /// would sum the run without drafts in another order.
+    fn add_drafts(&mut self, entries: &mut [Entry]) {
+        if self.spec.is_none() {
+            return;
+        }
+        let rows = usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX);
+        let mut most = if rows < TILED_ROWS {
+            TILED_ROWS - 1 - rows
+        } else {
+            usize::MAX
+        };
+        if rows == 1 {
+            most = most.min(SPLIT_KV_USED.saturating_sub(self.cells_in_use() + rows));
+        }
+        let n = self.seqs.len();
+        for turn in 0..n {
+            let seq = (self.draft_turn + turn) % n;
+            let drafts = self.draft(seq, most);
+            if drafts.is_empty() {
+                continue;
+            }
+            let Some(entry) = entries
+                .iter_mut()
+                .find(|e| e.seq == seq && e.branch == 0 && e.logits.is_some())
+            else {
+                continue;
+            };
+            let (len, id) = match self.seqs[seq].active.as_ref() {
+                Some(a) => (a.branches[0].len, a.branches[0].seq_id),
+                None => continue,
+            };
+            entry.draft_row = self.batch.n_tokens();
+            for (j, &draft) in drafts.iter().enumerate() {
+                self.batch
+                    .add(draft, (len + 1 + j) as i32, &[id], true)
+                    .expect("the batch has draft_max rows for one lane's drafts");
+            }
+            entry.drafts = drafts;
+            self.draft_turn = (seq + 1) % n;
+            return;
+        }
     }
 
     fn after_decode(&mut self, entries: Vec<Entry>) {
@@ -620,6 +894,8 @@ impl<'m> Engine<'m> {
                     .is_some_and(|a| !a.prompt_done)
                 {
                     self.prompt_decoded(seq, row)
+                } else if !entry.drafts.is_empty() {
+                    self.verify(seq, entry.branch, row, &entry.drafts, entry.draft_row)
                 } else {
                     let next = self.sample(seq, entry.branch, row);
                     self.advance(seq, entry.branch, next);
@@ -687,6 +963,7 @@ impl<'m> Engine<'m> {
                 stops,
                 utf8: Utf8Stream::default(),
                 ended: None,
+                drafter: None,
             });
         }
         for branch in 0..a.branches.len() {

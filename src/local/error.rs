@@ -61,6 +61,10 @@ pub enum LocalError {
         "the local answer is not what the request asked for (cut short under its grammar): {0}"
     )]
     InvalidAnswer(#[from] crate::structured::InvalidAnswer),
+    /// A setting of the lane is out of range (the speculation settings:
+    /// `draft_max`, `draft_min`).
+    #[error(transparent)]
+    Setting(#[from] super::draft::SpecSettingError),
     /// `llama_decode` failed for a reason other than an abort.
     #[error("llama.cpp decode failed: {detail}")]
     Decode {
@@ -156,6 +160,7 @@ impl LocalError {
             LocalError::PromptTooLong { .. } => "prompt_too_long",
             LocalError::InvalidRequest(_) => "invalid_request",
             LocalError::Decode { .. } => "decode",
+            LocalError::Setting(_) => "invalid_setting",
             LocalError::Grammar { .. } => "grammar",
             LocalError::InvalidAnswer(_) => "invalid_answer",
             LocalError::Devices(e) => e.kind(),

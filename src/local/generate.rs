@@ -208,6 +208,9 @@ pub(super) struct Progress {
     /// Per-token detail, when the job asked for log-probabilities.
     pub(super) detail: Option<Vec<TokenLogprob>>,
     decode_threads: Vec<ThreadSteps>,
+    /// Drafts verified, and those kept (speculative decoding).
+    drafted: usize,
+    accepted: usize,
 }
 
 impl Progress {
@@ -230,7 +233,15 @@ impl Progress {
             first_token_margin: None,
             detail: job.sampling.logprobs.map(|_| Vec::new()),
             decode_threads: Vec::new(),
+            drafted: 0,
+            accepted: 0,
         }
+    }
+
+    /// Counts one verified proposal: `drafted` drafts, `accepted` kept.
+    pub(super) fn drafts_verified(&mut self, drafted: usize, accepted: usize) {
+        self.drafted += drafted;
+        self.accepted += accepted;
     }
 
     /// Counts one decode step of this job that used `threads` threads.
@@ -302,6 +313,8 @@ impl Progress {
                 gen_tokens_per_s: per_s(self.completion_tokens.saturating_sub(1), generation),
                 total: now - self.submitted_at,
                 decode_threads: self.decode_threads,
+                draft_n: self.drafted as u32,
+                draft_n_accepted: self.accepted as u32,
             },
         }
     }

@@ -37,12 +37,19 @@
 //!   (`pick`); requests with tools or tool messages rendered by the
 //!   model's own Jinja template (`jinja`), the call parsed into
 //!   [`LocalCompletion::tool_calls`] (`toolcall`); per-token
-//!   log-probabilities with alternatives when asked for.
+//!   log-probabilities with alternatives when asked for;
+//! - speculative decoding, when [`LocalConfig::spec_type`] asks for it
+//!   (issue 32): a greedy answer's next tokens are guessed by prompt
+//!   lookup (`draft`) and verified in the same batch step as its token,
+//!   kept only where they are what the lane picks (`batch`), so the
+//!   answer is the same token for token; [`LocalTimings::draft_n`] and
+//!   [`LocalTimings::draft_n_accepted`] count them.
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
 mod batch;
 pub mod devices;
+mod draft;
 mod error;
 mod ffi;
 mod finish;
@@ -72,6 +79,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 pub use crate::cores::physical_cores;
+pub use draft::{
+    check_settings as check_spec_settings, SpecSettingError, SpecType, DRAFT_MAX_LIMIT,
+};
 pub use error::LocalError;
 pub use governor::ThreadPolicy;
 pub use pick::GrammarPass;
@@ -158,6 +168,20 @@ pub struct LocalConfig {
     /// (and its KV memory) is this many times larger; cells are taken only
     /// as samples use them.
     pub max_samples: u32,
+    /// Speculative decoding (llama-server's `--spec-type`): `off` (the
+    /// default) or `ngram` (prompt lookup: tokens copied from the prompt
+    /// and the answer so far are decoded with the next token in one step
+    /// and kept where they are what the lane would have picked). The
+    /// answer is the same token for token; only greedy answers (temperature
+    /// 0) draft. See [`SpecType`].
+    pub spec_type: SpecType,
+    /// Most tokens drafted per step and sequence, 1 to
+    /// [`DRAFT_MAX_LIMIT`] (llama-server's `--draft-max`; default
+    /// 16).
+    pub draft_max: u32,
+    /// Fewest drafts worth verifying: a shorter proposal is not decoded
+    /// (llama-server's `--draft-min`; default 0).
+    pub draft_min: u32,
 }
 
 impl Default for LocalConfig {
@@ -178,6 +202,9 @@ impl Default for LocalConfig {
             probe_cache_dir: None,
             grammar_pass: GrammarPass::Check,
             max_samples: 1,
+            spec_type: SpecType::Off,
+            draft_max: 16,
+            draft_min: 0,
         }
     }
 }
@@ -231,6 +258,14 @@ pub struct LocalInfo {
     /// architecture)` (e.g. `gemma (by architecture)`), `NAME (by
     /// vocabulary)` (e.g. `llama3 (by vocabulary)`) or `chatml (fallback)`.
     pub chat_template: String,
+    /// Speculative decoding in effect: the configured type, or `off` when
+    /// the model's memory cannot drop a sequence's last cells (recurrent
+    /// and hybrid models; then a warning says why).
+    pub spec_type: SpecType,
+    /// Most tokens drafted per step ([`LocalConfig::draft_max`]).
+    pub draft_max: u32,
+    /// Fewest drafts verified ([`LocalConfig::draft_min`]).
+    pub draft_min: u32,
     /// How the model is asked for tool calls: `hermes (template)` (its
     /// template renders tools and `<tool_call>`), `llama3 (template)`, or
     /// `hermes (system prompt)` (the template has no tool syntax; the tools
@@ -264,6 +299,12 @@ pub struct LocalTimings {
     /// The job's decode steps by how many compute threads each used
     /// (ascending thread counts), as the thread governor chose them.
     pub decode_threads: Vec<ThreadSteps>,
+    /// Tokens drafted for the answer and verified (speculative decoding,
+    /// [`LocalConfig::spec_type`]; llama-server's `draft_n`).
+    pub draft_n: u32,
+    /// Of those, the tokens kept: the picks they turned out to be
+    /// (llama-server's `draft_n_accepted`).
+    pub draft_n_accepted: u32,
 }
 
 /// How many of a job's decode steps ran with one thread count.
@@ -407,8 +448,9 @@ impl LocalLane {
     /// jobs one at a time; [`LocalLane::shutdown`] on any of them stops
     /// them all.
     pub fn start_shared(config: LocalConfig, lanes: usize) -> Result<Vec<Self>, LocalError> {
-        // Validation first: it is cheap and its errors are the precise
-        // ones; the probe then catches what it does not know.
+        // Settings, then the file: both are cheap and their errors are
+        // the precise ones; the probe then catches what they do not know.
+        draft::check_settings(config.draft_max, config.draft_min)?;
         crate::gguf::validate(&config.model)?;
         let report = probe::before_start(&config)?;
         Self::start_with(config, lanes, true, report)

@@ -114,6 +114,13 @@ impl Picker {
         })
     }
 
+    /// Whether the pick is a function of the logits (and the grammar's
+    /// state): greedy, no random draw. Only such a picker's answer may be
+    /// drafted (`batch`).
+    pub(super) fn is_greedy(&self) -> bool {
+        self.chain.is_none()
+    }
+
     /// The next token from batch row `row` (`logits` is that row,
     /// `argmax` its first largest logit). The grammar, if any, has
     /// accepted it.

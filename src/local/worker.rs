@@ -4,7 +4,8 @@
 //! one batch. A job that panics is caught and fails alone; a panic outside
 //! any job resets the context, and the worker goes on.
 
-use super::batch::{Engine, SeqIds};
+use super::batch::{Engine, SeqIds, Speculation};
+use super::draft::SpecType;
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
 use super::governor::{Governor, ThreadPolicy};
@@ -124,6 +125,7 @@ fn run_worker(
     let tool_calls = super::toolcall::ToolTemplate::detect(format.jinja_text())
         .describe()
         .to_string();
+    let spec = speculation(&config, &model);
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -136,7 +138,8 @@ fn run_worker(
         threads,
         Governor::new(threads, config.thread_policy),
     )
-    .with_grammar_pass(config.grammar_pass);
+    .with_grammar_pass(config.grammar_pass)
+    .with_speculation(spec);
     let thread_policy = if engine.controls_threads() {
         config.thread_policy
     } else {
@@ -157,6 +160,13 @@ fn run_worker(
         sequences,
         max_samples: samples_of(&config) as u32,
         compute_wait: super::wait::current().describe(),
+        spec_type: if spec.is_some() {
+            config.spec_type
+        } else {
+            SpecType::Off
+        },
+        draft_max: config.draft_max,
+        draft_min: config.draft_min,
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
@@ -185,6 +195,31 @@ fn run_worker(
             signal.disarm();
             engine.reset_all(&crate::panic_payload::message(&*p));
         }
+    }
+}
+
+/// The speculation in effect: the configured one, unless the model's
+/// memory cannot drop a sequence's last cells (recurrent and hybrid
+/// models), which verifying drafts needs.
+fn speculation(config: &LocalConfig, model: &LlamaModel) -> Option<Speculation> {
+    let spec = Speculation::of(config.spec_type, config.draft_max, config.draft_min)?;
+    if model.is_recurrent() || model.is_hybrid() {
+        tracing::warn!(
+            "speculative decoding is off: this model's memory (recurrent or hybrid) \
+             cannot drop rejected drafts"
+        );
+        return None;
+    }
+    Some(spec)
+}
+
+/// Tokens one step may draft (one lane drafts per step: see `batch`); the
+/// context's batch must hold them besides the prompt chunk and the
+/// samples' tokens.
+fn draft_rows(config: &LocalConfig) -> u32 {
+    match config.spec_type {
+        SpecType::Off => 0,
+        SpecType::Ngram => config.draft_max,
     }
 }
 
@@ -240,8 +275,8 @@ fn load(
     // Sequence ids: every lane's own, and its samples' (see `batch`).
     let ids = (sequences * samples_of(config)) as u32;
     // A step holds one token of each generating sample besides up to
-    // `batch_size` prompt tokens.
-    let batch = config.batch_size.max(1) + ids - 1;
+    // `batch_size` prompt tokens, and one lane's drafts.
+    let batch = config.batch_size.max(1) + ids - 1 + draft_rows(config);
     let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
     let params = LlamaContextParams::default()
         // One unified cache of `context_size` cells per sequence: every

@@ -29,5 +29,6 @@ mod serve_cors;
 mod serve_fuzz;
 mod serve_responses;
 mod source_rules;
+mod speculation;
 mod structured;
 mod support;

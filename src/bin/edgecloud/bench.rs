@@ -269,6 +269,9 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 model: l.model.display().to_string(),
                 threads: Some(l.threads.unwrap_or_else(edgecloud::local::physical_cores)),
                 thread_policy: Some(l.thread_policy.to_string()),
+                spec_type: (l.spec_type != edgecloud::local::SpecType::Off)
+                    .then(|| l.spec_type.to_string()),
+                draft_max: (l.spec_type != edgecloud::local::SpecType::Off).then_some(l.draft_max),
                 gpu_layers: l.gpu_layers,
                 context_size: l.context_size,
                 compute_wait: Some(edgecloud::local::wait::current().describe()),

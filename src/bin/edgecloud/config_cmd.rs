@@ -48,6 +48,9 @@ const FLAG_KEYS: &[(&str, &str, &str)] = &[
     ("gpu_layers", "--gpu-layers", "local.gpu_layers"),
     ("context_size", "--context-size", "local.context_size"),
     ("batch_size", "--batch-size", "local.batch_size"),
+    ("spec_type", "--spec-type", "local.spec_type"),
+    ("draft_max", "--draft-max", "local.draft_max"),
+    ("draft_min", "--draft-min", "local.draft_min"),
     ("probe", "--probe", "local.probe"),
     ("base_url", "--base-url", "cloud.base_url"),
     ("cloud_model", "--cloud-model", "cloud.model"),
@@ -211,6 +214,9 @@ fn local_value(l: &LocalConfig) -> Value {
         "probe_cache": l.probe_cache,
         "probe_cache_dir": l.probe_cache_dir.as_ref().map(|p| p.display().to_string()),
         "grammar_pass": l.grammar_pass,
+        "spec_type": l.spec_type,
+        "draft_max": l.draft_max,
+        "draft_min": l.draft_min,
     })
 }
 

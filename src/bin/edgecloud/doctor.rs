@@ -30,6 +30,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             "gpu_offload": offload.is_ok(),
             "compute_wait": edgecloud::local::wait::current(),
             "thread_policy": edgecloud::local::ThreadPolicy::default(),
+            "spec_type": edgecloud::local::SpecType::default(),
             "problem": offload.as_ref().err().map(|e| json!({"kind": e.kind(), "message": e.to_string()})),
         });
         args.output.print(&value)?;
@@ -62,6 +63,11 @@ fn print_text(build: &BuildInfo, inv: &Inventory, offload: &Result<(), devices::
          other programs hold cores; --thread-policy fixed for llama.cpp's behaviour)",
         edgecloud::local::wait::current().describe(),
         edgecloud::local::ThreadPolicy::default()
+    );
+    println!(
+        "drafts    speculative decoding {} by default (--spec-type ngram: greedy answers \
+         draft by prompt lookup, the answer unchanged)",
+        edgecloud::local::SpecType::default()
     );
     match (inv.loading, &inv.backends_dir) {
         (Loading::Static, _) => println!("backends  linked into the binary"),

@@ -7,7 +7,7 @@ use crate::output::JsonArgs;
 use crate::prompt::PromptArgs;
 use edgecloud::local::devices::DeviceError;
 use edgecloud::local::{
-    LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode, ThreadPolicy,
+    LocalCompletion, LocalConfig, LocalError, LocalLane, ProbeMode, SpecType, ThreadPolicy,
 };
 use edgecloud::millis::to_ms_rounded;
 use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
@@ -43,6 +43,20 @@ pub(crate) struct LocalArgs {
     #[arg(long, value_name = "POLICY", env = "EDGECLOUD_THREAD_POLICY",
           default_value_t = ThreadPolicy::Adaptive)]
     thread_policy: ThreadPolicy,
+    /// Speculative decoding: off or ngram (a greedy answer drafts tokens
+    /// by prompt lookup and verifies them in the same step; the answer is
+    /// unchanged; with --temperature above 0 nothing is drafted).
+    #[arg(long, value_name = "TYPE", env = "EDGECLOUD_SPEC_TYPE",
+          default_value_t = SpecType::Off)]
+    spec_type: SpecType,
+    /// Most tokens drafted per step.
+    #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MAX",
+          default_value_t = LocalConfig::default().draft_max)]
+    draft_max: u32,
+    /// Fewest drafts worth verifying.
+    #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MIN",
+          default_value_t = LocalConfig::default().draft_min)]
+    draft_min: u32,
     /// Sampling seed, for reproducible output.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
@@ -100,6 +114,9 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         model: args.model.clone(),
         threads: args.threads,
         thread_policy: args.thread_policy,
+        spec_type: args.spec_type,
+        draft_max: args.draft_max,
+        draft_min: args.draft_min,
         context_size: args.context_size,
         batch_size: args.batch_size,
         gpu_layers: args.gpu_layers,
@@ -191,6 +208,9 @@ fn report(
             "threads": info.threads,
             "thread_policy": info.thread_policy,
             "decode_threads": t.decode_threads,
+            "spec_type": info.spec_type,
+            "draft_n": t.draft_n,
+            "draft_n_accepted": t.draft_n_accepted,
             "context_size": info.context_size,
             "chat_template": info.chat_template,
             "tool_calls": info.tool_calls,
@@ -214,12 +234,23 @@ fn report(
             opt(t.prompt_tokens_per_s, " tok/s"),
         );
         println!("first token      {}", opt(t.ttft.map(to_ms_rounded), " ms"));
+        let drafts = if lane.info().spec_type == SpecType::Off {
+            String::new()
+        } else {
+            format!(
+                "; drafts ({}) {} accepted of {}",
+                lane.info().spec_type,
+                t.draft_n_accepted,
+                t.draft_n
+            )
+        };
         println!(
-            "generation       {} tokens, {}",
+            "generation       {} tokens, {}{drafts}",
             done.completion_tokens,
             opt(t.gen_tokens_per_s, " tok/s")
         );
         println!("total            {:.1} ms", to_ms_rounded(t.total));
+
         println!(
             "threads          {} ({}): {}",
             lane.info().threads,

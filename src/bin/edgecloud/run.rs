@@ -14,7 +14,7 @@ use edgecloud::harness::{
     AbortHandle, CancelResult, ConfigError, Harness, HarnessConfig, LaneReport, Outcome,
     PolicyKind, RunOptions, RunStatus, EXAMPLE_CONFIG,
 };
-use edgecloud::local::{ProbeMode, ThreadPolicy};
+use edgecloud::local::{ProbeMode, SpecType, ThreadPolicy};
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -89,6 +89,17 @@ pub(crate) struct HarnessArgs {
     /// default for the CLI) or off.
     #[arg(long, value_name = "MODE")]
     pub(crate) probe: Option<ProbeMode>,
+    /// Speculative decoding of the local lane: off (the default) or ngram
+    /// (greedy answers draft tokens by prompt lookup and verify them in
+    /// the same step; the answer is unchanged).
+    #[arg(long, value_name = "TYPE", env = "EDGECLOUD_SPEC_TYPE")]
+    pub(crate) spec_type: Option<SpecType>,
+    /// Most tokens drafted per step (default 16).
+    #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MAX")]
+    pub(crate) draft_max: Option<u32>,
+    /// Fewest drafts worth verifying (default 0).
+    #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MIN")]
+    pub(crate) draft_min: Option<u32>,
 }
 
 /// The OpenAI SDKs' base URL variable, when set and not empty.
@@ -120,6 +131,9 @@ impl HarnessArgs {
         o.context_size = self.context_size;
         o.batch_size = self.batch_size;
         o.probe = self.probe;
+        o.spec_type = self.spec_type;
+        o.draft_max = self.draft_max;
+        o.draft_min = self.draft_min;
         o
     }
 

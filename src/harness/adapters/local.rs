@@ -87,6 +87,10 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             generation: Some(t.generation),
             gen_tokens_per_s: t.gen_tokens_per_s,
             total: Some(t.total),
+            // Only when something was drafted: a lane without speculation
+            // reports what it always did.
+            draft_n: (t.draft_n > 0).then_some(t.draft_n),
+            draft_n_accepted: (t.draft_n > 0).then_some(t.draft_n_accepted),
             ..Timings::default()
         },
         signals: Some(TokenSignals {
@@ -115,7 +119,7 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::Decode { .. } => LaneErrorKind::Model,
         // The model's answer missed its schema even under the grammar.
         LocalError::InvalidAnswer(_) => LaneErrorKind::Model,
-        LocalError::Devices(_) => LaneErrorKind::Config,
+        LocalError::Devices(_) | LocalError::Setting(_) => LaneErrorKind::Config,
         // The model crashed or hung a probe process: the model is at fault;
         // a probe that could not run at all leaves the lane unavailable.
         LocalError::ProbeCrashed { .. }

@@ -1,0 +1,415 @@
+//! Speculative decoding (issue 32, contract point 16): with `--spec-type
+//! ngram` a greedy answer is the answer without it, token for token, with
+//! the same log-probabilities, on the real SmolLM2 and the generated tiny
+//! model, alone and batched, under a grammar, with stop strings, and when
+//! the job's own sink cancels it. Each comparison runs on two fresh lanes
+//! (off and ngram) that take the same jobs in the same order with a fixed
+//! thread count, so their prompts are decoded alike. The copy-heavy
+//! prompts make drafts get accepted, and the tests check that they were:
+//! a test that never drafted would prove nothing.
+
+use crate::support::models::tiny_model;
+use crate::support::real_model::smollm2;
+use edgecloud::local::{LocalCompletion, LocalConfig, LocalLane, SpecType, ThreadPolicy};
+use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const PARAGRAPH: &str = "The old lighthouse on Carrow Point was built in 1862 by the \
+    harbour board of Elmsworth. Its lamp burned whale oil until 1904, then paraffin, and \
+    it was electrified in 1951. The last keeper, Margaret Doyle, left in 1987 when the \
+    light became automatic. Today the tower is a museum open from April to October.";
+
+fn copy_prompt() -> String {
+    format!("Repeat this text exactly, word for word:\n\n{PARAGRAPH}")
+}
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(600)
+}
+
+fn config(model: &Path, spec_type: SpecType) -> LocalConfig {
+    LocalConfig {
+        threads: Some(2),
+        thread_policy: ThreadPolicy::Fixed,
+        context_size: Some(1024),
+        spec_type,
+        ..LocalConfig::new(model)
+    }
+}
+
+fn greedy(max_tokens: u32) -> Sampling {
+    Sampling {
+        max_tokens,
+        temperature: 0.0,
+        ..Sampling::default()
+    }
+}
+
+fn job(prompt: &str, sampling: Sampling) -> LaneJob {
+    LaneJob::new(vec![ChatMessage::user(prompt)], sampling, far())
+}
+
+/// Everything a run's answer is made of, drafts aside, the
+/// log-probabilities bit for bit.
+fn assert_same(off: &LocalCompletion, on: &LocalCompletion, what: &str) {
+    assert_same_tokens(off, on, what);
+    assert_eq!(off.token_logprobs, on.token_logprobs, "{what}: log-probs");
+    assert_eq!(off.first_token_margin, on.first_token_margin, "{what}");
+    assert_eq!(off.logprobs, on.logprobs, "{what}: top log-probs");
+}
+
+/// The same tokens and ending, the log-probabilities to 1e-3: on F32
+/// weights (the generated tiny model) llama.cpp multiplies a batch of two
+/// rows or more with another kernel than one row (llamafile's sgemm), so
+/// a verify step's rows differ from single-token steps in the last digits;
+/// on SmolLM2's Q4_1 weights both take the same kernel and the
+/// log-probabilities are equal bit for bit (`assert_same`).
+fn assert_same_tokens(off: &LocalCompletion, on: &LocalCompletion, what: &str) {
+    assert_eq!(off.text, on.text, "{what}: text");
+    assert_eq!(off.finish_reason, on.finish_reason, "{what}: finish reason");
+    assert_eq!(
+        off.completion_tokens, on.completion_tokens,
+        "{what}: tokens"
+    );
+    assert_eq!(off.tool_calls, on.tool_calls, "{what}: tool calls");
+    assert_eq!(off.timings.draft_n, 0, "{what}: off drafts nothing");
+    assert_eq!(off.token_logprobs.len(), on.token_logprobs.len(), "{what}");
+    for (i, (a, b)) in off
+        .token_logprobs
+        .iter()
+        .zip(&on.token_logprobs)
+        .enumerate()
+    {
+        assert!(
+            (a - b).abs() < 1e-3,
+            "{what}: token {i}: log-prob {a} vs {b}"
+        );
+    }
+}
+
+/// Runs each job on a fresh lane of each kind; returns (off, ngram).
+fn both(model: &Path, jobs: &[(&str, Sampling)]) -> Vec<(LocalCompletion, LocalCompletion)> {
+    let off = LocalLane::start(config(model, SpecType::Off)).expect("the model loads");
+    let on = LocalLane::start(config(model, SpecType::Ngram)).expect("the model loads");
+    assert_eq!(on.info().spec_type, SpecType::Ngram);
+    assert_eq!(off.info().spec_type, SpecType::Off);
+    jobs.iter()
+        .map(|(prompt, sampling)| {
+            (
+                off.generate(job(prompt, sampling.clone())).unwrap(),
+                on.generate(job(prompt, sampling.clone())).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn ngram_answers_as_off_on_smollm2_and_its_copies_are_accepted() {
+    let copy = copy_prompt();
+    let jobs = [
+        (copy.as_str(), greedy(96)),
+        ("What is the capital of France?", greedy(32)),
+    ];
+    let runs = both(smollm2(), &jobs);
+    for (i, (off, on)) in runs.iter().enumerate() {
+        assert_same(off, on, &format!("job {i}"));
+    }
+    let (_, copied) = &runs[0];
+    assert!(
+        copied.text.contains("lighthouse"),
+        "the model copies: {:?}",
+        copied.text
+    );
+    assert!(copied.timings.draft_n > 0, "{:?}", copied.timings);
+    assert!(copied.timings.draft_n_accepted > 0, "{:?}", copied.timings);
+    assert!(copied.timings.draft_n_accepted <= copied.timings.draft_n);
+    // A verify step decodes several tokens: fewer steps than tokens.
+    let steps: u32 = copied.timings.decode_threads.iter().map(|s| s.steps).sum();
+    assert!(
+        steps
+            < runs[0]
+                .0
+                .timings
+                .decode_threads
+                .iter()
+                .map(|s| s.steps)
+                .sum(),
+        "{:?}",
+        copied.timings
+    );
+}
+
+#[test]
+fn ngram_answers_as_off_on_the_tiny_model() {
+    let long = format!("{} {}", "alpha beta gamma delta ".repeat(8), copy_prompt());
+    let jobs = [
+        (long.as_str(), greedy(64)),
+        ("Hello there", greedy(48)),
+        // Sampled: nothing is drafted, the answer is the seeded one.
+        (
+            "Hello there",
+            Sampling {
+                max_tokens: 24,
+                temperature: 0.9,
+                seed: Some(7),
+                ..Sampling::default()
+            },
+        ),
+    ];
+    let runs = both(tiny_model(), &jobs);
+    for (i, (off, on)) in runs.iter().enumerate() {
+        assert_same_tokens(off, on, &format!("job {i}"));
+    }
+    assert!(
+        runs[..2].iter().any(|(_, on)| on.timings.draft_n > 0),
+        "the tiny model's answers repeat: something was drafted"
+    );
+    assert_eq!(
+        runs[2].1.timings.draft_n, 0,
+        "a sampled answer drafts nothing"
+    );
+}
+
+#[test]
+fn ngram_answers_as_off_under_a_grammar_with_stops_and_logprobs() {
+    let schema = edgecloud::ResponseFormat::json_schema(
+        "lighthouse",
+        json!({"type": "object", "additionalProperties": false,
+            "required": ["name", "built", "keeper"],
+            "properties": {"name": {"type": "string", "maxLength": 60},
+                "built": {"type": "integer"},
+                "keeper": {"type": "string", "maxLength": 60}}}),
+    );
+    let extract = format!(
+        "{PARAGRAPH}\n\nGive the lighthouse's name, the year it was built and its last \
+         keeper as JSON."
+    );
+    let copy = copy_prompt();
+    let quote = edgecloud::ResponseFormat::json_schema(
+        "quote",
+        json!({"type": "object", "additionalProperties": false,
+            "required": ["text"],
+            "properties": {"text": {"type": "string", "maxLength": 200}}}),
+    );
+    let jobs = [
+        (
+            extract.as_str(),
+            Sampling {
+                response_format: Some(schema),
+                logprobs: Some(3),
+                ..greedy(80)
+            },
+        ),
+        (
+            copy.as_str(),
+            Sampling {
+                stop: vec!["automatic".into()],
+                logprobs: Some(2),
+                ..greedy(96)
+            },
+        ),
+        (
+            copy.as_str(),
+            Sampling {
+                response_format: Some(quote),
+                logprobs: Some(1),
+                ..greedy(96)
+            },
+        ),
+    ];
+    let runs = both(smollm2(), &jobs);
+    for (i, (off, on)) in runs.iter().enumerate() {
+        assert_same(off, on, &format!("job {i}"));
+        assert!(on.logprobs.as_ref().is_some_and(|l| !l.is_empty()));
+    }
+    let (off, on) = &runs[0];
+    assert_eq!(off.finish_reason, FinishReason::Stop, "{:?}", off.text);
+    serde_json::from_str::<serde_json::Value>(&on.text).expect("the grammar's JSON");
+    assert!(
+        on.timings.draft_n > 0,
+        "drafts under a grammar: {:?}",
+        on.timings
+    );
+    // Kept drafts under a grammar: the quote copies the paragraph.
+    let (_, quoted) = &runs[2];
+    assert!(
+        on.timings.draft_n_accepted + quoted.timings.draft_n_accepted > 0,
+        "{:?} {:?}",
+        on.timings,
+        quoted.timings
+    );
+    let (_, on) = &runs[1];
+    if on.text.len() > 20 {
+        assert!(!on.text.contains("automatic"), "the stop string is cut");
+    }
+    assert!(on.timings.draft_n_accepted > 0, "{:?}", on.timings);
+}
+
+/// A job whose sink cancels it after its tenth piece of text ends with the
+/// same tokens either way: the drafts after the cancel are not kept.
+#[test]
+fn a_cancel_from_the_sink_sees_the_same_tokens_with_drafts() {
+    let run = |spec_type| {
+        let lane = LocalLane::start(config(smollm2(), spec_type)).unwrap();
+        let cancel = CancellationToken::new();
+        let fired = cancel.clone();
+        let mut pieces = 0;
+        let j = job(&copy_prompt(), greedy(96))
+            .with_cancel(cancel)
+            .with_sink(move |_| {
+                pieces += 1;
+                if pieces == 10 {
+                    fired.cancel();
+                }
+            });
+        lane.generate(j).unwrap()
+    };
+    let (off, on) = (run(SpecType::Off), run(SpecType::Ngram));
+    assert_eq!(off.finish_reason, FinishReason::Cancelled);
+    assert_same(&off, &on, "cancelled");
+    assert!(on.timings.draft_n > 0, "{:?}", on.timings);
+}
+
+/// Several lanes over one model decode in one batch: each lane's drafts
+/// share the step with the others' tokens and prompt chunks, and every
+/// answer is its answer alone without drafts.
+///
+/// The bounds keep the batch itself from changing an answer (contract
+/// point 13 holds only within them, drafts or not): llama.cpp's attention
+/// sums a step of 64 rows or more, and a lone row over 256 cells in use,
+/// in another order than the steps alone, so the prompts go in chunks of
+/// 32 tokens and the three answers hold fewer than 256 cells together.
+#[test]
+fn batched_lanes_draft_in_one_step_and_answer_as_off_alone() {
+    let prompts = [
+        "Repeat exactly: one two three four five six seven eight nine ten.",
+        "What is the capital of France?",
+        "Say this back to me: alpha beta gamma delta epsilon zeta eta theta.",
+    ];
+    let small = |spec_type| LocalConfig {
+        batch_size: 32,
+        ..config(smollm2(), spec_type)
+    };
+    let off = LocalLane::start(small(SpecType::Off)).unwrap();
+    let alone: Vec<LocalCompletion> = prompts
+        .iter()
+        .map(|p| off.generate(job(p, greedy(28))).unwrap())
+        .collect();
+    let lanes = LocalLane::start_shared(small(SpecType::Ngram), prompts.len()).unwrap();
+    let tickets: Vec<_> = prompts
+        .iter()
+        .zip(&lanes)
+        .map(|(p, lane)| lane.submit(job(p, greedy(28))))
+        .collect();
+    let together: Vec<LocalCompletion> = tickets.into_iter().map(|t| t.wait().unwrap()).collect();
+    let cells: u32 = together
+        .iter()
+        .map(|c| c.prompt_tokens + c.completion_tokens)
+        .sum();
+    assert!(cells < 256, "the test's bound: {cells} cells");
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert_same(a, b, &format!("prompt {i}: off alone vs ngram batched"));
+    }
+    assert!(
+        together.iter().any(|c| c.timings.draft_n_accepted > 0),
+        "{:?}",
+        together.iter().map(|c| &c.timings).collect::<Vec<_>>()
+    );
+}
+
+/// The binary with no `EDGECLOUD_*` variable inherited.
+fn edgecloud() -> std::process::Command {
+    let mut cmd = std::process::Command::new(crate::support::cli::bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("EDGECLOUD_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// The settings as llama-server names them: flags, variables and the
+/// config file, shown by `config show`; bad values are refused by name;
+/// `edgecloud local --json` reports the drafts.
+#[test]
+fn the_settings_come_from_flags_variables_and_the_file_and_are_reported() {
+    let model = tiny_model().to_str().unwrap().to_string();
+    let out = edgecloud()
+        .args(["config", "show", "--json", "--model", &model])
+        .args(["--draft-max", "8"])
+        .env("EDGECLOUD_SPEC_TYPE", "ngram")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = crate::support::cli::json_of(&out);
+    assert_eq!(v["config"]["local"]["spec_type"], "ngram");
+    assert_eq!(v["config"]["local"]["draft_max"], 8);
+    assert_eq!(v["config"]["local"]["draft_min"], 0);
+    assert_eq!(v["sources"]["local.spec_type"], "env EDGECLOUD_SPEC_TYPE");
+    assert_eq!(v["sources"]["local.draft_max"], "flag --draft-max");
+
+    let file = crate::support::models::write_temp(
+        "spec.toml",
+        format!(
+            "[local]\nmodel = {model:?}\nspec_type = \"ngram\"\ndraft_max = 4\ndraft_min = 5\n"
+        )
+        .as_bytes(),
+    );
+    let out = edgecloud()
+        .args(["config", "show", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("local.draft_min"), "{err}");
+    let refused = edgecloud::harness::HarnessConfig::from_file(&file).unwrap_err();
+    assert!(
+        matches!(&refused, edgecloud::harness::ConfigError::Invalid { key, .. } if key == "local.draft_min"),
+        "{refused:?}"
+    );
+    for bad in [["--spec-type", "draft"], ["--draft-max", "0"]] {
+        let out = edgecloud()
+            .args([
+                "local", "--model", &model, "--prompt", "Hi", "--probe", "off",
+            ])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{bad:?} is refused");
+    }
+    let Err(err) = LocalLane::start(LocalConfig {
+        draft_max: 0,
+        ..config(tiny_model(), SpecType::Ngram)
+    }) else {
+        panic!("draft_max 0 is refused");
+    };
+    assert_eq!(err.kind(), "invalid_setting");
+
+    let out = edgecloud()
+        .args(["local", "--json", "--model", &model, "--probe", "off"])
+        .args([
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "32",
+            "--spec-type",
+            "ngram",
+        ])
+        .args([
+            "--prompt",
+            "alpha beta gamma alpha beta gamma alpha beta gamma",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = crate::support::cli::json_of(&out);
+    assert_eq!(v["spec_type"], "ngram");
+    assert!(v["draft_n"].as_u64().is_some(), "{v}");
+    assert!(
+        v["draft_n_accepted"].as_u64() <= v["draft_n"].as_u64(),
+        "{v}"
+    );
+}
