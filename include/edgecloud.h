@@ -247,6 +247,22 @@ struct ec_harness *ec_harness_new_with(const char *config_toml, const struct ec_
 void ec_harness_free(struct ec_harness *harness);
 
 /*
+ Stops the harness taking runs (later ones fail with
+ `EC_ERR_INTERNAL`, "shutting down") and blocks until its runs in flight
+ have settled and every worker, late ones included, has returned, or
+ `grace_ms` has passed. `EC_OK` when nothing is left running;
+ `EC_ERR_DEADLINE` with `*error` naming what still runs otherwise. Call
+ it before the process exits with runs in flight (abort them first with
+ `ec_handle_abort`): a local worker still decoding while the process's
+ exit handlers run can crash it. Any thread but a callback's or
+ `on_delta`'s.
+
+ # Safety
+ `harness` is NULL or live; `error` is NULL or writable.
+ */
+ec_status ec_harness_shutdown(struct ec_harness *harness, uint64_t grace_ms, char **error);
+
+/*
  Runs a request and blocks the calling thread until its outcome.
  `request_json` is a chat-completions body as `edgecloud serve` takes
  it: `messages` (required), `max_tokens`, `temperature`, `top_p`,

@@ -365,6 +365,46 @@ unsafe fn harness_ref<'a>(harness: *const ec_harness) -> Result<&'a ec_harness, 
     unsafe { harness.as_ref() }.ok_or_else(|| Failure::argument("`harness` is NULL"))
 }
 
+/// Stops the harness taking runs (later ones fail with
+/// `EC_ERR_INTERNAL`, "shutting down") and blocks until its runs in flight
+/// have settled and every worker, late ones included, has returned, or
+/// `grace_ms` has passed. `EC_OK` when nothing is left running;
+/// `EC_ERR_DEADLINE` with `*error` naming what still runs otherwise. Call
+/// it before the process exits with runs in flight (abort them first with
+/// `ec_handle_abort`): a local worker still decoding while the process's
+/// exit handlers run can crash it. Any thread but a callback's or
+/// `on_delta`'s.
+///
+/// # Safety
+/// `harness` is NULL or live; `error` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ec_harness_shutdown(
+    harness: *mut ec_harness,
+    grace_ms: u64,
+    error: *mut *mut c_char,
+) -> ec_status {
+    guard(error, || {
+        // SAFETY: the contract.
+        let h = unsafe { harness_ref(harness) }?;
+        let report = h
+            .embedded
+            .harness()
+            .shutdown_blocking(std::time::Duration::from_millis(grace_ms))
+            .map_err(|e| Failure::from(embed::Error::from(e)))?;
+        if report.is_clean() {
+            return Ok(EC_OK);
+        }
+        Err(Failure::new(
+            EC_ERR_DEADLINE,
+            format!(
+                "still running after {grace_ms} ms: {} run(s) in flight, {} worker(s)",
+                report.runs_in_flight,
+                report.still_running.len()
+            ),
+        ))
+    })
+}
+
 /// Runs a request and blocks the calling thread until its outcome.
 /// `request_json` is a chat-completions body as `edgecloud serve` takes
 /// it: `messages` (required), `max_tokens`, `temperature`, `top_p`,

@@ -317,6 +317,32 @@ static void test_abort_and_busy(void) {
     ec_harness_free(h);
 }
 
+/* Before exit with a run in flight: abort it, then shut the harness down,
+   which returns once every worker has (the local lane decoding here). */
+static void test_shutdown(void) {
+    ec_harness *h = harness_or_die(
+        config("[local]\nmodel = \"%s\"\n[harness]\npolicy = \"local-only\"\n"
+               "deadline_ms = 60000\n",
+               model),
+        NULL);
+    char *outcome = NULL, *error = NULL;
+    ec_handle *run = ec_start(h,
+                              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                              "\"max_tokens\":512,\"seed\":1}",
+                              NULL, NULL, &error);
+    CHECK(run != NULL, "ec_start: %s", NONNULL(error));
+    CHECK(ec_handle_abort(run), "the run was in flight");
+    ec_status s = ec_harness_shutdown(h, 30000, &error);
+    CHECK(s == EC_OK, "%s: %s", ec_status_name(s), NONNULL(error));
+    s = ec_run(h, HI, &outcome, &error);
+    CHECK(s == EC_ERR_INTERNAL && error, "a run after shutdown: %s", ec_status_name(s));
+    ec_string_free(outcome);
+    ec_string_free(error);
+    CHECK(ec_harness_shutdown(NULL, 0, NULL) == EC_ERR_INVALID_ARGUMENT, "NULL is refused");
+    ec_handle_free(run);
+    ec_harness_free(h);
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: %s MODEL.gguf CORRUPT.gguf FAST_BASE_URL SLOW_BASE_URL\n",
@@ -334,6 +360,7 @@ int main(int argc, char **argv) {
     test_callbacks();
     test_deadline();
     test_abort_and_busy();
+    test_shutdown();
     printf("capi: %d checks passed (edgecloud %s)\n", checks, ec_version());
     return 0;
 }
