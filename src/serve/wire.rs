@@ -122,10 +122,7 @@ pub(crate) fn parse_chat(body: &[u8], limits: Limits) -> Result<ChatParams, ApiE
     let request = Request {
         id: None,
         messages: std::mem::take(&mut body.messages).into_owned(),
-        sampling: body.sampling(Sampling {
-            max_tokens: limits.default_max_tokens,
-            ..Sampling::default()
-        }),
+        sampling: body.sampling(defaults(limits)),
         deadline,
     };
     request.validate().map_err(|e| invalid(e, &body))?;
@@ -183,20 +180,15 @@ pub(crate) fn parse_completion(body: &[u8], limits: Limits) -> Result<Completion
     let request = Request {
         id: None,
         messages: vec![ChatMessage::user(body.prompt.clone())],
-        sampling: body.sampling(Sampling {
-            max_tokens: limits.default_max_tokens,
-            ..Sampling::default()
-        }),
+        sampling: body.sampling(defaults(limits)),
         deadline,
     };
     request.validate().map_err(|e| {
-        let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
-        api.param = e.field.map(|field| match field {
-            RequestField::Messages => "prompt".to_string(),
-            RequestField::TopLogprobs => "logprobs".to_string(),
-            other => other.name(),
-        });
-        api
+        invalid_as(e, |field| match field {
+            RequestField::Messages => Some("prompt"),
+            RequestField::TopLogprobs => Some("logprobs"),
+            _ => None,
+        })
     })?;
     Ok(CompletionParams {
         chat: ChatParams {
@@ -241,10 +233,7 @@ pub(crate) fn parse_responses(body: &[u8], limits: Limits) -> Result<ResponsesPa
         .code("too_many_messages"));
     }
     let (policy, deadline) = extension(present(&extra, "edgecloud"), limits.max_deadline)?;
-    let sampling = body.sampling(Sampling {
-        max_tokens: limits.default_max_tokens,
-        ..Sampling::default()
-    });
+    let sampling = body.sampling(defaults(limits));
     let request = Request {
         id: None,
         messages: body.messages,
@@ -252,14 +241,12 @@ pub(crate) fn parse_responses(body: &[u8], limits: Limits) -> Result<ResponsesPa
         deadline,
     };
     request.validate().map_err(|e| {
-        let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
-        api.param = e.field.map(|field| match field {
-            RequestField::Messages => "input".to_string(),
-            RequestField::MaxTokens => "max_output_tokens".to_string(),
-            RequestField::ResponseFormat => "text.format".to_string(),
-            other => other.name(),
-        });
-        api
+        invalid_as(e, |field| match field {
+            RequestField::Messages => Some("input"),
+            RequestField::MaxTokens => Some("max_output_tokens"),
+            RequestField::ResponseFormat => Some("text.format"),
+            _ => None,
+        })
     })?;
     Ok(ResponsesParams {
         chat: ChatParams {
@@ -277,6 +264,27 @@ pub(crate) fn parse_responses(body: &[u8], limits: Limits) -> Result<ResponsesPa
 
 /// A request the validator refused, as a 400 naming its field the way
 /// the client's body spelled it.
+/// What a body leaves out: the server's default sampling.
+fn defaults(limits: Limits) -> Sampling {
+    Sampling {
+        max_tokens: limits.default_max_tokens,
+        ..Sampling::default()
+    }
+}
+
+/// `Request::validate`'s error as the 400 naming the field as an
+/// endpoint's body spells it (`spelled`; `None`: its chat wire name).
+fn invalid_as(
+    e: InvalidRequest,
+    spelled: impl Fn(RequestField) -> Option<&'static str>,
+) -> ApiError {
+    let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
+    api.param = e
+        .field
+        .map(|field| spelled(field).map_or_else(|| field.name(), str::to_string));
+    api
+}
+
 fn invalid(e: InvalidRequest, body: &openai::ChatRequest<'_>) -> ApiError {
     let mut api = ApiError::new(400, INVALID_REQUEST, e.reason);
     api.param = param_as_sent(e.field, body);
