@@ -158,6 +158,18 @@ pub struct Sampling {
     /// and no tools (a tool declaration needs a template to render it).
     #[serde(skip_serializing_if = "is_false")]
     pub raw_prompt: bool,
+    /// The local lane also reads how likely the model finds the prompt
+    /// itself: the mean log-probability of the prompt's tokens, each
+    /// given the ones before it (the `prompt_logprob` signal, read before
+    /// any token is generated; see
+    /// [`Signal::PromptLogprob`](crate::harness::Signal::PromptLogprob)).
+    /// It is computed in the prompt pass the answer needs anyway, with
+    /// logits at every prompt token (the output layer's cost per prompt
+    /// token) and the prompt decoded from its first token (no prefix
+    /// reuse, so the figure never depends on the previous request). The
+    /// cloud lane ignores it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub score_prompt: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -203,6 +215,7 @@ impl Default for Sampling {
             logprobs: None,
             consensus: None,
             raw_prompt: false,
+            score_prompt: false,
         }
     }
 }

@@ -110,6 +110,13 @@ pub struct LaneSignals {
     /// Share of the local samples agreeing with the majority answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_agreement: Option<f64>,
+    /// Mean log-probability of the prompt's own tokens (prompt-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprob: Option<f64>,
+    /// Weighted share of the nearest calibration prompts the local model
+    /// got right (prompt-only; computed by `bench calibrate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_neighbours: Option<f64>,
 }
 
 impl LaneSignals {
@@ -123,6 +130,8 @@ impl LaneSignals {
             Signal::MinWindowLogprob => self.min_window_logprob,
             Signal::TailLogprob => self.tail_logprob,
             Signal::AnswerAgreement => self.answer_agreement,
+            Signal::PromptLogprob => self.prompt_logprob,
+            Signal::PromptNeighbours => self.prompt_neighbours,
         }
         .filter(|v| v.is_finite())
     }
@@ -137,6 +146,8 @@ impl LaneSignals {
             Signal::MinWindowLogprob => &mut self.min_window_logprob,
             Signal::TailLogprob => &mut self.tail_logprob,
             Signal::AnswerAgreement => &mut self.answer_agreement,
+            Signal::PromptLogprob => &mut self.prompt_logprob,
+            Signal::PromptNeighbours => &mut self.prompt_neighbours,
         };
         *slot = value.filter(|v| v.is_finite());
     }

@@ -190,6 +190,10 @@ pub struct TokenSignals {
     /// the majority, in `[0, 1]` (a consensus job of the local lane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agreement: Option<f32>,
+    /// The mean log-probability of the prompt's tokens (a local job that
+    /// scored its prompt: [`Sampling::score_prompt`](crate::request::Sampling::score_prompt)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprob: Option<f32>,
 }
 
 impl TokenSignals {
@@ -219,6 +223,7 @@ impl TokenSignals {
             p10_logprob: p10,
             first_token_margin: None,
             agreement: None,
+            prompt_logprob: None,
         }
     }
 }

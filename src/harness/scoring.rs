@@ -156,11 +156,21 @@ pub enum Signal {
     /// with a [`consensus`](crate::request::Sampling::consensus) of more
     /// than one sample, and costs k answers of local time and tokens.
     AnswerAgreement,
+    /// Prompt-only: the mean log-probability of the prompt's own tokens
+    /// under the local model (nats), read in the prompt pass before any
+    /// token is generated (a request with
+    /// [`score_prompt`](crate::request::Sampling::score_prompt)).
+    PromptLogprob,
+    /// Prompt-only: among the k calibration prompts nearest to this one
+    /// (cosine similarity of their embeddings), the similarity-weighted
+    /// share on which the local model was right (`[0, 1]`). Computed by
+    /// `bench calibrate` from recorded embeddings, never from a candidate.
+    PromptNeighbours,
 }
 
 impl Signal {
     /// Every signal, in documentation order.
-    pub const ALL: [Signal; 7] = [
+    pub const ALL: [Signal; 9] = [
         Signal::MeanLogprob,
         Signal::MinLogprob,
         Signal::P10Logprob,
@@ -168,6 +178,8 @@ impl Signal {
         Signal::MinWindowLogprob,
         Signal::TailLogprob,
         Signal::AnswerAgreement,
+        Signal::PromptLogprob,
+        Signal::PromptNeighbours,
     ];
 
     /// The snake-case name (`p10_logprob`).
@@ -180,7 +192,16 @@ impl Signal {
             Signal::MinWindowLogprob => "min_window_logprob",
             Signal::TailLogprob => "tail_logprob",
             Signal::AnswerAgreement => "answer_agreement",
+            Signal::PromptLogprob => "prompt_logprob",
+            Signal::PromptNeighbours => "prompt_neighbours",
         }
+    }
+
+    /// Whether the signal is known from the prompt alone, before any
+    /// token of the answer is generated: what the first stage of a
+    /// two-stage route reads.
+    pub fn is_prompt_only(self) -> bool {
+        matches!(self, Signal::PromptLogprob | Signal::PromptNeighbours)
     }
 
     /// Its unit, for people.
@@ -188,6 +209,7 @@ impl Signal {
         match self {
             Signal::FirstTokenMargin => "probability",
             Signal::AnswerAgreement => "share of samples",
+            Signal::PromptNeighbours => "weighted share of neighbours",
             _ => "log-probability (nats)",
         }
     }
@@ -219,6 +241,8 @@ impl Signal {
             Signal::MinWindowLogprob => lowest_window_mean(&s.token_logprobs, CONFIDENCE_WINDOW),
             Signal::TailLogprob => tail_mean(&s.token_logprobs, CONFIDENCE_TAIL),
             Signal::AnswerAgreement => s.agreement.map(f64::from),
+            Signal::PromptLogprob => s.prompt_logprob.map(f64::from),
+            Signal::PromptNeighbours => None,
         }
         .filter(|v| v.is_finite())
     }
@@ -286,7 +310,7 @@ impl fmt::Display for Signal {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown signal `{0}`; expected mean_logprob, min_logprob, p10_logprob, first_token_margin, \
-     min_window_logprob, tail_logprob or answer_agreement"
+     min_window_logprob, tail_logprob, answer_agreement, prompt_logprob or prompt_neighbours"
 )]
 pub struct UnknownSignal(pub String);
 

@@ -230,6 +230,9 @@ struct Entry {
     drafts: Vec<LlamaToken>,
     /// The batch row of the first draft (the others follow it).
     draft_row: i32,
+    /// A prompt chunk of a job that scores its prompt: every token's row
+    /// has logits, the first at this batch row.
+    score_row: Option<i32>,
 }
 
 /// The sequence ids of a context: one per lane, and `max_samples - 1`
@@ -572,7 +575,10 @@ impl<'m> Engine<'m> {
             tools,
             grammar,
         };
-        if active.job.stop_reason().is_none() {
+        if active.job.sampling.score_prompt {
+            // Every prompt token is scored, so none is taken from the cache.
+            self.forget_cells(seq);
+        } else if active.job.stop_reason().is_none() {
             active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
         }
         active.branches[0].len = self.seqs[seq].cached.len();
@@ -601,6 +607,14 @@ impl<'m> Engine<'m> {
         }
         self.seqs[seq].cached.truncate(common);
         common
+    }
+
+    /// Drops every cell of the sequence.
+    fn forget_cells(&mut self, seq: usize) {
+        if !self.seqs[seq].cached.is_empty() {
+            self.cut(seq, 0);
+            self.seqs[seq].cached.clear();
+        }
     }
 
     /// Drops the sequence's cells from position `from` on; when the memory
@@ -751,6 +765,7 @@ impl<'m> Engine<'m> {
                     logits: Some(row),
                     drafts: Vec::new(),
                     draft_row: 0,
+                    score_row: None,
                 });
             }
         }
@@ -776,6 +791,7 @@ impl<'m> Engine<'m> {
             let take = (total - done).min(budget);
             let chunk = active.tokens[done..done + take].to_vec();
             let last = done + take == total;
+            let scores = active.job.sampling.score_prompt;
             let first_row = self.batch.n_tokens();
             for (j, &token) in chunk.iter().enumerate() {
                 self.batch
@@ -783,7 +799,7 @@ impl<'m> Engine<'m> {
                         token,
                         (done + j) as i32,
                         &[seq as i32],
-                        last && j + 1 == take,
+                        scores || (last && j + 1 == take),
                     )
                     .expect("prompt chunks fit the batch's prompt budget");
             }
@@ -795,6 +811,7 @@ impl<'m> Engine<'m> {
                 tokens: chunk,
                 drafts: Vec::new(),
                 draft_row: 0,
+                score_row: scores.then_some(first_row),
             });
         }
         self.prompt_turn = (self.prompt_turn + 1) % n;
@@ -866,6 +883,9 @@ impl<'m> Engine<'m> {
 
     fn after_decode(&mut self, entries: Vec<Entry>) {
         for entry in &entries {
+            if let Some(row) = entry.score_row {
+                self.score_prompt_chunk(entry, row);
+            }
             let s = &mut self.seqs[entry.seq];
             if entry.branch == 0 {
                 s.cached.extend_from_slice(&entry.tokens);
@@ -907,6 +927,26 @@ impl<'m> Engine<'m> {
                 Ok(Err(e)) => self.fail(seq, e),
                 Err(panic) => self.fail_after_panic(seq, &*panic),
             }
+        }
+    }
+
+    /// A prompt chunk of a job that scores its prompt is decoded: each of
+    /// its rows gives the log-probability of the prompt token that follows
+    /// it (the prompt's last row predicts the answer, not the prompt, and
+    /// is left out). Runs before the chunk joins the cache, so the cache's
+    /// length is the chunk's first position.
+    fn score_prompt_chunk(&mut self, entry: &Entry, first_row: i32) {
+        let start = self.seqs[entry.seq].cached.len();
+        let Some(a) = self.seqs[entry.seq].active.as_mut() else {
+            return;
+        };
+        for j in 0..entry.tokens.len() {
+            let Some(&next) = a.tokens.get(start + j + 1) else {
+                break;
+            };
+            let logits = self.ctx.get_logits_ith(first_row + j as i32);
+            let logprob = signals::token_logprob(logits, next.0 as usize);
+            a.branches[0].out.prompt_token_scored(logprob);
         }
     }
 

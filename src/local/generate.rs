@@ -211,6 +211,9 @@ pub(super) struct Progress {
     /// Drafts verified, and those kept (speculative decoding).
     drafted: usize,
     accepted: usize,
+    /// The prompt tokens' log-probabilities summed, and how many, when
+    /// the job scores its prompt.
+    prompt_score: Option<(f64, usize)>,
 }
 
 impl Progress {
@@ -235,6 +238,15 @@ impl Progress {
             decode_threads: Vec::new(),
             drafted: 0,
             accepted: 0,
+            prompt_score: job.sampling.score_prompt.then_some((0.0, 0)),
+        }
+    }
+
+    /// Counts one prompt token's log-probability (a job scoring its prompt).
+    pub(super) fn prompt_token_scored(&mut self, logprob: f32) {
+        if let Some((sum, n)) = self.prompt_score.as_mut() {
+            *sum += f64::from(logprob);
+            *n += 1;
         }
     }
 
@@ -297,6 +309,10 @@ impl Progress {
             min_logprob: min,
             p10_logprob: signals::low_quantile(&self.logprobs, 0.1),
             first_token_margin: self.first_token_margin,
+            prompt_logprob: self
+                .prompt_score
+                .filter(|&(_, n)| n > 0)
+                .map(|(sum, n)| (sum / n as f64) as f32),
             token_logprobs: self.logprobs,
             tool_calls: Vec::new(),
             logprobs: self.detail,

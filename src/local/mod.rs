@@ -345,6 +345,11 @@ pub struct LocalCompletion {
     /// the raw model distribution, in `[0, 1]`: high when the model was
     /// sure how to start (a strong signal on short answers).
     pub first_token_margin: Option<f32>,
+    /// The mean log-probability of the prompt's tokens, each given the
+    /// ones before it, when the job asked for it
+    /// ([`Sampling::score_prompt`](crate::request::Sampling::score_prompt)):
+    /// how familiar the model finds the question, known before the answer.
+    pub prompt_logprob: Option<f32>,
     /// The tool calls the answer makes, parsed from the model's tool-call
     /// markup (then `text` is what came before it).
     pub tool_calls: Vec<crate::tools::ToolCall>,

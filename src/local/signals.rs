@@ -52,6 +52,16 @@ pub fn from_pass(logits: &[f32], pass: &simd::Scan, chosen: usize) -> TokenScan 
     }
 }
 
+/// log softmax(logits)\[chosen\] alone (a prompt token's score): two
+/// passes over the row, no margin.
+pub(super) fn token_logprob(logits: &[f32], chosen: usize) -> f32 {
+    let max = simd::scan(logits).max;
+    let lse = f64::from(max) + simd::sum_exp(logits, max).ln();
+    logits
+        .get(chosen)
+        .map_or(f32::NEG_INFINITY, |&l| (f64::from(l) - lse) as f32)
+}
+
 /// The `n` most likely tokens of `logits` with their log-probabilities
 /// (`log_sum_exp` from [`from_pass`]), most likely first, ties by id:
 /// what a request's `top_logprobs` asks for. One partial selection over

@@ -21,6 +21,7 @@ mod local;
 mod modelref;
 mod pool;
 mod probe;
+mod prompt_signals;
 mod quality;
 mod real_model;
 mod serve;

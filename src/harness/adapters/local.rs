@@ -100,6 +100,7 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             p10_logprob: c.p10_logprob,
             first_token_margin: c.first_token_margin,
             agreement: c.agreement,
+            prompt_logprob: c.prompt_logprob,
         }),
         http_status: None,
         tool_calls: c.tool_calls,
