@@ -210,6 +210,8 @@ pub fn pair_items(
             local_tokens: lane.and_then(|x| x.sampled_tokens).or(answer_tokens),
             answer_tokens,
             samples: lane.and_then(|x| x.samples).unwrap_or(1),
+            cloud_ms: Some(c.elapsed_ms),
+            prompt_ms: None,
         });
     }
     if items.len() < 2 {

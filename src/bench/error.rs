@@ -48,6 +48,14 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
+    /// Two inputs of one calibration do not belong together (another
+    /// model, another workload, embeddings of another width, items
+    /// missing): what would give a silently wrong threshold.
+    #[error("the calibration's inputs do not match: {what}")]
+    Mismatch {
+        /// What does not match, with both sides named.
+        what: String,
+    },
     /// A report file exists but is not what `edgecloud bench` writes.
     #[error("{}: not a bench report file: {reason}", path.display())]
     BadReport {

@@ -222,7 +222,7 @@ fn interval(mut v: Vec<f64>) -> Interval {
 }
 
 /// Percentile-bootstrap intervals of (cloud share, accuracy) of `o`.
-fn bootstrap(o: &[(bool, bool)], resamples: usize, seed: u64) -> (Interval, Interval) {
+pub(super) fn bootstrap(o: &[(bool, bool)], resamples: usize, seed: u64) -> (Interval, Interval) {
     let n = o.len();
     if n == 0 || resamples == 0 {
         let (s, a) = share_and_accuracy(o);
@@ -372,6 +372,8 @@ mod tests {
             local_tokens: None,
             answer_tokens: None,
             samples: 1,
+            cloud_ms: None,
+            prompt_ms: None,
         }
     }
 

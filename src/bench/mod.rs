@@ -35,6 +35,8 @@ mod error;
 mod grade;
 mod harness_exec;
 mod heldout;
+mod neighbours;
+mod prompt_signals;
 mod record;
 mod replay;
 mod report;
@@ -44,6 +46,7 @@ mod sha256;
 pub mod stats;
 mod summary;
 mod svg;
+mod two_stage;
 mod workload;
 
 pub use calibrate::{
@@ -60,6 +63,10 @@ pub use grade::{answer_text, Grader};
 pub use harness_exec::{record_from_outcome, CurrentRun, HarnessExecutor, LateWorkerLog};
 pub use heldout::{
     cross_validate, evaluate_fresh, HeldOut, HeldOutPoint, HeldOutSettings, Interval, SignalHeldOut,
+};
+pub use prompt_signals::{
+    check_pair as check_prompt_signals, PromptItem, PromptSignals, PromptSignalsHeader,
+    PROMPT_SIGNALS_KIND,
 };
 pub use record::{LaneRecord, LaneSignals, LaneState, RunRecord, RunStatus, TokensSaved};
 pub use replay::{RecordedAnswer, RecordedCall, Replay};

@@ -54,6 +54,13 @@ pub struct PairedItem {
     /// Samples the local lane drew (1 without a consensus).
     #[serde(default = "one")]
     pub samples: u32,
+    /// The cloud-only run's latency, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_ms: Option<f64>,
+    /// What reading the item's prompt-only signals cost (the prompt pass,
+    /// or the embedding), when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ms: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -308,6 +315,8 @@ pub(crate) mod tests {
             local_tokens: Some(20),
             answer_tokens: Some(20),
             samples: 1,
+            cloud_ms: None,
+            prompt_ms: None,
         }
     }
 

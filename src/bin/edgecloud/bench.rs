@@ -137,6 +137,11 @@ enum BenchCommand {
     /// loopback, at a chosen time to first token and token rate: a
     /// stand-in for a real provider holding real answers.
     ReplayCloud(crate::bench_quality::ReplayCloudArgs),
+    /// Record every workload item's prompt-only signals with the local
+    /// model (the prompt's mean log-probability; with --embeddings its
+    /// embedding) for `bench calibrate --prompt-signals`: one prompt pass
+    /// per item, no answer.
+    PromptSignals(crate::bench_prompt::PromptSignalsArgs),
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -145,6 +150,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(BenchCommand::Report { dir }) => report_cmd(dir),
         Some(BenchCommand::Calibrate(a)) => crate::bench_quality::calibrate_cmd(a),
         Some(BenchCommand::ReplayCloud(a)) => crate::bench_quality::replay_cloud_cmd(a),
+        Some(BenchCommand::PromptSignals(a)) => crate::bench_prompt::prompt_signals_cmd(a),
         None => bench_cmd(args),
     }
 }

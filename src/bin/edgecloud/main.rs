@@ -4,6 +4,7 @@
 //! table in `exit`).
 
 mod bench;
+mod bench_prompt;
 mod bench_quality;
 mod cloud;
 mod config_cmd;

@@ -1,0 +1,135 @@
+//! `edgecloud bench prompt-signals`: records every workload item's
+//! prompt-only signals (issue 33) with the local lane alone: the prompt
+//! pass with its tokens scored (`prompt_logprob`), no answer beyond its
+//! first token, and, with `--embeddings`, the prompt's embedding. One
+//! line per item, appended as it comes, so a stopped run resumes where it
+//! stopped. The file format and its checks live in `edgecloud::bench`.
+
+use crate::exit::usage;
+use anyhow::Context as _;
+use edgecloud::bench::{
+    sha256_file, PromptItem, PromptSignals, PromptSignalsHeader, Workload, PROMPT_SIGNALS_KIND,
+};
+use edgecloud::local::{LocalConfig, LocalLane};
+use edgecloud::LaneJob;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Arguments of `edgecloud bench prompt-signals`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PromptSignalsArgs {
+    /// The workload (a JSON Lines file or builtin:NAME), as the bench
+    /// runs it is given: `bench calibrate` checks the names match.
+    #[arg(long, value_name = "SPEC")]
+    workload: String,
+    /// GGUF model of the local lane: a file, `ollama:NAME[:TAG]`,
+    /// `hf:ORG/REPO[:QUANT]` or a catalogue name.
+    #[arg(short, long, value_name = "MODEL")]
+    model: PathBuf,
+    /// Compute threads (default: physical cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Context size in tokens.
+    #[arg(long, value_name = "N")]
+    context_size: Option<u32>,
+    /// The file to write (JSON Lines; resumed when it exists and was made
+    /// with the same model and workload).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+pub(crate) fn prompt_signals_cmd(args: PromptSignalsArgs) -> anyhow::Result<ExitCode> {
+    let workload = Workload::load(&args.workload)?;
+    let mut config = LocalConfig {
+        threads: args.threads,
+        context_size: args.context_size,
+        ..LocalConfig::new(&args.model)
+    };
+    crate::modelref::apply(&mut config, crate::modelref::Download::Allowed)?;
+    let header = PromptSignalsHeader {
+        kind: PROMPT_SIGNALS_KIND.into(),
+        model: config.model.display().to_string(),
+        model_sha256: sha256_file(&config.model)?,
+        workload: args.workload.clone(),
+        embedding: None,
+    };
+    let done = match PromptSignals::read(&args.out) {
+        Ok(old)
+            if old.header.model_sha256 == header.model_sha256
+                && old.header.workload == header.workload =>
+        {
+            old.items
+        }
+        Ok(_) => {
+            return Err(usage(format!(
+                "{} holds prompt signals of another model or workload; give another --out",
+                args.out.display()
+            )))
+        }
+        Err(_) if args.out.exists() => {
+            return Err(usage(format!(
+                "{} exists and is not a prompt-signals file",
+                args.out.display()
+            )))
+        }
+        Err(_) => Default::default(),
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.out)
+        .with_context(|| format!("opening {}", args.out.display()))?;
+    if done.is_empty() && file.metadata()?.len() == 0 {
+        writeln!(file, "{}", serde_json::to_string(&header)?)?;
+    }
+    let lane = LocalLane::start(config)?;
+    let todo: Vec<_> = workload
+        .items
+        .iter()
+        .filter(|i| !done.contains_key(&i.id))
+        .collect();
+    eprintln!(
+        "prompt signals of {} items ({} already in {})",
+        todo.len(),
+        done.len(),
+        args.out.display()
+    );
+    for (n, item) in todo.iter().enumerate() {
+        let mut sampling = item.request.sampling.clone();
+        sampling.max_tokens = 1;
+        sampling.temperature = 0.0;
+        sampling.consensus = None;
+        sampling.score_prompt = true;
+        let started = Instant::now();
+        let job = LaneJob::new(
+            item.request.messages.clone(),
+            sampling,
+            Instant::now() + Duration::from_secs(3600),
+        );
+        let c = lane
+            .generate(job)
+            .with_context(|| format!("item `{}`", item.id))?;
+        let record = PromptItem {
+            item: item.id.clone(),
+            prompt_tokens: c.prompt_tokens,
+            prompt_logprob: c.prompt_logprob.map(f64::from),
+            prompt_ms: c.timings.prompt_eval.as_secs_f64() * 1e3,
+            embedding: None,
+            embed_ms: None,
+        };
+        writeln!(file, "{}", serde_json::to_string(&record)?)?;
+        file.flush()?;
+        eprintln!(
+            "[{}/{}] {}: {} tokens, prompt_logprob {:.4}, {:.0} ms",
+            n + 1,
+            todo.len(),
+            item.id,
+            c.prompt_tokens,
+            c.prompt_logprob.unwrap_or(f32::NAN),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
