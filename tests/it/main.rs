@@ -11,6 +11,7 @@ mod cloud_tls;
 mod consensus;
 mod devices;
 mod embed;
+mod embeddings;
 mod ensure_deps;
 mod error_chain;
 mod fetch;
