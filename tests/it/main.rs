@@ -27,6 +27,7 @@ mod real_model;
 mod serve;
 mod serve_completions;
 mod serve_cors;
+mod serve_embeddings;
 mod serve_fuzz;
 mod serve_responses;
 mod source_rules;
