@@ -25,6 +25,7 @@ mod probe;
 mod quality;
 mod real_model;
 mod serve;
+mod serve_bad_input;
 mod serve_completions;
 mod serve_cors;
 mod serve_embeddings;
