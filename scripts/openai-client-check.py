@@ -6,6 +6,8 @@ Starts `edgecloud serve` on a free loopback port with a real model
 client has for it, whole and streamed, and checks what the client parsed:
 
   * client.completions.create (a raw prompt, `logprobs`, `echo`)
+  * client.embeddings.create (strings and token arrays; float and the
+    client's default, base64), when the server has /v1/embeddings
   * client.responses.create (a string input, items with a function call
     and its output, a function tool, `text.format` json_schema), when the
     server has /v1/responses
@@ -44,6 +46,39 @@ def check(name, ok, detail=""):
     print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
     if not ok:
         FAILED.append(name)
+
+
+def embeddings(client):
+    texts = ["The cat sat on the mat.", "A cat was sitting on the mat.",
+             "Quarterly revenue grew by eight percent."]
+    # The client asks for base64 by default and decodes it.
+    out = client.embeddings.create(model="edgecloud", input=texts)
+    vecs = [d.embedding for d in out.data]
+    width = len(vecs[0]) if vecs else 0
+    check("embeddings: one vector per input, in order",
+          len(vecs) == 3 and [d.index for d in out.data] == [0, 1, 2], f"width {width}")
+    norms = [sum(x * x for x in v) ** 0.5 for v in vecs]
+    check("embeddings: unit vectors", all(abs(n - 1) < 1e-4 for n in norms), str(norms))
+
+    def cos(a, b):
+        return sum(x * y for x, y in zip(a, b))
+    check("embeddings: similar texts closer than unrelated ones",
+          cos(vecs[0], vecs[1]) > cos(vecs[0], vecs[2]),
+          f"{cos(vecs[0], vecs[1]):.4f} vs {cos(vecs[0], vecs[2]):.4f}")
+    check("embeddings: usage", out.usage.prompt_tokens > 0
+          and out.usage.total_tokens == out.usage.prompt_tokens, str(out.usage))
+    floats = client.embeddings.create(model="edgecloud", input=texts[0],
+                                      encoding_format="float")
+    check("embeddings: float equals base64",
+          cos(floats.data[0].embedding, vecs[0]) > 0.9999)
+    tokens = client.embeddings.create(model="edgecloud", input=[[1, 2, 3], [4, 5]])
+    check("embeddings: token arrays", len(tokens.data) == 2
+          and tokens.usage.prompt_tokens == 5, str(tokens.usage))
+    try:
+        client.embeddings.create(model="edgecloud", input="x", dimensions=8)
+        check("embeddings: dimensions refused", False, "accepted")
+    except openai.BadRequestError as e:
+        check("embeddings: dimensions refused", "dimensions" in str(e), str(e)[:80])
 
 
 def start_server(binary, model):
@@ -218,6 +253,10 @@ def main():
     try:
         client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
         completions(client)
+        try:
+            embeddings(client)
+        except openai.NotFoundError:
+            print("skip embeddings: this server has no /v1/embeddings")
         try:
             responses(client)
             agents_check(url)

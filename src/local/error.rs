@@ -44,6 +44,37 @@ pub enum LocalError {
         /// Context size.
         context_size: u32,
     },
+    /// An embeddings input has more tokens than one embedding holds
+    /// ([`EmbeddingInfo::max_input_tokens`](super::EmbeddingInfo::max_input_tokens)):
+    /// nothing is truncated.
+    #[error(
+        "embeddings input {index} has {tokens} tokens, more than the {limit} one embedding holds"
+    )]
+    EmbeddingTooLong {
+        /// Which input (from 0).
+        index: usize,
+        /// Its tokens.
+        tokens: u32,
+        /// The most one input may have.
+        limit: u32,
+    },
+    /// An embeddings input cannot be used (empty, or a token id outside
+    /// the vocabulary).
+    #[error("embeddings input {index}: {detail}")]
+    EmbeddingInput {
+        /// Which input (from 0).
+        index: usize,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// This model (with this lane's pooling) cannot give embeddings: the
+    /// pooling is `none` or `rank`, or llama.cpp refused an embeddings
+    /// context for it.
+    #[error("this model cannot give embeddings: {detail}")]
+    CannotEmbed {
+        /// Why.
+        detail: String,
+    },
     /// The request itself is invalid.
     #[error(transparent)]
     InvalidRequest(#[from] crate::request::InvalidRequest),
@@ -159,6 +190,9 @@ impl LocalError {
             LocalError::ChatTemplate { .. } => "chat_template",
             LocalError::PromptTooLong { .. } => "prompt_too_long",
             LocalError::InvalidRequest(_) => "invalid_request",
+            LocalError::EmbeddingTooLong { .. } => "context_length_exceeded",
+            LocalError::EmbeddingInput { .. } => "invalid_input",
+            LocalError::CannotEmbed { .. } => "cannot_embed",
             LocalError::Decode { .. } => "decode",
             LocalError::Setting(_) => "invalid_setting",
             LocalError::Grammar { .. } => "grammar",

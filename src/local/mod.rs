@@ -45,11 +45,22 @@
 //!   answer is the same token for token; [`LocalTimings::draft_n`] and
 //!   [`LocalTimings::draft_n_accepted`] count them.
 //!
+//! Embeddings (issue 31): [`LocalLane::embed`] (and
+//! [`LocalLane::submit_embed`], its ticket form) turns texts or token ids
+//! into one L2-normalised vector each, on the same worker thread and the
+//! same loaded model, in a second context with embeddings on (created on
+//! the first request), several inputs per decode, in turns between the
+//! generation steps of the lanes that share the worker (`embedding` for
+//! the inputs, pooling and checks; `embedder` for the context and the
+//! turns).
+//!
 //! This module must not orchestrate lanes or know about HTTP.
 
 mod batch;
 pub mod devices;
 mod draft;
+mod embedder;
+mod embedding;
 mod error;
 mod ffi;
 mod finish;
@@ -82,6 +93,7 @@ pub use crate::cores::physical_cores;
 pub use draft::{
     check_settings as check_spec_settings, SpecSettingError, SpecType, DRAFT_MAX_LIMIT,
 };
+pub use embedding::{EmbedInput, EmbedTicket, EmbeddingInfo, Embeddings, Pooling};
 pub use error::LocalError;
 pub use governor::ThreadPolicy;
 pub use pick::GrammarPass;
@@ -182,6 +194,17 @@ pub struct LocalConfig {
     /// Fewest drafts worth verifying: a shorter proposal is not decoded
     /// (llama-server's `--draft-min`; default 0).
     pub draft_min: u32,
+    /// How [`LocalLane::embed`] pools an input's token vectors into one
+    /// (llama-server's `--pooling`); `None` (the default) takes the GGUF's
+    /// `pooling_type`, and `mean` for a model that names none. `none` and
+    /// `rank` cannot give one vector per input: embeddings are then
+    /// [`LocalError::CannotEmbed`]. See [`EmbeddingInfo`].
+    pub pooling: Option<Pooling>,
+    /// Most tokens one embeddings decode holds, and so the longest input
+    /// [`LocalLane::embed`] takes (at most the model's training context;
+    /// default 512, llama-server's physical batch under `--embeddings`).
+    /// The embedding context's KV cells and output buffers grow with it.
+    pub embed_batch: u32,
 }
 
 impl Default for LocalConfig {
@@ -205,6 +228,8 @@ impl Default for LocalConfig {
             spec_type: SpecType::Off,
             draft_max: 16,
             draft_min: 0,
+            pooling: None,
+            embed_batch: 512,
         }
     }
 }
@@ -403,6 +428,16 @@ pub struct PromptProgress {
 /// Receives [`PromptProgress`] on the worker thread; must be quick.
 pub type ProgressSink = Box<dyn FnMut(PromptProgress) + Send + 'static>;
 
+/// What the worker's channel carries: a generation job for a sequence,
+/// or an embeddings request.
+// Moved once per job through the channel; boxing the common case would
+// add an allocation per job to save a copy.
+#[allow(clippy::large_enum_variant)]
+enum Work {
+    Generate(Envelope),
+    Embed(embedding::EmbedJob),
+}
+
 /// One queued job, its sequence, and where its result goes.
 struct Envelope {
     seq: usize,
@@ -421,10 +456,11 @@ pub struct LocalLane {
 }
 
 struct Inner {
-    jobs: Mutex<Option<mpsc::Sender<Envelope>>>,
+    jobs: Mutex<Option<mpsc::Sender<Work>>>,
     exited: Mutex<mpsc::Receiver<()>>,
     info: LocalInfo,
     model: Arc<llama_cpp_2::model::LlamaModel>,
+    embedding: EmbeddingInfo,
 }
 
 impl std::fmt::Debug for LocalLane {
@@ -477,6 +513,7 @@ impl LocalLane {
             exited: Mutex::new(started.exited),
             info: started.info,
             model: started.model,
+            embedding: started.embedding,
         });
         Ok((0..lanes)
             .map(|seq| Self {
@@ -540,9 +577,69 @@ impl LocalLane {
         // On failure the envelope (job, permit and reply) is dropped here, so
         // the ticket resolves to `WorkerGone` and the permit is released.
         if let Some(sender) = sender {
-            let _ = sender.send(envelope);
+            let _ = sender.send(Work::Generate(envelope));
         }
         LocalTicket { rx }
+    }
+
+    /// What this lane's embeddings are: pooling, width, longest input.
+    pub fn embedding_info(&self) -> &EmbeddingInfo {
+        &self.inner.embedding
+    }
+
+    /// Queues an embeddings request and returns at once: one
+    /// L2-normalised vector per input, in input order. The inputs are
+    /// tokenised and checked here (an empty input or a token id outside
+    /// the vocabulary is [`LocalError::EmbeddingInput`], an input over
+    /// [`EmbeddingInfo::max_input_tokens`] is
+    /// [`LocalError::EmbeddingTooLong`], both naming the input; the
+    /// ticket then holds the error at once); the worker shared by the
+    /// lanes of a pool decodes them, several inputs per decode, between
+    /// its generation steps. A model that cannot embed is
+    /// [`LocalError::CannotEmbed`]. Not subject to lane admission: it
+    /// takes no lane slot.
+    pub fn submit_embed(&self, inputs: Vec<EmbedInput>) -> EmbedTicket {
+        if let Some(refused) = self.inner.embedding.refusal() {
+            return EmbedTicket::ready(Err(refused));
+        }
+        let tokens = match embedding::tokenize(&self.inner.model, &self.inner.embedding, inputs) {
+            Ok(tokens) => tokens,
+            Err(e) => return EmbedTicket::ready(Err(e)),
+        };
+        let (reply, rx) = oneshot::channel();
+        let sender = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        // On failure the request is dropped here: the ticket resolves to
+        // `WorkerGone`.
+        if let Some(sender) = sender {
+            let _ = sender.send(Work::Embed(embedding::EmbedJob { tokens, reply }));
+        }
+        EmbedTicket { rx }
+    }
+
+    /// The token ids a text becomes as an embeddings input (the
+    /// vocabulary's special tokens added, special-token text parsed, as
+    /// llama-server tokenises for embeddings): passing them as
+    /// [`EmbedInput::Tokens`] embeds the same thing. Any thread.
+    pub fn embedding_tokens(&self, text: &str) -> Vec<u32> {
+        self.inner
+            .model
+            .vocab()
+            .tokenize(text.as_bytes(), true, true)
+            .into_iter()
+            .map(|t| t.0 as u32)
+            .collect()
+    }
+
+    /// Embeds `inputs` and waits (see [`LocalLane::submit_embed`]). Must
+    /// not be called from inside an async runtime (`.await` the ticket
+    /// there).
+    pub fn embed(&self, inputs: Vec<EmbedInput>) -> Result<Embeddings, LocalError> {
+        self.submit_embed(inputs).wait()
     }
 
     /// Runs a job and waits for it. Must not be called from inside an async

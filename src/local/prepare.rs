@@ -160,8 +160,77 @@ fn grammar_for(
 
 /// The GBNF text of a response format.
 fn grammar_text(format: &ResponseFormat) -> Result<String, LocalError> {
-    let schema = format.schema().to_string();
-    llama_cpp_2::json_schema_to_grammar(&schema).map_err(|e| LocalError::Grammar {
+    let schema = format.schema();
+    // Named here: llama.cpp turns such a schema into GBNF, then its
+    // grammar parser refuses it saying only "Grammar call returned null".
+    if let Some(detail) = over_repetition(&schema, "") {
+        return Err(LocalError::Grammar { detail });
+    }
+    llama_cpp_2::json_schema_to_grammar(&schema.to_string()).map_err(|e| LocalError::Grammar {
         detail: e.to_string(),
     })
+}
+
+/// Most repetitions llama.cpp's grammar parser takes (its
+/// `MAX_REPETITION_THRESHOLD`).
+const MAX_REPETITIONS: u64 = 2000;
+
+/// The first `minLength` or `minItems` of `schema` (at JSON pointer
+/// `at`) that asks for more repetitions than llama.cpp's grammar takes,
+/// said as the client's mistake. (A larger `maxLength`/`maxItems` is no
+/// error: llama.cpp leaves it unbounded.)
+fn over_repetition(schema: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match schema {
+        Value::Object(map) => {
+            for keyword in ["minLength", "minItems"] {
+                if let Some(n) = map.get(keyword).and_then(Value::as_u64) {
+                    if n > MAX_REPETITIONS {
+                        let at = if at.is_empty() { "/" } else { at };
+                        return Some(format!(
+                            "`{keyword}` {n} at `{at}` asks for more than the {MAX_REPETITIONS} \
+                             repetitions llama.cpp's grammar allows"
+                        ));
+                    }
+                }
+            }
+            map.iter().find_map(|(k, v)| {
+                over_repetition(
+                    v,
+                    &format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                )
+            })
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| over_repetition(v, &format!("{at}/{i}"))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::over_repetition;
+    use serde_json::json;
+
+    #[test]
+    fn a_repetition_llama_cpp_refuses_is_named_with_its_place() {
+        let said = over_repetition(&json!({"type": "string", "minLength": 100000}), "").unwrap();
+        assert!(said.contains("`minLength` 100000 at `/`"), "{said}");
+        let nested =
+            json!({"type": "object", "properties": {"tags": {"type": "array", "minItems": 5000}}});
+        let said = over_repetition(&nested, "").unwrap();
+        assert!(
+            said.contains("`minItems` 5000 at `/properties/tags`"),
+            "{said}"
+        );
+        assert_eq!(
+            over_repetition(
+                &json!({"type": "string", "minLength": 2000, "maxLength": 90000}),
+                ""
+            ),
+            None
+        );
+    }
 }

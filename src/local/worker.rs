@@ -2,14 +2,18 @@
 //! reports its start-up result, then feeds jobs from its channel to the
 //! decode loop (`batch`): one job at a time per sequence, every sequence in
 //! one batch. A job that panics is caught and fails alone; a panic outside
-//! any job resets the context, and the worker goes on.
+//! any job resets the context, and the worker goes on. Embeddings requests
+//! come down the same channel and take turns with the generation steps
+//! (`embedder`).
 
 use super::batch::{Engine, SeqIds, Speculation};
 use super::draft::SpecType;
+use super::embedder::Embedder;
+use super::embedding::EmbeddingInfo;
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
 use super::governor::{Governor, ThreadPolicy};
-use super::{Envelope, LocalConfig, LocalError, LocalInfo};
+use super::{LocalConfig, LocalError, LocalInfo, Work};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
@@ -21,14 +25,15 @@ use std::time::Instant;
 
 /// What `spawn` hands back once the worker is ready.
 pub(super) struct Started {
-    pub(super) jobs: mpsc::Sender<Envelope>,
+    pub(super) jobs: mpsc::Sender<Work>,
     pub(super) exited: mpsc::Receiver<()>,
     pub(super) info: LocalInfo,
     pub(super) model: Arc<LlamaModel>,
+    pub(super) embedding: EmbeddingInfo,
 }
 
 /// llama.cpp's backend is initialised once per process and shared.
-fn backend() -> &'static LlamaBackend {
+pub(super) fn backend() -> &'static LlamaBackend {
     static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
     BACKEND.get_or_init(|| {
         ffi::install_log_hook();
@@ -42,7 +47,7 @@ fn backend() -> &'static LlamaBackend {
 /// Serialises model loads and context creation: creating contexts from one
 /// model in parallel is unsound, and the recent-log record must belong to
 /// one load at a time.
-static LOAD_LOCK: Mutex<()> = Mutex::new(());
+pub(super) static LOAD_LOCK: Mutex<()> = Mutex::new(());
 
 pub(super) fn spawn(
     config: LocalConfig,
@@ -50,7 +55,7 @@ pub(super) fn spawn(
     validate: bool,
 ) -> Result<Started, LocalError> {
     let (startup_tx, startup_rx) = mpsc::sync_channel(1);
-    let (jobs_tx, jobs_rx) = mpsc::channel::<Envelope>();
+    let (jobs_tx, jobs_rx) = mpsc::channel::<Work>();
     let (exited_tx, exited_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("edgecloud-local".into())
@@ -64,7 +69,7 @@ pub(super) fn spawn(
         .map_err(|e| LocalError::Spawn {
             detail: e.to_string(),
         })?;
-    let (info, model) = startup_rx.recv().unwrap_or_else(|_| {
+    let (info, model, embedding) = startup_rx.recv().unwrap_or_else(|_| {
         Err(LocalError::Panicked {
             detail: "the worker died while starting".into(),
         })
@@ -74,17 +79,18 @@ pub(super) fn spawn(
         exited: exited_rx,
         info,
         model,
+        embedding,
     })
 }
 
-type Startup = Result<(LocalInfo, Arc<LlamaModel>), LocalError>;
+type Startup = Result<(LocalInfo, Arc<LlamaModel>, EmbeddingInfo), LocalError>;
 
 fn run_worker(
     config: LocalConfig,
     sequences: usize,
     validate: bool,
     startup: mpsc::SyncSender<Startup>,
-    jobs: mpsc::Receiver<Envelope>,
+    jobs: mpsc::Receiver<Work>,
 ) {
     let started_at = Instant::now();
     // Declared before the context so it is dropped after it: the context's
@@ -175,26 +181,55 @@ fn run_worker(
         probe: super::probe::ProbeReport::not_run(),
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
-    if startup.send(Ok((info, Arc::clone(&model)))).is_err() {
+    let embedding = EmbeddingInfo::resolve(&model, config.pooling, config.embed_batch);
+    let mut embedder = Embedder::new(&model, embedding.clone(), threads);
+    if startup
+        .send(Ok((info, Arc::clone(&model), embedding)))
+        .is_err()
+    {
         return;
     }
     loop {
         // Idle: wait for a job (or the end of the channel). Busy: take
         // whatever else has arrived, then decode one step.
-        if engine.is_idle() {
+        if engine.is_idle() && embedder.is_idle() {
             match jobs.recv() {
-                Ok(envelope) => engine.submit(envelope),
+                Ok(work) => take(work, &mut engine, &mut embedder),
                 Err(mpsc::RecvError) => break,
             }
         }
-        while let Ok(envelope) = jobs.try_recv() {
-            engine.submit(envelope);
+        while let Ok(work) = jobs.try_recv() {
+            take(work, &mut engine, &mut embedder);
         }
-        let stepped = catch_unwind(AssertUnwindSafe(|| engine.step(&signal)));
-        if let Err(p) = stepped {
-            signal.disarm();
-            engine.reset_all(&crate::panic_payload::message(&*p));
+        let generating = !engine.is_idle();
+        if generating {
+            let stepped = catch_unwind(AssertUnwindSafe(|| engine.step(&signal)));
+            if let Err(p) = stepped {
+                signal.disarm();
+                engine.reset_all(&crate::panic_payload::message(&*p));
+            }
         }
+        if !embedder.is_idle() {
+            // A turn of embeddings between generation steps, kept to a
+            // prompt step's size while answers are generating.
+            let budget = if generating {
+                config.batch_size.max(1) as usize
+            } else {
+                usize::MAX
+            };
+            let turned = catch_unwind(AssertUnwindSafe(|| embedder.step(budget)));
+            if let Err(p) = turned {
+                embedder.reset(&crate::panic_payload::message(&*p));
+            }
+        }
+    }
+}
+
+/// Hands one piece of work to the part of the worker that does it.
+fn take(work: Work, engine: &mut Engine<'_>, embedder: &mut Embedder<'_>) {
+    match work {
+        Work::Generate(envelope) => engine.submit(envelope),
+        Work::Embed(job) => embedder.submit(job),
     }
 }
 

@@ -24,6 +24,8 @@ pub(crate) struct App {
     pub(crate) model_aliases: Vec<String>,
     /// Unknown model names select the default route.
     pub(crate) accept_any_model: bool,
+    /// What answers `POST /v1/embeddings` (`None`: nothing here can).
+    pub(crate) embedder: Option<Arc<dyn super::embeddings::Embedder>>,
     pub(crate) created: u64,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) connections: AtomicUsize,

@@ -64,6 +64,10 @@ pub struct ServeConfig {
     /// instead of a 404 (`model_not_found`); `/v1/models` still lists the
     /// known names.
     pub accept_any_model: bool,
+    /// What answers `POST /v1/embeddings`: set by
+    /// [`embeddings`](Self::embeddings); without it the endpoint answers
+    /// 400 `model_cannot_embed`.
+    pub(crate) embedder: Option<std::sync::Arc<dyn super::embeddings::Embedder>>,
 }
 
 impl Default for ServeConfig {
@@ -85,6 +89,7 @@ impl Default for ServeConfig {
             metrics: None,
             model_aliases: Vec::new(),
             accept_any_model: false,
+            embedder: None,
         }
     }
 }
@@ -107,6 +112,16 @@ impl ServeConfig {
     /// Lets any unknown model name select the default route.
     pub fn accept_any_model(mut self, yes: bool) -> Self {
         self.accept_any_model = yes;
+        self
+    }
+
+    /// Answers `POST /v1/embeddings` with this local lane's embeddings
+    /// (`LocalLane::submit_embed`: its worker, between its generation
+    /// steps; no lane slot taken). Any lane of a pool will do: they share
+    /// one worker and model.
+    #[cfg(feature = "local")]
+    pub fn embeddings(mut self, lane: crate::local::LocalLane) -> Self {
+        self.embedder = Some(std::sync::Arc::new(lane));
         self
     }
 

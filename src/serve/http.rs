@@ -3,7 +3,8 @@
 //! completion, Responses) the path top to bottom: parse (`wire`), start
 //! the run (the engine, one `start` for every endpoint), respond (whole in
 //! `response`, SSE in `stream`, each in its endpoint's shape:
-//! `completions`, `responses`). One function per endpoint. It must not
+//! `completions`, `responses`). One function per endpoint; embeddings
+//! (no run: the local lane's worker) go through `embeddings`. It must not
 //! accept connections or manage shutdown (`server` does) and must not
 //! decide how a run goes (the engine does).
 
@@ -14,7 +15,7 @@ use super::response::{
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
-use super::{completions, cors, responses, stream};
+use super::{completions, cors, embeddings, responses, stream};
 use crate::openai::{Ids, Model, ModelList};
 use crate::request::Request as LlmRequest;
 use bytes::Bytes;
@@ -59,6 +60,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/chat/completions" => "/v1/chat/completions",
         "/v1/completions" => "/v1/completions",
         "/v1/responses" => "/v1/responses",
+        "/v1/embeddings" => "/v1/embeddings",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     };
@@ -68,7 +70,9 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         }
     }
     let allowed = match endpoint {
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" => Method::POST,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/embeddings" => {
+            Method::POST
+        }
         "other" => {
             let e = ApiError::new(
                 404,
@@ -112,6 +116,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/responses" => response_api(app, req)
             .await
             .unwrap_or_else(|e| error_response(&e)),
+        "/v1/embeddings" => embed(app, req).await.unwrap_or_else(|e| error_response(&e)),
         _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
     };
     (endpoint, response)
@@ -148,6 +153,7 @@ pub(crate) const ENDPOINTS: &[&str] = &[
     "POST /v1/chat/completions",
     "POST /v1/completions",
     "POST /v1/responses",
+    "POST /v1/embeddings",
     "GET /v1/models",
     "GET /v1/models/{id}",
     "GET /health",
@@ -438,4 +444,26 @@ async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response
         )
         .await
     }
+}
+
+/// `POST /v1/embeddings`: the model name checked as every endpoint checks
+/// it, then the embedder's vectors (see `embeddings`).
+async fn embed(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let body = read_body(app, req).await?;
+    let params = embeddings::parse(&body)?;
+    if app.resolve_model(&params.model).is_none() {
+        return Err(unknown_model(&params.model, &app.models()).param("model"));
+    }
+    let Some(embedder) = &app.embedder else {
+        return Err(embeddings::no_embedder(&params.model));
+    };
+    embeddings::check_dimensions(params.dimensions, embedder.dimensions())?;
+    if app.shutting_down.load(Ordering::Acquire) {
+        return Err(shutting_down(app.retry_after_secs));
+    }
+    let out = embedder.embed(params.inputs).await?;
+    Ok(json_response(
+        200,
+        &embeddings::body(&params.model, out, params.base64),
+    ))
 }

@@ -27,6 +27,7 @@
 //! | `POST /v1/chat/completions` | chat completion, whole or streamed (`"stream": true`) |
 //! | `POST /v1/completions` | legacy text completion of a raw prompt (no chat template), whole or streamed |
 //! | `POST /v1/responses` | the Responses API (stateless), whole or streamed as its events |
+//! | `POST /v1/embeddings` | the local model's embeddings ([`ServeConfig::embeddings`]; see `embeddings`) |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
@@ -109,6 +110,7 @@ mod app;
 mod completions;
 mod config;
 mod cors;
+mod embeddings;
 mod engine;
 mod harness_engine;
 mod http;
@@ -297,6 +299,7 @@ impl Server {
             retry_after_secs: config.retry_after.as_secs().max(1),
             model_aliases: config.model_aliases,
             accept_any_model: config.accept_any_model,
+            embedder: config.embedder,
             created,
             shutting_down: AtomicBool::new(false),
             connections: AtomicUsize::new(0),

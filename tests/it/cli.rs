@@ -39,6 +39,51 @@ fn the_prompt_may_be_the_last_argument_as_ollama_run_takes_it() {
     assert_eq!(positional["prompt_tokens"], flag["prompt_tokens"]);
     let both = edgecloud(&["local", "-m", model(), "--prompt", "a", "b"]);
     assert_eq!(both.status.code(), Some(2), "two prompts are a usage error");
+    let two = edgecloud(&["local", "-m", model(), "a", "b"]);
+    assert_eq!(
+        two.status.code(),
+        Some(2),
+        "local takes one prompt argument"
+    );
+    assert!(
+        String::from_utf8_lossy(&two.stderr).contains("--model"),
+        "{}",
+        String::from_utf8_lossy(&two.stderr)
+    );
+}
+
+#[test]
+fn run_takes_the_model_then_the_prompt_as_ollama_run_does() {
+    let ask = |args: &[&str]| {
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
+            "--policy",
+            "local-only",
+            "--max-tokens",
+            "4",
+            "--temperature",
+            "0",
+            "--threads",
+            "2",
+        ]);
+        let out = edgecloud(&all);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let positional = ask(&[model(), "Hello there"]);
+    let flags = ask(&["-m", model(), "Hello there"]);
+    // The answer alone on stdout, the same either way; the run's report on
+    // stderr.
+    assert_eq!(positional.stdout, flags.stdout);
+    assert!(!positional.stdout.is_empty());
+    let stdout = String::from_utf8_lossy(&positional.stdout);
+    assert!(!stdout.contains("local-only"), "{stdout}");
+    assert!(String::from_utf8_lossy(&positional.stderr).contains("local-only"));
 }
 
 #[test]
@@ -160,7 +205,9 @@ fn local_text_mode_streams_then_prints_the_breakdown() {
         "1",
     ]);
     assert!(out.status.success());
+    // The answer alone on stdout; the breakdown on stderr.
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     for label in [
         "status",
         "model load",
@@ -169,6 +216,8 @@ fn local_text_mode_streams_then_prints_the_breakdown() {
         "generation",
         "total",
     ] {
-        assert!(stdout.contains(label), "missing {label:?} in:\n{stdout}");
+        assert!(stderr.contains(label), "missing {label:?} in:\n{stderr}");
     }
+    assert!(!stdout.contains("model load"), "{stdout}");
+    assert!(!stdout.contains("---"), "{stdout}");
 }

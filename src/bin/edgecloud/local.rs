@@ -219,21 +219,23 @@ fn report(
     } else {
         let opt =
             |v: Option<f64>, unit: &str| v.map_or("-".to_owned(), |v| format!("{v:.1}{unit}"));
+        // The answer was streamed to stdout; it ends with a newline there,
+        // and the breakdown goes to stderr, so stdout holds the answer alone.
         println!();
-        println!("---");
-        println!(
+        eprintln!("---");
+        eprintln!(
             "status           {status} ({})",
             done.finish_reason.as_str()
         );
-        println!("model load       {load_ms:.1} ms");
-        println!(
+        eprintln!("model load       {load_ms:.1} ms");
+        eprintln!(
             "prompt           {} tokens ({} reused), {} , {}",
             done.prompt_tokens,
             done.reused_prompt_tokens,
             format_args!("{:.1} ms", to_ms_rounded(t.prompt_eval)),
             opt(t.prompt_tokens_per_s, " tok/s"),
         );
-        println!("first token      {}", opt(t.ttft.map(to_ms_rounded), " ms"));
+        eprintln!("first token      {}", opt(t.ttft.map(to_ms_rounded), " ms"));
         let drafts = if lane.info().spec_type == SpecType::Off {
             String::new()
         } else {
@@ -244,14 +246,14 @@ fn report(
                 t.draft_n
             )
         };
-        println!(
+        eprintln!(
             "generation       {} tokens, {}{drafts}",
             done.completion_tokens,
             opt(t.gen_tokens_per_s, " tok/s")
         );
-        println!("total            {:.1} ms", to_ms_rounded(t.total));
+        eprintln!("total            {:.1} ms", to_ms_rounded(t.total));
 
-        println!(
+        eprintln!(
             "threads          {} ({}): {}",
             lane.info().threads,
             lane.info().thread_policy,
@@ -262,7 +264,7 @@ fn report(
                 .join(", ")
         );
         let f3 = |v: Option<f32>| v.map_or("-".into(), |v| format!("{v:.3}"));
-        println!(
+        eprintln!(
             "logprob          mean {}, min {}, p10 {}; first-token margin {}",
             f3(done.mean_logprob),
             f3(done.min_logprob),
@@ -275,7 +277,7 @@ fn report(
                 .iter()
                 .map(|s| s.answer.as_deref().unwrap_or("-"))
                 .collect();
-            println!(
+            eprintln!(
                 "consensus        {} samples, {} tokens in all; agreement {share:.3} (answers: {})",
                 done.samples.len(),
                 done.sampled_tokens,

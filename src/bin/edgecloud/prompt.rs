@@ -2,7 +2,9 @@
 //! last argument (`edgecloud local -m MODEL "prompt"`, as `ollama run` and
 //! `llm` take it) or `--prompt TEXT`, `-` for standard input either way (as
 //! `cat`, `curl -d @-` and llama.cpp's `-f /dev/stdin` users expect),
-//! `--prompt-file FILE`, plus the optional `--system`. Reading only; the
+//! `--prompt-file FILE`, plus the optional `--system`. `run` also takes
+//! the model before the prompt (`edgecloud run MODEL "prompt"`, as
+//! `ollama run` does: [`PromptArgs::take_model`]). Reading only; the
 //! request is built elsewhere.
 
 use anyhow::Context as _;
@@ -21,9 +23,10 @@ pub(crate) struct PromptArgs {
         conflicts_with_all = ["prompt_file", "text"]
     )]
     prompt: Option<String>,
-    /// The user message as the last argument (the same as `--prompt`).
-    #[arg(value_name = "PROMPT", conflicts_with = "prompt_file")]
-    text: Option<String>,
+    /// The user message as the last argument (the same as `--prompt`);
+    /// `edgecloud run` also takes the model before it: `run MODEL PROMPT`.
+    #[arg(value_name = "PROMPT", num_args = 1..=2, conflicts_with = "prompt_file")]
+    text: Vec<String>,
     /// Read the user message from this file (`-`: standard input).
     #[arg(long, value_name = "FILE")]
     prompt_file: Option<PathBuf>,
@@ -37,8 +40,15 @@ impl PromptArgs {
     /// The text is kept as given except one trailing newline (what `echo`
     /// and editors add), so `echo hi | edgecloud run --prompt -` sends `hi`.
     pub(crate) fn user_message(&self) -> anyhow::Result<String> {
+        if self.text.len() > 1 {
+            return Err(crate::exit::usage(format!(
+                "two arguments ({:?} and {:?}): the prompt is one argument (quote it), \
+                 and the model goes in --model",
+                self.text[0], self.text[1]
+            )));
+        }
         let text = match (
-            self.prompt.as_ref().or(self.text.as_ref()),
+            self.prompt.as_ref().or(self.text.first()),
             &self.prompt_file,
         ) {
             (Some(p), _) if p == "-" => read_stdin()?,
@@ -57,6 +67,14 @@ impl PromptArgs {
             return Err(crate::exit::usage("the prompt is empty"));
         }
         Ok(text)
+    }
+}
+
+impl PromptArgs {
+    /// `edgecloud run MODEL PROMPT`: the first of two arguments, taken
+    /// out as the model (`None` with one or none).
+    pub(crate) fn take_model(&mut self) -> Option<String> {
+        (self.text.len() == 2).then(|| self.text.remove(0))
     }
 }
 

@@ -236,7 +236,12 @@ pub(crate) struct RunArgs {
     output: JsonArgs,
 }
 
-pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    // `edgecloud run MODEL "prompt"`: the model argument wins over
+    // --model and EDGECLOUD_MODEL.
+    if let Some(model) = args.prompt.take_model() {
+        args.lanes.model = Some(PathBuf::from(model));
+    }
     let cfg = args.lanes.load_config()?;
     let user = args.prompt.user_message()?;
     let harness = match args.lanes.build(&cfg) {

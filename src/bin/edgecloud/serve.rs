@@ -6,13 +6,17 @@
 use crate::exit::{usage, usage_from};
 use crate::run::HarnessArgs;
 use anyhow::Context as _;
-use edgecloud::harness::{Harness, HarnessConfig, DEFAULT_PARALLEL};
+use edgecloud::harness::{
+    Backend, Harness, HarnessConfig, HarnessError, LocalBackend, DEFAULT_PARALLEL,
+};
+use edgecloud::local::Pooling;
 use edgecloud::serve::{BearerToken, CorsOrigins, ServeConfig, ServeMetrics, Server, DEFAULT_PORT};
 use edgecloud::Lane;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Arguments of `edgecloud serve`.
@@ -75,6 +79,12 @@ pub(crate) struct ServeArgs {
     /// Default: `[pool] max_queue_ms` of --config, else 0 (no queue).
     #[arg(long, value_name = "MS", env = "EDGECLOUD_MAX_QUEUE_MS")]
     max_queue_ms: Option<u64>,
+    /// How POST /v1/embeddings pools a text's token vectors into one:
+    /// mean, cls, last (none and rank give no vector per input and are
+    /// refused per request). Default: the model's own (its GGUF's
+    /// pooling_type), or mean for a model that names none (a chat model).
+    #[arg(long, value_name = "POOLING", env = "EDGECLOUD_POOLING")]
+    pooling: Option<Pooling>,
     /// `max_tokens` for requests that do not set it.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
@@ -97,7 +107,8 @@ fn default_listen() -> SocketAddr {
 fn serve_help() -> String {
     format!(
         "Endpoints: POST /v1/chat/completions (whole or streamed), POST /v1/completions \
-(a raw prompt, no chat template), POST /v1/responses (stateless), GET /v1/models, GET /health, GET /metrics (Prometheus), \
+(a raw prompt, no chat template), POST /v1/responses (stateless), POST /v1/embeddings (the local \
+model's), GET /v1/models, GET /health, GET /metrics (Prometheus), \
 GET / (name, version, models, endpoints).
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
@@ -122,8 +133,18 @@ Example: edgecloud serve -m models/tiny.gguf --policy local-only \
 }
 
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let cfg = args.lanes.load_config()?;
+    let mut cfg = args.lanes.load_config()?;
     crate::run::require_a_lane(&cfg)?;
+    if let Some(pooling) = args.pooling {
+        match cfg.local.as_mut() {
+            Some(local) => local.pooling = Some(pooling),
+            None => {
+                return Err(usage(
+                    "--pooling needs a local model (--model, or [local] in --config)",
+                ))
+            }
+        }
+    }
     let token = match (&args.token_env, &args.token_file) {
         (Some(var), _) => Some(BearerToken::from_env(var).map_err(|e| usage_from(&e))?),
         (None, Some(file)) => Some(token_from_file(file)?),
@@ -157,10 +178,27 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Err(usage("--parallel must be at least 1"));
     }
     let max_queue_ms = args.max_queue_ms.or(cfg.pool.max_queue_ms).unwrap_or(0);
-    let harness = Harness::builder()
-        .config(&cfg)?
-        .instances(parallel)
-        .lanes_from(&cfg)?
+    // The local lanes are started here rather than by `lanes_from`, so
+    // that one of them (they share one worker) answers /v1/embeddings.
+    let mut others = cfg.clone();
+    let mut builder = Harness::builder().config(&cfg)?.instances(parallel);
+    let mut embedder = None;
+    if let Some(local) = others.local.take() {
+        let backends =
+            LocalBackend::start_shared(local, parallel).map_err(|e| HarnessError::LaneStart {
+                lane: Lane::Local,
+                source: Box::new(e),
+            })?;
+        embedder = backends.first().map(|b| b.lane().clone());
+        builder = builder.local_per_instance(
+            backends
+                .into_iter()
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                .collect(),
+        );
+    }
+    let harness = builder
+        .lanes_from(&others)?
         .observer(metrics.observer())
         .runtime(runtime.handle().clone())
         .build()?;
@@ -188,6 +226,9 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .max_queue((max_queue_ms > 0).then(|| Duration::from_millis(max_queue_ms)))
         .accept_any_model(args.accept_any_model)
         .cors(cors);
+    if let Some(lane) = embedder {
+        config = config.embeddings(lane);
+    }
     for name in &args.served_model_name {
         config = config.model_alias(name.trim());
     }

@@ -127,7 +127,12 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::ProbeTimedOut { .. }
         | LocalError::ProbeFailed { .. } => LaneErrorKind::Model,
         LocalError::ProbeUnavailable { .. } => LaneErrorKind::Unavailable,
-        LocalError::PromptTooLong { .. } => LaneErrorKind::ContextLengthExceeded,
+        LocalError::PromptTooLong { .. } | LocalError::EmbeddingTooLong { .. } => {
+            LaneErrorKind::ContextLengthExceeded
+        }
+        LocalError::EmbeddingInput { .. } | LocalError::CannotEmbed { .. } => {
+            LaneErrorKind::InvalidRequest
+        }
         LocalError::InvalidRequest(_) | LocalError::Grammar { .. } => LaneErrorKind::InvalidRequest,
         LocalError::Panicked { .. } => LaneErrorKind::Panicked,
         LocalError::WorkerGone | LocalError::Spawn { .. } => LaneErrorKind::Unavailable,
