@@ -10,10 +10,13 @@
 
 use super::error::BenchError;
 use super::heldout::{cross_validate, evaluate_fresh, HeldOut, HeldOutPoint, HeldOutSettings};
+use super::neighbours::{self, Labelled, NeighbourSettings};
+use super::prompt_signals::{check_pair, PromptSignals};
 use super::record::{RunRecord, RunStatus};
 use super::report::{num, pct};
 use super::routing_curve::{choose, curve, mean, Choice, PairedItem, SignalCurve, Target};
 use super::svg;
+use super::two_stage::{two_stage, TwoStage};
 use crate::harness::Signal;
 use crate::lane::Lane;
 use serde::{Deserialize, Serialize};
@@ -94,8 +97,77 @@ pub struct Calibration {
     /// tokens; `answer_agreement` needs all the samples).
     #[serde(default)]
     pub cost: Option<LocalCost>,
+    /// The k and weighting of `prompt_neighbours`, chosen on the
+    /// calibration items, when embeddings were given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbours: Option<NeighbourSettings>,
+    /// Two-stage routes (one per prompt-only signal), when prompt signals
+    /// were given and the target is an accuracy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub two_stage: Vec<TwoStage>,
+    /// What reading each prompt-only signal cost per calibration item,
+    /// mean ms (the scored prompt pass; the embedding).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prompt_cost_ms: BTreeMap<Signal, f64>,
     /// Plain advice from the figures (the held-out ones).
     pub advice: String,
+}
+
+/// The prompt-only signals joined to a calibration (`bench prompt-signals`
+/// files, merged per half), with the workloads the runs were made on.
+#[derive(Debug, Clone)]
+pub struct PromptInputs {
+    /// The calibration items' signals and where they came from.
+    pub cal: (PromptSignals, String),
+    /// The calibration runs' workload (`--workload`), when known.
+    pub cal_workload: Option<String>,
+    /// The fresh items' signals (`--eval`), and their runs' workload.
+    pub eval: Option<(PromptSignals, String)>,
+    /// The fresh runs' workload, when known.
+    pub eval_workload: Option<String>,
+}
+
+/// Puts `file`'s signals on `items` (checking it covers them all).
+fn attach(
+    items: &mut [PairedItem],
+    file: &PromptSignals,
+    source: &str,
+    workload: Option<&str>,
+) -> Result<(), BenchError> {
+    if let Some(w) = workload {
+        file.check_covers(w, items.iter().map(|i| i.item.as_str()), source)?;
+    }
+    for it in items.iter_mut() {
+        let Some(p) = file.items.get(&it.item) else {
+            return Err(BenchError::Mismatch {
+                what: format!("{source} has no signals for item `{}`", it.item),
+            });
+        };
+        if let Some(v) = p.prompt_logprob.filter(|v| v.is_finite()) {
+            it.signals.insert(Signal::PromptLogprob, v);
+            it.prompt_ms = Some(p.prompt_ms);
+        }
+        it.embed_ms = p.embed_ms;
+    }
+    Ok(())
+}
+
+/// The embeddings of `items` in `file`, when every item has one.
+fn embeddings_of<'a>(items: &[PairedItem], file: &'a PromptSignals) -> Option<Vec<&'a [f32]>> {
+    items
+        .iter()
+        .map(|i| file.items.get(&i.item)?.embedding.as_deref())
+        .collect()
+}
+
+/// The accuracy a target asks for on items of these baselines; `None`
+/// for a cloud-share target (the two-stage fit aims at an accuracy).
+fn target_accuracy(target: Target, weak: f64, strong: f64) -> Option<f64> {
+    match target {
+        Target::Quality(y) => Some(y),
+        Target::Cpt80 => Some(weak + 0.8 * (strong - weak)),
+        Target::CloudShare(_) => None,
+    }
 }
 
 impl Calibration {
@@ -212,6 +284,7 @@ pub fn pair_items(
             samples: lane.and_then(|x| x.samples).unwrap_or(1),
             cloud_ms: Some(c.elapsed_ms),
             prompt_ms: None,
+            embed_ms: None,
         });
     }
     if items.len() < 2 {
@@ -236,8 +309,32 @@ pub fn calibrate(
     target: Target,
     held_out: &HeldOutSettings,
     fresh: Option<(&[RunRecord], &str)>,
+    prompt: Option<&PromptInputs>,
 ) -> Result<Calibration, BenchError> {
-    let (deadline, items) = pair_items(runs, deadline_ms)?;
+    let (deadline, mut items) = pair_items(runs, deadline_ms)?;
+    let mut neighbour_index: Option<(Vec<Vec<f32>>, NeighbourSettings)> = None;
+    if let Some(p) = prompt {
+        let (file, source) = &p.cal;
+        attach(&mut items, file, source, p.cal_workload.as_deref())?;
+        if let Some((eval, eval_source)) = &p.eval {
+            check_pair(file, eval, eval_source)?;
+        }
+        if let Some(embs) = embeddings_of(&items, file) {
+            let index: Vec<Labelled> = embs
+                .iter()
+                .zip(&items)
+                .map(|(e, it)| Labelled {
+                    embedding: e,
+                    local_correct: it.local_correct,
+                })
+                .collect();
+            let (settings, _) = neighbours::fit(&index, &items);
+            let scores = neighbours::leave_one_out(&index, settings);
+            let owned = embs.iter().map(|e| e.to_vec()).collect();
+            items = neighbours::with_scores(&items, &scores);
+            neighbour_index = Some((owned, settings));
+        }
+    }
     let curves: Vec<SignalCurve> = Signal::ALL
         .into_iter()
         .map(|s| curve(&items, s))
@@ -252,18 +349,36 @@ pub fn calibrate(
     }
     let signals: Vec<Signal> = curves.iter().map(|c| c.signal).collect();
     let cv = cross_validate(&items, &signals, target, held_out);
+    let mut fresh_paired = None;
     let fresh = match fresh {
         Some((runs, source)) => {
-            let (_, fresh_items) = pair_items(runs, deadline_ms.or(Some(deadline)))
+            let (_, mut fresh_items) = pair_items(runs, deadline_ms.or(Some(deadline)))
                 .or_else(|_| pair_items(runs, None))?;
-            Some(evaluate_fresh(
-                &items,
-                &fresh_items,
-                &signals,
-                target,
-                held_out,
-                source,
-            ))
+            if let Some((eval, eval_source)) = prompt.and_then(|p| p.eval.as_ref()) {
+                let workload = prompt.and_then(|p| p.eval_workload.as_deref());
+                attach(&mut fresh_items, eval, eval_source, workload)?;
+                if let Some((index, settings)) = &neighbour_index {
+                    let labelled: Vec<Labelled> = index
+                        .iter()
+                        .zip(&items)
+                        .map(|(e, it)| Labelled {
+                            embedding: e,
+                            local_correct: it.local_correct,
+                        })
+                        .collect();
+                    let scores: Vec<Option<f64>> = fresh_items
+                        .iter()
+                        .map(|it| {
+                            let e = eval.items.get(&it.item)?.embedding.as_deref()?;
+                            neighbours::score(&labelled, e, *settings, None)
+                        })
+                        .collect();
+                    fresh_items = neighbours::with_scores(&fresh_items, &scores);
+                }
+            }
+            let h = evaluate_fresh(&items, &fresh_items, &signals, target, held_out, source);
+            fresh_paired = Some(fresh_items);
+            Some(h)
         }
         None => None,
     };
@@ -288,6 +403,39 @@ pub fn calibrate(
                 .expect("curves is not empty"),
         };
     let choice = choose(pick, target);
+    let (weak, strong) = (
+        mean(items.iter().map(|i| i.local_correct)),
+        mean(items.iter().map(|i| i.cloud_correct)),
+    );
+    // The second stage: the chosen signal when it reads the answer, else
+    // the answer signal routing best held out.
+    let answer_signal = Some(pick.signal)
+        .filter(|s| !s.is_prompt_only())
+        .or_else(|| {
+            curves
+                .iter()
+                .filter(|c| !c.signal.is_prompt_only())
+                .max_by(|a, b| apgr_of(a.signal).total_cmp(&apgr_of(b.signal)))
+                .map(|c| c.signal)
+        });
+    let two_stage = match (target_accuracy(target, weak, strong), answer_signal) {
+        (Some(acc), Some(answer)) => signals
+            .iter()
+            .filter(|s| s.is_prompt_only())
+            .map(|&p| {
+                two_stage(
+                    &items,
+                    fresh_paired.as_deref(),
+                    p,
+                    answer,
+                    acc,
+                    held_out.resamples,
+                    held_out.seed,
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     let mut c = Calibration {
         deadline_ms: deadline,
         items: items.len(),
@@ -299,6 +447,22 @@ pub fn calibrate(
         cross_validated: Some(cv),
         fresh,
         cost: Some(LocalCost::of(&items)),
+        neighbours: neighbour_index.map(|(_, s)| s),
+        two_stage,
+        prompt_cost_ms: [
+            (
+                Signal::PromptLogprob,
+                items.iter().filter_map(|i| i.prompt_ms).collect::<Vec<_>>(),
+            ),
+            (
+                Signal::PromptNeighbours,
+                items.iter().filter_map(|i| i.embed_ms).collect(),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(s, v)| (s, v.iter().sum::<f64>() / v.len() as f64))
+        .collect(),
         advice: String::new(),
     };
     c.advice = advice(&c);
@@ -510,6 +674,7 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
     if let Some(cost) = &c.cost {
         render_cost(&mut md, c, cost);
     }
+    render_two_stage(&mut md, c);
     let _ = writeln!(md, "## Accuracy at a given cloud share\n");
     let mut head = String::from("| cloud share |");
     let mut rule = String::from("|---:|");
@@ -584,6 +749,71 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
     md
 }
 
+/// The two-stage routes beside the answer-only cascade.
+fn render_two_stage(md: &mut String, c: &Calibration) {
+    if c.two_stage.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## Two-stage routing\n");
+    if let Some(n) = c.neighbours {
+        let _ = writeln!( md,
+            "`prompt_neighbours`: k = {}, {:?} weighting, chosen by leave-one-out APGR on the calibration items (their own scores are leave-one-out; held-out items are scored against every calibration item).\n", n.k, n.weighting
+        );
+    }
+    let _ = writeln!( md,
+        "A request whose prompt-only signal is below the first threshold goes straight to the cloud (no local answer); the others run the cascade on the answer signal. Both thresholds are fitted jointly for the target accuracy (the least mean latency among the pairs with the fewest cloud calls reaching it), each the median over {} bootstrap resamples of the calibration items (bagged, so that it transfers to new items); the answer-only cascade is fitted the same way. Latencies are simulated from the recorded runs: straight = signal cost + cloud-only run; kept = local-only run; escalated =          local-only + cloud-only (escalation after the answer).\n", super::two_stage::BAGS
+    );
+    let _ = writeln!( md,
+        "| route | thresholds | half | accuracy (95% CI) | cloud share (95% CI) | straight to cloud | mean latency ms | latency vs cascade |"
+    );
+    let _ = writeln!(md, "|---|---|---|---:|---:|---:|---:|---:|");
+    let th = |v: Option<f64>| v.map_or("never".into(), fmt_threshold);
+    for t in &c.two_stage {
+        let rows = [
+            ("calibration", Some(t.in_sample), Some(t.cascade_in_sample)),
+            ("held out", t.held_out, t.cascade_held_out),
+        ];
+        for (half, two, cas) in rows {
+            let (Some(two), Some(cas)) = (two, cas) else {
+                continue;
+            };
+            let row =
+                |name: String, thr: String, p: super::two_stage::StagePoint, ratio: String| {
+                    format!(
+                        "| {name} | {thr} | {half} | {} ({}) | {} ({}) | {} | {} | {ratio} |",
+                        pct(p.accuracy),
+                        fmt_interval(p.accuracy_ci),
+                        pct(p.cloud_share),
+                        fmt_interval(p.cloud_share_ci),
+                        pct(p.straight_share),
+                        num(Some(p.mean_ms)),
+                    )
+                };
+            let _ = writeln!(
+                md,
+                "{}",
+                row(
+                    format!("two-stage `{}` then `{}`", t.prompt_signal, t.answer_signal),
+                    format!("{} / {}", th(t.thresholds.prompt), th(t.thresholds.answer)),
+                    two,
+                    format!("{:.2}x", two.mean_ms / cas.mean_ms.max(1e-9)),
+                )
+            );
+            let _ = writeln!(
+                md,
+                "{}",
+                row(
+                    format!("cascade `{}`", t.answer_signal),
+                    th(t.cascade.answer),
+                    cas,
+                    "1.00x".into(),
+                )
+            );
+        }
+    }
+    let _ = writeln!(md);
+}
+
 /// What each signal cost the local lane in these runs.
 fn render_cost(md: &mut String, c: &Calibration, cost: &LocalCost) {
     let tokens = |v: Option<f64>| v.map_or("–".into(), |t| format!("{t:.0}"));
@@ -605,6 +835,16 @@ fn render_cost(md: &mut String, c: &Calibration, cost: &LocalCost) {
     );
     let _ = writeln!(md, "|---|---:|---:|---:|");
     for k in &c.curves {
+        if k.signal.is_prompt_only() {
+            let ms = c.prompt_cost_ms.get(&k.signal).copied();
+            let _ = writeln!(
+                md,
+                "| `{}` | 0 (before any answer) | 0 | {} (mean: its prompt pass or embedding alone) |",
+                k.signal,
+                num(ms)
+            );
+            continue;
+        }
         let row = if k.signal == Signal::AnswerAgreement || cost.samples == 1 {
             format!("{} | {} | {time}", cost.samples, tokens(cost.tokens_mean))
         } else {

@@ -374,6 +374,7 @@ mod tests {
             samples: 1,
             cloud_ms: None,
             prompt_ms: None,
+            embed_ms: None,
         }
     }
 

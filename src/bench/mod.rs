@@ -51,8 +51,8 @@ mod workload;
 
 pub use calibrate::{
     calibrate, config_snippet, fmt_threshold, pair_items, render_chart as render_calibration_chart,
-    render_markdown as render_calibration, Calibration, CALIBRATION_CHART, CALIBRATION_CONFIG,
-    CALIBRATION_FILE, CALIBRATION_REPORT,
+    render_markdown as render_calibration, Calibration, PromptInputs, CALIBRATION_CHART,
+    CALIBRATION_CONFIG, CALIBRATION_FILE, CALIBRATION_REPORT,
 };
 pub use compare::{
     compare, figures, render_comparison, Comparison, EnvDiff, FigureDiff, GroupDiff,
@@ -64,6 +64,7 @@ pub use harness_exec::{record_from_outcome, CurrentRun, HarnessExecutor, LateWor
 pub use heldout::{
     cross_validate, evaluate_fresh, HeldOut, HeldOutPoint, HeldOutSettings, Interval, SignalHeldOut,
 };
+pub use neighbours::{NeighbourSettings, Weighting};
 pub use prompt_signals::{
     check_pair as check_prompt_signals, PromptItem, PromptSignals, PromptSignalsHeader,
     PROMPT_SIGNALS_KIND,
@@ -81,6 +82,7 @@ pub use summary::{
     LaneSummary, LocalSetup, ProviderTokens, StatusCounts, Summary, WinShare, PERCENTILE_METHOD,
     SUMMARY_FORMAT,
 };
+pub use two_stage::{StagePoint, Thresholds, TwoStage};
 pub use workload::{Workload, WorkloadItem};
 
 /// SHA-256 of a file, as lower-case hex (the model fingerprint in reports).

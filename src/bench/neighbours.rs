@@ -26,7 +26,7 @@ pub enum Weighting {
 }
 
 /// The temperature of [`Weighting::Similarity`].
-pub const SIMILARITY_TEMPERATURE: f64 = 0.02;
+pub(super) const SIMILARITY_TEMPERATURE: f64 = 0.02;
 
 /// The k and weighting of a neighbours signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,16 +38,16 @@ pub struct NeighbourSettings {
 }
 
 /// The ks tried by [`fit`].
-pub const KS: [usize; 6] = [1, 3, 5, 10, 20, 40];
+pub(super) const KS: [usize; 6] = [1, 3, 5, 10, 20, 40];
 
 /// One calibration prompt: its embedding and whether the local model was
 /// right on it.
 #[derive(Debug, Clone, Copy)]
-pub struct Labelled<'a> {
+pub(super) struct Labelled<'a> {
     /// Unit-length embedding.
-    pub embedding: &'a [f32],
+    pub(super) embedding: &'a [f32],
     /// The local answer's grade.
-    pub local_correct: bool,
+    pub(super) local_correct: bool,
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -60,7 +60,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 /// The score of `query` against `index` (leaving out index entry `skip`:
 /// a calibration item is never its own neighbour). `None` when the
 /// index has no other entry.
-pub fn score(
+pub(super) fn score(
     index: &[Labelled<'_>],
     query: &[f32],
     settings: NeighbourSettings,
@@ -94,7 +94,10 @@ pub fn score(
 }
 
 /// Every calibration item's score against the others.
-pub fn leave_one_out(index: &[Labelled<'_>], settings: NeighbourSettings) -> Vec<Option<f64>> {
+pub(super) fn leave_one_out(
+    index: &[Labelled<'_>],
+    settings: NeighbourSettings,
+) -> Vec<Option<f64>> {
     (0..index.len())
         .map(|i| score(index, index[i].embedding, settings, Some(i)))
         .collect()
@@ -103,7 +106,10 @@ pub fn leave_one_out(index: &[Labelled<'_>], settings: NeighbourSettings) -> Vec
 /// The k and weighting whose leave-one-out scores route the calibration
 /// items best (highest APGR; ties: the smaller k, uniform first), with
 /// that APGR. `items[i]` is the item whose embedding is `index[i]`.
-pub fn fit(index: &[Labelled<'_>], items: &[PairedItem]) -> (NeighbourSettings, Option<f64>) {
+pub(super) fn fit(
+    index: &[Labelled<'_>],
+    items: &[PairedItem],
+) -> (NeighbourSettings, Option<f64>) {
     let mut best: Option<(NeighbourSettings, f64)> = None;
     for k in KS.into_iter().filter(|&k| k < index.len().max(2)) {
         for weighting in [Weighting::Uniform, Weighting::Similarity] {
@@ -130,7 +136,7 @@ pub fn fit(index: &[Labelled<'_>], items: &[PairedItem]) -> (NeighbourSettings, 
 }
 
 /// `items` with `scores[i]` as item i's `prompt_neighbours` value.
-pub fn with_scores(items: &[PairedItem], scores: &[Option<f64>]) -> Vec<PairedItem> {
+pub(super) fn with_scores(items: &[PairedItem], scores: &[Option<f64>]) -> Vec<PairedItem> {
     items
         .iter()
         .zip(scores)

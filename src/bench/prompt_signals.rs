@@ -92,14 +92,16 @@ impl PromptSignals {
             if let Some(e) = &item.embedding {
                 match width {
                     None => width = Some(e.len()),
-                    Some(w) if w != e.len() => return Err(bad(
-                        i + 1,
-                        format!(
+                    Some(w) if w != e.len() => {
+                        return Err(bad(
+                            i + 1,
+                            format!(
                             "item `{}` has an embedding of {} dimensions, the file's others {w}",
                             item.item,
                             e.len()
                         ),
-                    )),
+                        ))
+                    }
                     Some(_) => {}
                 }
             }

@@ -61,6 +61,10 @@ pub struct PairedItem {
     /// or the embedding), when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_ms: Option<f64>,
+    /// What embedding the item's prompt cost (`prompt_neighbours`), when
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embed_ms: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -317,6 +321,7 @@ pub(crate) mod tests {
             samples: 1,
             cloud_ms: None,
             prompt_ms: None,
+            embed_ms: None,
         }
     }
 

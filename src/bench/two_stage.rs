@@ -11,7 +11,7 @@
 //! The latency of an item, from its recorded runs (a simulation, said as
 //! such wherever it is quoted):
 //! - straight to the cloud: the prompt signal's cost (`prompt_ms`, the
-//!   prompt pass or the embedding that read it) plus the cloud-only run;
+//!   prompt pass, or `embed_ms`, the embedding) plus the cloud-only run;
 //! - kept local: the local-only run (its prompt pass is the one that read
 //!   a `prompt_logprob`; a `prompt_neighbours` embedding is added);
 //! - escalated after the answer: the local-only run plus the cloud-only.
@@ -23,7 +23,7 @@ use crate::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 /// Bootstrap resamples of the bagged fit.
-pub const BAGS: usize = 200;
+pub(super) const BAGS: usize = 200;
 
 /// A pair of thresholds: straight to the cloud below `prompt`, escalate
 /// after the answer below `answer`. `None`: that stage never fires.
@@ -87,7 +87,11 @@ fn route(
     t: Thresholds,
 ) -> (bool, bool, bool, f64) {
     let cloud_ms = it.cloud_ms.unwrap_or(0.0);
-    let prompt_ms = it.prompt_ms.unwrap_or(0.0);
+    let prompt_ms = match prompt_signal {
+        Signal::PromptNeighbours => it.embed_ms,
+        _ => it.prompt_ms,
+    }
+    .unwrap_or(0.0);
     let below = |v: Option<f64>, t: Option<f64>| match (v, t) {
         (_, None) => false,
         (Some(v), Some(t)) => v < t,
@@ -117,7 +121,7 @@ fn route(
 
 /// The figures of `t` on `items` (intervals from `resamples` bootstrap
 /// resamples seeded with `seed`).
-pub fn evaluate(
+pub(super) fn evaluate(
     items: &[PairedItem],
     prompt_signal: Signal,
     answer_signal: Signal,
@@ -257,7 +261,7 @@ fn fit_bagged(
 
 /// Fits a two-stage route and the answer-only cascade on `cal` for
 /// `target` accuracy, and reports both there and on `held_out`.
-pub fn two_stage(
+pub(super) fn two_stage(
     cal: &[PairedItem],
     held_out: Option<&[PairedItem]>,
     prompt_signal: Signal,
@@ -300,6 +304,7 @@ mod tests {
             samples: 1,
             cloud_ms: Some(100.0),
             prompt_ms: Some(10.0),
+            embed_ms: None,
         }
     }
 

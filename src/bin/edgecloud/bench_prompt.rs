@@ -1,7 +1,8 @@
 //! `edgecloud bench prompt-signals`: records every workload item's
 //! prompt-only signals (issue 33) with the local lane alone: the prompt
 //! pass with its tokens scored (`prompt_logprob`), no answer beyond its
-//! first token, and, with `--embeddings`, the prompt's embedding. One
+//! first token; or, with `--embeddings`, instead the embedding of the
+//! item's last user message (the question, without the template). One
 //! line per item, appended as it comes, so a stopped run resumes where it
 //! stopped. The file format and its checks live in `edgecloud::bench`.
 
@@ -10,8 +11,8 @@ use anyhow::Context as _;
 use edgecloud::bench::{
     sha256_file, PromptItem, PromptSignals, PromptSignalsHeader, Workload, PROMPT_SIGNALS_KIND,
 };
-use edgecloud::local::{LocalConfig, LocalLane};
-use edgecloud::LaneJob;
+use edgecloud::local::{EmbedInput, LocalConfig, LocalLane};
+use edgecloud::{LaneJob, Role};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,12 @@ pub(crate) struct PromptSignalsArgs {
     /// with the same model and workload).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
+    /// Record the embedding of each item's last user message (the local
+    /// model's own, pooled as its GGUF says, mean when it says nothing)
+    /// instead of the prompt's log-probability: a second file, which
+    /// `bench calibrate` merges with the first.
+    #[arg(long)]
+    embeddings: bool,
 }
 
 pub(crate) fn prompt_signals_cmd(args: PromptSignalsArgs) -> anyhow::Result<ExitCode> {
@@ -48,13 +55,21 @@ pub(crate) fn prompt_signals_cmd(args: PromptSignalsArgs) -> anyhow::Result<Exit
         ..LocalConfig::new(&args.model)
     };
     crate::modelref::apply(&mut config, crate::modelref::Download::Allowed)?;
-    let header = PromptSignalsHeader {
+    let mut header = PromptSignalsHeader {
         kind: PROMPT_SIGNALS_KIND.into(),
         model: config.model.display().to_string(),
         model_sha256: sha256_file(&config.model)?,
         workload: args.workload.clone(),
         embedding: None,
     };
+    let lane = LocalLane::start(config)?;
+    if args.embeddings {
+        let info = lane.embedding_info();
+        header.embedding = Some(format!(
+            "the local model's own, {} pooling ({}), of the last user message",
+            info.pooling, info.pooling_source
+        ));
+    }
     let done = match PromptSignals::read(&args.out) {
         Ok(old)
             if old.header.model_sha256 == header.model_sha256
@@ -84,7 +99,6 @@ pub(crate) fn prompt_signals_cmd(args: PromptSignalsArgs) -> anyhow::Result<Exit
     if done.is_empty() && file.metadata()?.len() == 0 {
         writeln!(file, "{}", serde_json::to_string(&header)?)?;
     }
-    let lane = LocalLane::start(config)?;
     let todo: Vec<_> = workload
         .items
         .iter()
@@ -97,12 +111,44 @@ pub(crate) fn prompt_signals_cmd(args: PromptSignalsArgs) -> anyhow::Result<Exit
         args.out.display()
     );
     for (n, item) in todo.iter().enumerate() {
+        let started = Instant::now();
+        if args.embeddings {
+            let question = item
+                .request
+                .messages
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::User)
+                .map(|m| m.content.clone())
+                .unwrap_or_default();
+            let e = lane
+                .embed(vec![EmbedInput::Text(question)])
+                .with_context(|| format!("item `{}`", item.id))?;
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            let record = PromptItem {
+                item: item.id.clone(),
+                prompt_tokens: e.prompt_tokens,
+                prompt_logprob: None,
+                prompt_ms: ms,
+                embedding: e.vectors.into_iter().next(),
+                embed_ms: Some(ms),
+            };
+            writeln!(file, "{}", serde_json::to_string(&record)?)?;
+            file.flush()?;
+            eprintln!(
+                "[{}/{}] {}: {} tokens embedded, {ms:.0} ms",
+                n + 1,
+                todo.len(),
+                item.id,
+                e.prompt_tokens
+            );
+            continue;
+        }
         let mut sampling = item.request.sampling.clone();
         sampling.max_tokens = 1;
         sampling.temperature = 0.0;
         sampling.consensus = None;
         sampling.score_prompt = true;
-        let started = Instant::now();
         let job = LaneJob::new(
             item.request.messages.clone(),
             sampling,

@@ -7,9 +7,9 @@
 use crate::exit::usage;
 use anyhow::Context as _;
 use edgecloud::bench::{
-    calibrate, config_snippet, read_runs, render_calibration, render_calibration_chart,
-    HeldOutSettings, Replay, Target, CALIBRATION_CHART, CALIBRATION_CONFIG, CALIBRATION_FILE,
-    CALIBRATION_REPORT,
+    calibrate, config_snippet, read_runs, read_summary, render_calibration,
+    render_calibration_chart, HeldOutSettings, PromptInputs, PromptSignals, Replay, Target,
+    CALIBRATION_CHART, CALIBRATION_CONFIG, CALIBRATION_FILE, CALIBRATION_REPORT,
 };
 use edgecloud::harness::{Harness, Policy, Route, Signal};
 use edgecloud::serve::{ServeConfig, Server};
@@ -62,8 +62,30 @@ pub(crate) struct CalibrateArgs {
     /// and config then quote its figures.
     #[arg(long, value_name = "DIR")]
     eval: Option<PathBuf>,
+    /// Prompt-only signals of DIR's items (`bench prompt-signals` files:
+    /// the log-probability pass and the embedding pass, repeated to give
+    /// both): draws their curves and fits the two-stage route. Checked
+    /// against the runs: the same workload, every item, one model.
+    #[arg(long, value_name = "FILE")]
+    prompt_signals: Vec<PathBuf>,
+    /// The prompt-only signals of the --eval items (same model as
+    /// --prompt-signals).
+    #[arg(long, value_name = "FILE", requires = "eval")]
+    eval_prompt_signals: Vec<PathBuf>,
     #[command(flatten)]
     output: crate::output::JsonArgs,
+}
+
+/// The prompt-signals files merged into one, named by the first.
+fn read_prompt_signals(paths: &[PathBuf]) -> anyhow::Result<Option<(PromptSignals, String)>> {
+    let Some((first, rest)) = paths.split_first() else {
+        return Ok(None);
+    };
+    let mut merged = PromptSignals::read(first)?;
+    for p in rest {
+        merged = merged.merge(PromptSignals::read(p)?, &p.display().to_string())?;
+    }
+    Ok(Some((merged, first.display().to_string())))
 }
 
 pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
@@ -86,6 +108,27 @@ pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         Some(d) => Some((read_runs(d)?, d.display().to_string())),
         None => None,
     };
+    let prompt = match (
+        read_prompt_signals(&args.prompt_signals)?,
+        read_prompt_signals(&args.eval_prompt_signals)?,
+    ) {
+        (None, Some(_)) => {
+            return Err(usage(
+                "--eval-prompt-signals needs --prompt-signals for the calibration items",
+            ))
+        }
+        (None, None) => None,
+        (Some(cal), eval) => Some(PromptInputs {
+            cal,
+            cal_workload: read_summary(&args.dir).ok().map(|s| s.settings.workload),
+            eval,
+            eval_workload: args
+                .eval
+                .as_ref()
+                .and_then(|d| read_summary(d).ok())
+                .map(|s| s.settings.workload),
+        }),
+    };
     let settings = HeldOutSettings {
         folds: args.folds,
         seed: args.seed,
@@ -98,6 +141,7 @@ pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         target,
         &settings,
         fresh.as_ref().map(|(r, s)| (r.as_slice(), s.as_str())),
+        prompt.as_ref(),
     )
     .with_context(|| format!("calibrating from {}", args.dir.display()))?;
     let source = args.dir.display().to_string();
