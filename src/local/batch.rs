@@ -45,8 +45,10 @@
 //! else is in the batch (tested against the lane alone).
 //!
 //! Speculative decoding (`LocalConfig::spec_type`, contract point 16): a
-//! greedy lone answer proposes drafts (`draft`: prompt lookup, backing off
-//! when they fail) after its pending token; they go into the same batch at
+//! greedy lone answer proposes drafts (`draft`: prompt lookup, as many as
+//! a cost model says pay, from the sequence's acceptance rate and what a
+//! draft row costs on this context, `RowCost`, measured from its own
+//! steps' times) after its pending token; they go into the same batch at
 //! the following positions, each with logits, and `Engine::verify`
 //! keeps the longest prefix of them that the picker itself picks, one
 //! token at a time through the same `sample` every token goes through.
@@ -64,7 +66,7 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
-use super::draft::{Drafter, SpecType};
+use super::draft::{self, Drafter, RowCost, SpecType};
 use super::ffi::{AbortSignal, ThreadControl};
 use super::finish::{self, Ended};
 use super::generate::{emit, Progress, PromptFormat};
@@ -136,6 +138,8 @@ pub(super) struct Engine<'m> {
     /// The lane whose drafts go first into the next step (one lane's a
     /// step: `add_drafts`).
     draft_turn: usize,
+    /// What a draft row costs here, measured on this context's steps.
+    row_cost: RowCost,
 }
 
 /// How greedy sequences draft (see `draft` and `Engine::verify`).
@@ -143,6 +147,9 @@ pub(super) struct Engine<'m> {
 pub(super) struct Speculation {
     pub(super) draft_max: u32,
     pub(super) draft_min: u32,
+    /// A draft row's cost, fixed (`LocalConfig::draft_row_cost`), else
+    /// measured.
+    pub(super) row_cost: Option<f64>,
 }
 
 impl Speculation {
@@ -153,8 +160,15 @@ impl Speculation {
             SpecType::Ngram => Some(Self {
                 draft_max,
                 draft_min,
+                row_cost: None,
             }),
         }
+    }
+
+    /// With a fixed draft row cost (`None`: measured).
+    pub(super) fn with_row_cost(mut self, cost: Option<f32>) -> Self {
+        self.row_cost = cost.map(f64::from);
+        self
     }
 }
 
@@ -285,6 +299,7 @@ impl<'m> Engine<'m> {
             spec: None,
             history: Vec::new(),
             draft_turn: 0,
+            row_cost: RowCost::default(),
         }
     }
 
@@ -299,6 +314,7 @@ impl<'m> Engine<'m> {
                 1,
             );
         }
+        self.row_cost = RowCost::new(spec.and_then(|s| s.row_cost));
         self.spec = spec;
         self
     }
@@ -419,6 +435,11 @@ impl<'m> Engine<'m> {
                     waited_us = waited / 1000,
                     "decode step"
                 );
+                if verifying {
+                    self.row_cost.verified(took, drafted);
+                } else if kind == StepKind::Generate {
+                    self.row_cost.plain(took);
+                }
                 if !verifying {
                     self.governor.record(
                         kind,
@@ -645,10 +666,19 @@ impl<'m> Engine<'m> {
             .saturating_sub(br.out.completion_tokens + 1)
             .min(self.seq_context.saturating_sub(br.len + 3))
             .min(most);
+        // The cost model first: most steps of a sequence whose drafts fail
+        // look nothing up.
+        let k = drafter.wanted(room, self.row_cost.alpha());
+        if k == 0 {
+            return drafts;
+        }
         self.history.clear();
         self.history.extend_from_slice(&s.cached);
         self.history.push(token);
-        drafter.propose(&self.history, room, &mut drafts);
+        draft::lookup(&self.history, k, &mut drafts);
+        if drafts.len() < drafter.draft_min().max(1) {
+            drafts.clear();
+        }
         drafts
     }
 
@@ -712,7 +742,7 @@ impl<'m> Engine<'m> {
         {
             br.out.drafts_verified(drafts.len(), accepted);
             if let Some(drafter) = br.drafter.as_mut() {
-                drafter.verified(drafts.len(), accepted);
+                drafter.verified(drafts.len(), accepted, self.row_cost.alpha());
             }
         }
         if accepted < drafts.len() {

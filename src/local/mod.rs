@@ -182,6 +182,11 @@ pub struct LocalConfig {
     /// Fewest drafts worth verifying: a shorter proposal is not decoded
     /// (llama-server's `--draft-min`; default 0).
     pub draft_min: u32,
+    /// What one draft row costs, as a share of a plain generation step,
+    /// for the drafts' cost model (see `draft`); `None` (the default):
+    /// measured on the lane's own steps. A fixed figure makes drafting
+    /// independent of timing (tests; a device whose figure is known).
+    pub draft_row_cost: Option<f32>,
 }
 
 impl Default for LocalConfig {
@@ -205,6 +210,7 @@ impl Default for LocalConfig {
             spec_type: SpecType::Off,
             draft_max: 16,
             draft_min: 0,
+            draft_row_cost: None,
         }
     }
 }

@@ -202,7 +202,8 @@ fn run_worker(
 /// memory cannot drop a sequence's last cells (recurrent and hybrid
 /// models), which verifying drafts needs.
 fn speculation(config: &LocalConfig, model: &LlamaModel) -> Option<Speculation> {
-    let spec = Speculation::of(config.spec_type, config.draft_max, config.draft_min)?;
+    let spec = Speculation::of(config.spec_type, config.draft_max, config.draft_min)?
+        .with_row_cost(config.draft_row_cost);
     if model.is_recurrent() || model.is_hybrid() {
         tracing::warn!(
             "speculative decoding is off: this model's memory (recurrent or hybrid) \

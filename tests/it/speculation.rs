@@ -35,6 +35,10 @@ fn config(model: &Path, spec_type: SpecType) -> LocalConfig {
         thread_policy: ThreadPolicy::Fixed,
         context_size: Some(1024),
         spec_type,
+        // A draft row as cheap as on a GPU, fixed: how much is drafted
+        // does not follow this machine's timing (the cost model's own
+        // figure is measured, `draft`).
+        draft_row_cost: Some(0.1),
         ..LocalConfig::new(model)
     }
 }
@@ -139,6 +143,24 @@ fn ngram_answers_as_off_on_smollm2_and_its_copies_are_accepted() {
         "{:?}",
         copied.timings
     );
+}
+
+/// The cost model: when a draft row costs as much as a plain step, no
+/// count of drafts can pay, so nothing is drafted, even on the prompt
+/// that copies most (and the answer is the same).
+#[test]
+fn drafts_that_cannot_pay_for_their_rows_are_not_made() {
+    let copy = copy_prompt();
+    let dear = |spec_type| LocalConfig {
+        draft_row_cost: Some(1.0),
+        ..config(smollm2(), spec_type)
+    };
+    let off = LocalLane::start(dear(SpecType::Off)).expect("the model loads");
+    let on = LocalLane::start(dear(SpecType::Ngram)).expect("the model loads");
+    let a = off.generate(job(&copy, greedy(48))).unwrap();
+    let b = on.generate(job(&copy, greedy(48))).unwrap();
+    assert_same(&a, &b, "a dear row");
+    assert_eq!(b.timings.draft_n, 0, "{:?}", b.timings);
 }
 
 #[test]
