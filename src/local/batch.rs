@@ -52,8 +52,11 @@
 //! the following positions, each with logits, and `Engine::verify`
 //! keeps the longest prefix of them that the picker itself picks, one
 //! token at a time through the same `sample` every token goes through.
-//! A sampled answer or a consensus's samples do not draft (their picks
-//! are draws: keeping a draft would need the speculative-sampling rule).
+//! A sampled answer without a grammar drafts too: its drafts are judged by
+//! the speculative-sampling rule (`accept`: a draft is kept with its
+//! probability under the answer's sampler, else the token is drawn from
+//! the rest), so its distribution is unchanged. A sampled answer under a
+//! grammar and a consensus's samples do not draft.
 //!
 //! What a job's request becomes before its first step (its prompt's
 //! tokens, its grammar, its samples' pickers and stop strings) is
@@ -575,14 +578,15 @@ impl<'m> Engine<'m> {
                 len: 0,
                 out,
                 pending: None,
-                // Only a greedy answer alone drafts: its picks are a
-                // function of the logits (and its grammar's state), so a
-                // draft is kept exactly when it is the pick. A sampled
-                // answer would need the speculative-sampling acceptance
-                // rule, not built yet.
+                // An answer alone drafts when its picks can judge a
+                // draft: greedy ones (a function of the logits and the
+                // grammar's state: a draft is kept exactly when it is the
+                // pick) and random ones without a grammar (the
+                // speculative-sampling rule, `accept`). A consensus's
+                // samples do not (one lane's drafts a step).
                 drafter: self
                     .spec
-                    .filter(|_| samples == 1 && picker.is_greedy())
+                    .filter(|_| samples == 1 && (picker.is_greedy() || picker.judges_drafts()))
                     .map(|s| Drafter::new(s.draft_max, s.draft_min)),
                 picker,
                 stops,
@@ -715,9 +719,9 @@ impl<'m> Engine<'m> {
         drafts: &[LlamaToken],
         draft_row: i32,
     ) -> Result<(), LocalError> {
-        let mut next = self.sample(seq, branch, row);
+        let mut next = self.sample(seq, branch, row, drafts.first().copied());
         let mut accepted = 0;
-        for &draft in drafts {
+        for (i, &draft) in drafts.iter().enumerate() {
             if !matches!(next, Next::Continue(token) if token == draft) {
                 break;
             }
@@ -733,7 +737,12 @@ impl<'m> Engine<'m> {
             a.branches[branch].len += 1;
             s.cached.push(draft);
             accepted += 1;
-            next = self.sample(seq, branch, draft_row + accepted as i32 - 1);
+            next = self.sample(
+                seq,
+                branch,
+                draft_row + accepted as i32 - 1,
+                drafts.get(i + 1).copied(),
+            );
         }
         if let Some(br) = self.seqs[seq]
             .active
@@ -927,7 +936,7 @@ impl<'m> Engine<'m> {
                 } else if !entry.drafts.is_empty() {
                     self.verify(seq, entry.branch, row, &entry.drafts, entry.draft_row)
                 } else {
-                    let next = self.sample(seq, entry.branch, row);
+                    let next = self.sample(seq, entry.branch, row, None);
                     self.advance(seq, entry.branch, next);
                     Ok(())
                 }
@@ -997,7 +1006,7 @@ impl<'m> Engine<'m> {
             });
         }
         for branch in 0..a.branches.len() {
-            let next = self.sample(seq, branch, row);
+            let next = self.sample(seq, branch, row, None);
             self.advance(seq, branch, next);
             if self.seqs[seq].active.is_none() {
                 break;
@@ -1112,7 +1121,10 @@ impl<'m> Engine<'m> {
 
     /// Samples a branch's next token from batch row `row`, streams its
     /// text (a lone answer only), and says whether the branch goes on.
-    fn sample(&mut self, seq: usize, branch: usize, row: i32) -> Next {
+    /// `draft`: the token drafted at this position, judged by the picker
+    /// (`Picker::pick_against`: kept when it is greedy's pick, or by the
+    /// speculative-sampling rule).
+    fn sample(&mut self, seq: usize, branch: usize, row: i32, draft: Option<LlamaToken>) -> Next {
         let a = self.seqs[seq]
             .active
             .as_mut()
@@ -1125,7 +1137,13 @@ impl<'m> Engine<'m> {
         // Greedy picks the first largest logit, which the signals pass
         // finds anyway; llama.cpp's samplers run only when sampling is
         // random or a grammar constrains the answer (`pick`).
-        let token = match br.picker.pick(&self.ctx, row, logits, pass.argmax) {
+        let picked = match draft {
+            Some(draft) => br
+                .picker
+                .pick_against(&self.ctx, row, logits, pass.argmax, draft),
+            None => br.picker.pick(&self.ctx, row, logits, pass.argmax),
+        };
+        let token = match picked {
             Ok(token) => token,
             Err(e) => return Next::Fail(e),
         };

@@ -85,8 +85,9 @@ pub enum SpecType {
     #[default]
     Off,
     /// n-gram prompt lookup: drafts copied from the prompt and the answer
-    /// so far, for sequences that pick greedily (temperature 0); sampled
-    /// sequences do not draft.
+    /// so far, kept where they are the greedy pick, or, for a sampled
+    /// answer without a grammar, by the speculative-sampling rule
+    /// (`accept`); a sampled answer under a grammar does not draft.
     Ngram,
 }
 

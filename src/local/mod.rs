@@ -47,6 +47,7 @@
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
+mod accept;
 mod batch;
 pub mod devices;
 mod draft;
@@ -171,9 +172,10 @@ pub struct LocalConfig {
     /// Speculative decoding (llama-server's `--spec-type`): `off` (the
     /// default) or `ngram` (prompt lookup: tokens copied from the prompt
     /// and the answer so far are decoded with the next token in one step
-    /// and kept where they are what the lane would have picked). The
-    /// answer is the same token for token; only greedy answers (temperature
-    /// 0) draft. See [`SpecType`].
+    /// and kept where they are what the lane would have picked). A greedy
+    /// answer is the same token for token; a sampled one (no grammar)
+    /// keeps its distribution by the speculative-sampling rule. See
+    /// [`SpecType`].
     pub spec_type: SpecType,
     /// Most tokens drafted per step and sequence, 1 to
     /// [`DRAFT_MAX_LIMIT`] (llama-server's `--draft-max`; default
