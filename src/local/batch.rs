@@ -70,6 +70,7 @@
 //! permit comes in inside the job and is dropped when the job really ends.
 
 use super::draft::{self, Drafter, RowCost, SpecType};
+use super::draftmodel::DraftModel;
 use super::ffi::{AbortSignal, ThreadControl};
 use super::finish::{self, Ended};
 use super::generate::{emit, Progress, PromptFormat};
@@ -143,6 +144,12 @@ pub(super) struct Engine<'m> {
     draft_turn: usize,
     /// What a draft row costs here, measured on this context's steps.
     row_cost: RowCost,
+    /// The draft model, when drafts come from one (`draftmodel`); else
+    /// prompt lookup.
+    draft_model: Option<DraftModel<'m>>,
+    /// Seconds the draft model spent proposing this step (a verify step's
+    /// cost includes it).
+    drafting_secs: f64,
 }
 
 /// How greedy sequences draft (see `draft` and `Engine::verify`).
@@ -160,7 +167,7 @@ impl Speculation {
     pub(super) fn of(kind: SpecType, draft_max: u32, draft_min: u32) -> Option<Self> {
         match kind {
             SpecType::Off => None,
-            SpecType::Ngram => Some(Self {
+            SpecType::Ngram | SpecType::Draft => Some(Self {
                 draft_max,
                 draft_min,
                 row_cost: None,
@@ -303,6 +310,8 @@ impl<'m> Engine<'m> {
             history: Vec::new(),
             draft_turn: 0,
             row_cost: RowCost::default(),
+            draft_model: None,
+            drafting_secs: 0.0,
         }
     }
 
@@ -319,6 +328,13 @@ impl<'m> Engine<'m> {
         }
         self.row_cost = RowCost::new(spec.and_then(|s| s.row_cost));
         self.spec = spec;
+        self
+    }
+
+    /// Drafts from a draft model instead of prompt lookup (`None`: prompt
+    /// lookup).
+    pub(super) fn with_draft_model(mut self, draft: Option<DraftModel<'m>>) -> Self {
+        self.draft_model = draft;
         self
     }
 
@@ -376,6 +392,7 @@ impl<'m> Engine<'m> {
                 self.complete(seq, reason);
             }
         }
+        self.drafting_secs = 0.0;
         let entries = self.fill_batch();
         if entries.is_empty() {
             return;
@@ -439,7 +456,7 @@ impl<'m> Engine<'m> {
                     "decode step"
                 );
                 if verifying {
-                    self.row_cost.verified(took, drafted);
+                    self.row_cost.verified(took + self.drafting_secs, drafted);
                 } else if kind == StepKind::Generate {
                     self.row_cost.plain(took);
                 }
@@ -679,7 +696,14 @@ impl<'m> Engine<'m> {
         self.history.clear();
         self.history.extend_from_slice(&s.cached);
         self.history.push(token);
-        draft::lookup(&self.history, k, &mut drafts);
+        match self.draft_model.as_mut() {
+            Some(model) => {
+                let started = Instant::now();
+                model.propose(&self.history, k, &mut drafts);
+                self.drafting_secs += started.elapsed().as_secs_f64();
+            }
+            None => draft::lookup(&self.history, k, &mut drafts),
+        }
         if drafts.len() < drafter.draft_min().max(1) {
             drafts.clear();
         }

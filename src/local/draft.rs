@@ -89,6 +89,10 @@ pub enum SpecType {
     /// answer without a grammar, by the speculative-sampling rule
     /// (`accept`); a sampled answer under a grammar does not draft.
     Ngram,
+    /// A draft model (`LocalConfig::model_draft`, `--model-draft`): a
+    /// smaller GGUF with the same vocabulary proposes the next tokens
+    /// greedily; they are verified as prompt lookup's are.
+    Draft,
 }
 
 impl SpecType {
@@ -97,6 +101,7 @@ impl SpecType {
         match self {
             Self::Off => "off",
             Self::Ngram => "ngram",
+            Self::Draft => "draft",
         }
     }
 }
@@ -114,8 +119,9 @@ impl std::str::FromStr for SpecType {
         match s {
             "off" => Ok(Self::Off),
             "ngram" => Ok(Self::Ngram),
+            "draft" => Ok(Self::Draft),
             other => Err(format!(
-                "unknown speculation type {other:?} (expected off or ngram)"
+                "unknown speculation type {other:?} (expected off, ngram or draft)"
             )),
         }
     }
@@ -582,6 +588,7 @@ mod tests {
         assert_eq!(check_settings(4, 5).unwrap_err().key, "draft_min");
         assert_eq!("ngram".parse::<SpecType>(), Ok(SpecType::Ngram));
         assert_eq!("off".parse::<SpecType>(), Ok(SpecType::Off));
-        assert!("draft".parse::<SpecType>().is_err());
+        assert_eq!("draft".parse::<SpecType>(), Ok(SpecType::Draft));
+        assert!("eagle".parse::<SpecType>().is_err());
     }
 }

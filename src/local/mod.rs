@@ -51,6 +51,7 @@ mod accept;
 mod batch;
 pub mod devices;
 mod draft;
+mod draftmodel;
 mod error;
 mod ffi;
 mod finish;
@@ -189,6 +190,11 @@ pub struct LocalConfig {
     /// measured on the lane's own steps. A fixed figure makes drafting
     /// independent of timing (tests; a device whose figure is known).
     pub draft_row_cost: Option<f32>,
+    /// The draft model for `spec_type = "draft"` (llama-server's
+    /// `--model-draft`): a smaller GGUF with the same vocabulary, on its
+    /// own context on the lane's worker thread; it proposes the next
+    /// tokens greedily.
+    pub model_draft: Option<PathBuf>,
 }
 
 impl Default for LocalConfig {
@@ -213,6 +219,7 @@ impl Default for LocalConfig {
             draft_max: 16,
             draft_min: 0,
             draft_row_cost: None,
+            model_draft: None,
         }
     }
 }
@@ -459,7 +466,21 @@ impl LocalLane {
         // Settings, then the file: both are cheap and their errors are
         // the precise ones; the probe then catches what they do not know.
         draft::check_settings(config.draft_max, config.draft_min)?;
+        if config.spec_type == SpecType::Draft && config.model_draft.is_none() {
+            return Err(draft::SpecSettingError {
+                key: "model_draft",
+                detail: "spec_type draft needs a draft model (--model-draft)".into(),
+            }
+            .into());
+        }
         crate::gguf::validate(&config.model)?;
+        if let Some(draft) = config
+            .model_draft
+            .as_ref()
+            .filter(|_| config.spec_type == SpecType::Draft)
+        {
+            crate::gguf::validate(draft)?;
+        }
         let report = probe::before_start(&config)?;
         Self::start_with(config, lanes, true, report)
     }

@@ -11,7 +11,7 @@
 //! a test that never drafted would prove nothing.
 
 use crate::support::models::tiny_model;
-use crate::support::real_model::smollm2;
+use crate::support::real_model::{qwen05, smollm2};
 use edgecloud::local::{LocalCompletion, LocalConfig, LocalLane, SpecType, ThreadPolicy};
 use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling};
 use serde_json::json;
@@ -556,4 +556,67 @@ fn the_settings_come_from_flags_variables_and_the_file_and_are_reported() {
         v["draft_n_accepted"].as_u64() <= v["draft_n"].as_u64(),
         "{v}"
     );
+}
+
+/// Draft-model drafting (`spec_type = "draft"`): SmolLM2 drafting for
+/// itself (the same vocabulary, and drafts that are mostly right) gives
+/// the answer without speculation, token for token and bit for bit in its
+/// log-probs, greedy and under a grammar, and its drafts are kept.
+#[test]
+fn a_draft_model_answers_as_off_and_its_drafts_are_kept() {
+    let copy = copy_prompt();
+    let model = smollm2();
+    let drafting = LocalConfig {
+        model_draft: Some(model.to_path_buf()),
+        ..config(model, SpecType::Draft)
+    };
+    let off = LocalLane::start(config(model, SpecType::Off)).expect("the model loads");
+    let on = LocalLane::start(drafting).expect("both models load");
+    assert_eq!(on.info().spec_type, SpecType::Draft);
+    let quote = edgecloud::ResponseFormat::json_schema(
+        "quote",
+        json!({"type": "object", "additionalProperties": false,
+            "required": ["text"],
+            "properties": {"text": {"type": "string", "maxLength": 120}}}),
+    );
+    let jobs = [
+        (copy.clone(), greedy(64)),
+        ("Tell me a story about a fox.".to_string(), greedy(48)),
+        (
+            copy.clone(),
+            Sampling {
+                response_format: Some(quote),
+                logprobs: Some(2),
+                ..greedy(96)
+            },
+        ),
+    ];
+    let mut kept = 0;
+    for (i, (prompt, sampling)) in jobs.iter().enumerate() {
+        let a = off.generate(job(prompt, sampling.clone())).unwrap();
+        let b = on.generate(job(prompt, sampling.clone())).unwrap();
+        assert_same(&a, &b, &format!("job {i}"));
+        kept += b.timings.draft_n_accepted;
+    }
+    assert!(kept > 0, "a model drafting for itself is right");
+}
+
+/// A draft model whose vocabulary differs is refused when the lane
+/// starts, with a typed error naming both files; `draft` without a draft
+/// model is a setting error.
+#[test]
+fn a_draft_model_with_another_vocabulary_is_refused() {
+    let refused = LocalLane::start(LocalConfig {
+        model_draft: Some(qwen05().to_path_buf()),
+        ..config(smollm2(), SpecType::Draft)
+    })
+    .unwrap_err();
+    assert_eq!(refused.kind(), "draft_vocab", "{refused}");
+    let said = refused.to_string();
+    assert!(
+        said.contains("SmolLM2") && said.contains("qwen2.5"),
+        "{said}"
+    );
+    let missing = LocalLane::start(config(smollm2(), SpecType::Draft)).unwrap_err();
+    assert_eq!(missing.kind(), "invalid_setting", "{missing}");
 }
