@@ -45,13 +45,18 @@
 //! else is in the batch (tested against the lane alone).
 //!
 //! Speculative decoding (`LocalConfig::spec_type`, contract point 16): a
-//! greedy lone answer proposes drafts (`draft`: prompt lookup, backing off
-//! when they fail) after its pending token; they go into the same batch at
+//! greedy lone answer proposes drafts (`draft`: prompt lookup, as many as
+//! a cost model says pay, from the sequence's acceptance rate and what a
+//! draft row costs on this context, `RowCost`, measured from its own
+//! steps' times) after its pending token; they go into the same batch at
 //! the following positions, each with logits, and `Engine::verify`
 //! keeps the longest prefix of them that the picker itself picks, one
 //! token at a time through the same `sample` every token goes through.
-//! A sampled answer or a consensus's samples do not draft (their picks
-//! are draws: keeping a draft would need the speculative-sampling rule).
+//! A sampled answer without a grammar drafts too: its drafts are judged by
+//! the speculative-sampling rule (`accept`: a draft is kept with its
+//! probability under the answer's sampler, else the token is drawn from
+//! the rest), so its distribution is unchanged. A sampled answer under a
+//! grammar and a consensus's samples do not draft.
 //!
 //! What a job's request becomes before its first step (its prompt's
 //! tokens, its grammar, its samples' pickers and stop strings) is
@@ -64,7 +69,8 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
-use super::draft::{Drafter, SpecType};
+use super::draft::{self, Drafter, RowCost, SpecType};
+use super::draftmodel::DraftModel;
 use super::ffi::{AbortSignal, ThreadControl};
 use super::finish::{self, Ended};
 use super::generate::{emit, Progress, PromptFormat};
@@ -136,6 +142,14 @@ pub(super) struct Engine<'m> {
     /// The lane whose drafts go first into the next step (one lane's a
     /// step: `add_drafts`).
     draft_turn: usize,
+    /// What a draft row costs here, measured on this context's steps.
+    row_cost: RowCost,
+    /// The draft model, when drafts come from one (`draftmodel`); else
+    /// prompt lookup.
+    draft_model: Option<DraftModel<'m>>,
+    /// Seconds the draft model spent proposing this step (a verify step's
+    /// cost includes it).
+    drafting_secs: f64,
 }
 
 /// How greedy sequences draft (see `draft` and `Engine::verify`).
@@ -143,6 +157,9 @@ pub(super) struct Engine<'m> {
 pub(super) struct Speculation {
     pub(super) draft_max: u32,
     pub(super) draft_min: u32,
+    /// A draft row's cost, fixed (`LocalConfig::draft_row_cost`), else
+    /// measured.
+    pub(super) row_cost: Option<f64>,
 }
 
 impl Speculation {
@@ -150,11 +167,18 @@ impl Speculation {
     pub(super) fn of(kind: SpecType, draft_max: u32, draft_min: u32) -> Option<Self> {
         match kind {
             SpecType::Off => None,
-            SpecType::Ngram => Some(Self {
+            SpecType::Ngram | SpecType::Draft => Some(Self {
                 draft_max,
                 draft_min,
+                row_cost: None,
             }),
         }
+    }
+
+    /// With a fixed draft row cost (`None`: measured).
+    pub(super) fn with_row_cost(mut self, cost: Option<f32>) -> Self {
+        self.row_cost = cost.map(f64::from);
+        self
     }
 }
 
@@ -288,6 +312,9 @@ impl<'m> Engine<'m> {
             spec: None,
             history: Vec::new(),
             draft_turn: 0,
+            row_cost: RowCost::default(),
+            draft_model: None,
+            drafting_secs: 0.0,
         }
     }
 
@@ -302,7 +329,15 @@ impl<'m> Engine<'m> {
                 1,
             );
         }
+        self.row_cost = RowCost::new(spec.and_then(|s| s.row_cost));
         self.spec = spec;
+        self
+    }
+
+    /// Drafts from a draft model instead of prompt lookup (`None`: prompt
+    /// lookup).
+    pub(super) fn with_draft_model(mut self, draft: Option<DraftModel<'m>>) -> Self {
+        self.draft_model = draft;
         self
     }
 
@@ -360,6 +395,7 @@ impl<'m> Engine<'m> {
                 self.complete(seq, reason);
             }
         }
+        self.drafting_secs = 0.0;
         let entries = self.fill_batch();
         if entries.is_empty() {
             return;
@@ -422,6 +458,11 @@ impl<'m> Engine<'m> {
                     waited_us = waited / 1000,
                     "decode step"
                 );
+                if verifying {
+                    self.row_cost.verified(took + self.drafting_secs, drafted);
+                } else if kind == StepKind::Generate {
+                    self.row_cost.plain(took);
+                }
                 if !verifying {
                     self.governor.record(
                         kind,
@@ -557,14 +598,15 @@ impl<'m> Engine<'m> {
                 len: 0,
                 out,
                 pending: None,
-                // Only a greedy answer alone drafts: its picks are a
-                // function of the logits (and its grammar's state), so a
-                // draft is kept exactly when it is the pick. A sampled
-                // answer would need the speculative-sampling acceptance
-                // rule, not built yet.
+                // An answer alone drafts when its picks can judge a
+                // draft: greedy ones (a function of the logits and the
+                // grammar's state: a draft is kept exactly when it is the
+                // pick) and random ones without a grammar (the
+                // speculative-sampling rule, `accept`). A consensus's
+                // samples do not (one lane's drafts a step).
                 drafter: self
                     .spec
-                    .filter(|_| samples == 1 && picker.is_greedy())
+                    .filter(|_| samples == 1 && (picker.is_greedy() || picker.judges_drafts()))
                     .map(|s| Drafter::new(s.draft_max, s.draft_min)),
                 picker,
                 stops,
@@ -659,10 +701,26 @@ impl<'m> Engine<'m> {
             .saturating_sub(br.out.completion_tokens + 1)
             .min(self.seq_context.saturating_sub(br.len + 3))
             .min(most);
+        // The cost model first: most steps of a sequence whose drafts fail
+        // look nothing up.
+        let k = drafter.wanted(room, self.row_cost.alpha());
+        if k == 0 {
+            return drafts;
+        }
         self.history.clear();
         self.history.extend_from_slice(&s.cached);
         self.history.push(token);
-        drafter.propose(&self.history, room, &mut drafts);
+        match self.draft_model.as_mut() {
+            Some(model) => {
+                let started = Instant::now();
+                model.propose(&self.history, k, &mut drafts);
+                self.drafting_secs += started.elapsed().as_secs_f64();
+            }
+            None => draft::lookup(&self.history, k, &mut drafts),
+        }
+        if drafts.len() < drafter.draft_min().max(1) {
+            drafts.clear();
+        }
         drafts
     }
 
@@ -699,9 +757,9 @@ impl<'m> Engine<'m> {
         drafts: &[LlamaToken],
         draft_row: i32,
     ) -> Result<(), LocalError> {
-        let mut next = self.sample(seq, branch, row);
+        let mut next = self.sample(seq, branch, row, drafts.first().copied());
         let mut accepted = 0;
-        for &draft in drafts {
+        for (i, &draft) in drafts.iter().enumerate() {
             if !matches!(next, Next::Continue(token) if token == draft) {
                 break;
             }
@@ -717,7 +775,12 @@ impl<'m> Engine<'m> {
             a.branches[branch].len += 1;
             s.cached.push(draft);
             accepted += 1;
-            next = self.sample(seq, branch, draft_row + accepted as i32 - 1);
+            next = self.sample(
+                seq,
+                branch,
+                draft_row + accepted as i32 - 1,
+                drafts.get(i + 1).copied(),
+            );
         }
         if let Some(br) = self.seqs[seq]
             .active
@@ -726,7 +789,7 @@ impl<'m> Engine<'m> {
         {
             br.out.drafts_verified(drafts.len(), accepted);
             if let Some(drafter) = br.drafter.as_mut() {
-                drafter.verified(drafts.len(), accepted);
+                drafter.verified(drafts.len(), accepted, self.row_cost.alpha());
             }
         }
         if accepted < drafts.len() {
@@ -917,7 +980,7 @@ impl<'m> Engine<'m> {
                 } else if !entry.drafts.is_empty() {
                     self.verify(seq, entry.branch, row, &entry.drafts, entry.draft_row)
                 } else {
-                    let next = self.sample(seq, entry.branch, row);
+                    let next = self.sample(seq, entry.branch, row, None);
                     self.advance(seq, entry.branch, next);
                     Ok(())
                 }
@@ -1007,7 +1070,7 @@ impl<'m> Engine<'m> {
             });
         }
         for branch in 0..a.branches.len() {
-            let next = self.sample(seq, branch, row);
+            let next = self.sample(seq, branch, row, None);
             self.advance(seq, branch, next);
             if self.seqs[seq].active.is_none() {
                 break;
@@ -1122,7 +1185,10 @@ impl<'m> Engine<'m> {
 
     /// Samples a branch's next token from batch row `row`, streams its
     /// text (a lone answer only), and says whether the branch goes on.
-    fn sample(&mut self, seq: usize, branch: usize, row: i32) -> Next {
+    /// `draft`: the token drafted at this position, judged by the picker
+    /// (`Picker::pick_against`: kept when it is greedy's pick, or by the
+    /// speculative-sampling rule).
+    fn sample(&mut self, seq: usize, branch: usize, row: i32, draft: Option<LlamaToken>) -> Next {
         let a = self.seqs[seq]
             .active
             .as_mut()
@@ -1135,7 +1201,13 @@ impl<'m> Engine<'m> {
         // Greedy picks the first largest logit, which the signals pass
         // finds anyway; llama.cpp's samplers run only when sampling is
         // random or a grammar constrains the answer (`pick`).
-        let token = match br.picker.pick(&self.ctx, row, logits, pass.argmax) {
+        let picked = match draft {
+            Some(draft) => br
+                .picker
+                .pick_against(&self.ctx, row, logits, pass.argmax, draft),
+            None => br.picker.pick(&self.ctx, row, logits, pass.argmax),
+        };
+        let token = match picked {
             Ok(token) => token,
             Err(e) => return Next::Fail(e),
         };

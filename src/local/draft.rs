@@ -12,14 +12,33 @@
 //! rewrite, a JSON object naming the prompt's fields) repeat runs the
 //! lookup finds.
 //!
-//! Why the back-off is eager: on a CPU a verify step's rows are not free
-//! (measured on SmolLM2, one thread: a step of about 12 rows took as long
-//! as 5-6 steps of one), so a draft pays only when most of it is kept.
-//! A proposal starts short and doubles while it is kept whole; a step
-//! that keeps less than half of its drafts is a miss, and two misses in a
-//! row pause drafting (8 steps, then 16, ... 256; a good step starts the
-//! pauses over). Single-token matches are not looked up: in plain text
-//! they are everywhere and rarely right.
+//! When to draft, and how many (a cost model, per sequence): a verify
+//! step's extra rows are not free. On a CPU they are compute like any
+//! other row (measured on SmolLM2 Q4_1, one thread, quiet: one row about
+//! 16 ms, 17 rows about 160 ms, so a draft row costs about 0.56 of a
+//! plain step); on a GPU they are nearly free. The decode loop measures
+//! it ([`RowCost`]: its plain steps' time and its verify steps' extra
+//! time per draft row, as `alpha`, a share of a plain step), and each
+//! sequence keeps its drafts' acceptance rate `p` (per position tried,
+//! a moving average starting at [`PRIOR_ACCEPT`]). With drafts kept as a
+//! run while each is the pick, k drafts are expected to add
+//! `E(k) = p + p^2 + ... + p^k` tokens to a step that costs `1 + alpha k`
+//! plain steps, so a proposal has the k in 1..=cap that maximises
+//! `(1 + E(k)) / (1 + alpha k)`, and there is none unless that beats a
+//! plain step by [`MIN_GAIN`]: a workload with nothing to copy stops
+//! drafting as soon as its rate shows it.
+//!
+//! Back-off: a step whose kept drafts did not pay for their rows (none,
+//! or fewer than `alpha k`) is a miss; two misses in a row, or a rate
+//! that makes no k worth it, pause drafting (8 steps, then 16, ... 256; a
+//! step that paid halves the next pause). After a pause the rate starts
+//! again from the prior, so a sequence that begins to copy (a quoted
+//! span late in an answer) is found again, while one whose tries mostly
+//! fail (plain chat, where two-token matches are sometimes right) pauses
+//! ever longer: its tries cost a few per cent of its steps at most. The cap on k also follows the last step (it
+//! doubles while drafts are kept whole, else it is twice what was kept).
+//! Single-token matches are not looked up: in plain text they are
+//! everywhere and rarely right.
 //!
 //! A draft is only a guess: the decode loop (`batch`) decodes it with the
 //! sequence's next token in one step and keeps the drafts the sequence's
@@ -33,8 +52,8 @@ pub(super) const NGRAM_MAX: usize = 3;
 /// Shortest n-gram looked up.
 pub(super) const NGRAM_MIN: usize = 2;
 
-/// Misses (steps keeping less than half of their drafts) in a row after
-/// which a sequence stops drafting for a while.
+/// Misses (steps whose kept drafts did not pay for their rows) in a row
+/// after which a sequence stops drafting for a while.
 const MISSES_BEFORE_PAUSE: u32 = 2;
 /// Steps without drafts after the first pause; each further pause
 /// doubles it, up to [`MAX_PAUSE`]. An accepted draft starts it over.
@@ -45,6 +64,17 @@ const MAX_PAUSE: u32 = 256;
 const MIN_CAP: usize = 2;
 /// The most drafts a sequence's first proposal has.
 const FIRST_CAP: usize = 4;
+/// The acceptance rate a sequence starts with (and starts again with
+/// after a pause): optimistic, so that drafting is tried.
+pub(super) const PRIOR_ACCEPT: f64 = 0.8;
+/// How much one tried position moves the acceptance rate.
+const ACCEPT_WEIGHT: f64 = 0.2;
+/// The least expected gain (tokens per plain step's time, as a share)
+/// worth a verify step.
+const MIN_GAIN: f64 = 0.05;
+/// A draft row's cost as a share of a plain step before any is measured
+/// (the CPU figure above).
+pub(super) const PRIOR_ALPHA: f64 = 0.6;
 
 /// Whether and how the local lane drafts tokens (llama-server's
 /// `--spec-type`).
@@ -55,9 +85,14 @@ pub enum SpecType {
     #[default]
     Off,
     /// n-gram prompt lookup: drafts copied from the prompt and the answer
-    /// so far, for sequences that pick greedily (temperature 0); sampled
-    /// sequences do not draft.
+    /// so far, kept where they are the greedy pick, or, for a sampled
+    /// answer without a grammar, by the speculative-sampling rule
+    /// (`accept`); a sampled answer under a grammar does not draft.
     Ngram,
+    /// A draft model (`LocalConfig::model_draft`, `--model-draft`): a
+    /// smaller GGUF with the same vocabulary proposes the next tokens
+    /// greedily; they are verified as prompt lookup's are.
+    Draft,
 }
 
 impl SpecType {
@@ -66,6 +101,7 @@ impl SpecType {
         match self {
             Self::Off => "off",
             Self::Ngram => "ngram",
+            Self::Draft => "draft",
         }
     }
 }
@@ -83,8 +119,9 @@ impl std::str::FromStr for SpecType {
         match s {
             "off" => Ok(Self::Off),
             "ngram" => Ok(Self::Ngram),
+            "draft" => Ok(Self::Draft),
             other => Err(format!(
-                "unknown speculation type {other:?} (expected off or ngram)"
+                "unknown speculation type {other:?} (expected off, ngram or draft)"
             )),
         }
     }
@@ -147,6 +184,93 @@ pub(super) fn lookup<T: PartialEq + Copy>(history: &[T], max: usize, out: &mut V
     }
 }
 
+/// The expected speed of a verify step of `k` drafts against a plain
+/// step (tokens per unit of time, as a ratio): `(1 + E(k)) / (1 + alpha
+/// k)`, `E(k) = p + ... + p^k` (see the module docs).
+pub(super) fn expected_speedup(p: f64, alpha: f64, k: usize) -> f64 {
+    let mut kept = 0.0;
+    let mut run = 1.0;
+    for _ in 0..k {
+        run *= p;
+        kept += run;
+    }
+    (1.0 + kept) / (1.0 + alpha * k as f64)
+}
+
+/// The number of drafts in 1..=cap with the best expected speedup, when
+/// it beats a plain step by [`MIN_GAIN`].
+pub(super) fn best_count(p: f64, alpha: f64, cap: usize) -> Option<usize> {
+    let (k, speedup) =
+        (1..=cap)
+            .map(|k| (k, expected_speedup(p, alpha, k)))
+            .fold(
+                (0, 1.0),
+                |best, this| if this.1 > best.1 { this } else { best },
+            );
+    (k > 0 && speedup >= 1.0 + MIN_GAIN).then_some(k)
+}
+
+/// What a draft row costs, as a share of a plain step, measured by the
+/// decode loop on its own steps (moving averages: the machine's load
+/// moves it).
+#[derive(Debug, Clone)]
+pub(super) struct RowCost {
+    /// Seconds of a plain generation step (no drafts).
+    plain: Option<f64>,
+    /// The share, once a verify step was measured after a plain one.
+    alpha: Option<f64>,
+    /// A fixed share (`LocalConfig::draft_row_cost`): nothing measured.
+    fixed: Option<f64>,
+}
+
+/// How much one step moves [`RowCost`]'s averages.
+const COST_WEIGHT: f64 = 0.1;
+
+impl Default for RowCost {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl RowCost {
+    /// Measured, unless `fixed` says what a row costs.
+    pub(super) fn new(fixed: Option<f64>) -> Self {
+        Self {
+            plain: None,
+            alpha: None,
+            fixed: fixed.map(|f| f.clamp(0.0, 2.0)),
+        }
+    }
+
+    /// A generation step without drafts took `seconds`.
+    pub(super) fn plain(&mut self, seconds: f64) {
+        self.plain = Some(match self.plain {
+            None => seconds,
+            Some(m) => m + COST_WEIGHT * (seconds - m),
+        });
+    }
+
+    /// A generation step with `drafts` draft rows took `seconds`.
+    pub(super) fn verified(&mut self, seconds: f64, drafts: usize) {
+        let Some(plain) = self.plain.filter(|p| *p > 0.0) else {
+            return;
+        };
+        if drafts == 0 {
+            return;
+        }
+        let share = ((seconds - plain) / plain / drafts as f64).clamp(0.0, 2.0);
+        self.alpha = Some(match self.alpha {
+            None => share,
+            Some(a) => a + COST_WEIGHT * (share - a),
+        });
+    }
+
+    /// The share in effect.
+    pub(super) fn alpha(&self) -> f64 {
+        self.fixed.or(self.alpha).unwrap_or(PRIOR_ALPHA)
+    }
+}
+
 /// One sequence's drafting: when to propose, and how many at most.
 #[derive(Debug, Clone)]
 pub(super) struct Drafter {
@@ -155,6 +279,8 @@ pub(super) struct Drafter {
     /// How many drafts the next proposal may have (it follows how many
     /// were accepted lately).
     cap: usize,
+    /// The drafts' acceptance rate per position tried.
+    accept: f64,
     /// Misses in a row.
     misses: u32,
     /// Steps left without drafting, and the next pause's length.
@@ -169,54 +295,99 @@ impl Drafter {
             draft_max,
             draft_min: draft_min as usize,
             cap: FIRST_CAP.min(draft_max),
+            accept: PRIOR_ACCEPT,
             misses: 0,
             paused: 0,
             next_pause: FIRST_PAUSE,
         }
     }
 
+    /// How many drafts a proposal may have now, at most `room`, when a
+    /// draft row costs `alpha` of a plain step: 0 while paused or when no
+    /// count pays (which starts a pause).
+    pub(super) fn wanted(&mut self, room: usize, alpha: f64) -> usize {
+        if self.paused > 0 {
+            self.paused -= 1;
+            if self.paused == 0 {
+                self.accept = self.accept.max(PRIOR_ACCEPT);
+            }
+            return 0;
+        }
+        let cap = self.cap.min(room);
+        if cap < self.draft_min.max(1) {
+            return 0;
+        }
+        match best_count(self.accept, alpha, cap) {
+            Some(k) => k.max(self.draft_min),
+            None => {
+                self.pause();
+                0
+            }
+        }
+    }
+
     /// The drafts to verify after the sequence's `history` (prompt,
     /// answer so far and its next token), at most `room` of them, into
-    /// `out`; none while paused or when fewer than `draft_min` are found.
+    /// `out`; none while paused, when no count pays at `alpha` or when
+    /// fewer than `draft_min` are found.
+    #[cfg(test)]
     pub(super) fn propose<T: PartialEq + Copy>(
         &mut self,
         history: &[T],
         room: usize,
+        alpha: f64,
         out: &mut Vec<T>,
     ) {
         out.clear();
-        if self.paused > 0 {
-            self.paused -= 1;
+        let k = self.wanted(room, alpha);
+        if k == 0 {
             return;
         }
-        lookup(history, self.cap.min(room), out);
+        lookup(history, k, out);
         if out.len() < self.draft_min.max(1) {
             out.clear();
         }
     }
 
+    /// The fewest drafts worth verifying (`--draft-min`).
+    pub(super) fn draft_min(&self) -> usize {
+        self.draft_min
+    }
+
+    fn pause(&mut self) {
+        self.misses = 0;
+        self.paused = self.next_pause;
+        self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
+    }
+
     /// How a proposal of `drafted` tokens went: `accepted` of them were
-    /// the sequence's own picks.
-    pub(super) fn verified(&mut self, drafted: usize, accepted: usize) {
+    /// the sequence's own picks, in a step whose draft rows cost `alpha`
+    /// of a plain step each.
+    pub(super) fn verified(&mut self, drafted: usize, accepted: usize, alpha: f64) {
         if drafted == 0 {
             return;
+        }
+        // Positions tried: the kept ones, and the first one not kept.
+        for _ in 0..accepted {
+            self.accept += ACCEPT_WEIGHT * (1.0 - self.accept);
+        }
+        if accepted < drafted {
+            self.accept -= ACCEPT_WEIGHT * self.accept;
         }
         self.cap = if accepted == drafted {
             (self.cap * 2).min(self.draft_max)
         } else {
             (2 * accepted).clamp(MIN_CAP, self.draft_max)
         };
-        if 2 * accepted < drafted {
+        if accepted == 0 || (accepted as f64) < alpha * drafted as f64 {
             self.misses += 1;
             if self.misses >= MISSES_BEFORE_PAUSE {
-                self.misses = 0;
-                self.paused = self.next_pause;
-                self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
+                self.pause();
             }
             return;
         }
         self.misses = 0;
-        self.next_pause = FIRST_PAUSE;
+        self.next_pause = (self.next_pause / 2).max(FIRST_PAUSE);
     }
 }
 
@@ -275,81 +446,134 @@ mod tests {
         assert_eq!(look(&[1, 2, 1, 2, 1, 2], 4), [1, 2]);
     }
 
+    /// A draft row as cheap as on a GPU: the cost model drafts the cap.
+    const CHEAP: f64 = 0.01;
+
     #[test]
     fn draft_min_and_room_bound_a_proposal() {
         let history = [1, 2, 3, 4, 5, 1, 2];
         let mut out = Vec::new();
         let mut d = Drafter::new(16, 0);
-        d.propose(&history, 2, &mut out);
+        d.propose(&history, 2, CHEAP, &mut out);
         assert_eq!(out, [3, 4]);
-        d.propose(&history, 16, &mut out);
+        d.propose(&history, 16, CHEAP, &mut out);
         assert_eq!(out, [3, 4, 5, 1], "the first proposals are short");
         let mut d = Drafter::new(16, 4);
-        d.propose(&history, 16, &mut out);
+        d.propose(&history, 16, CHEAP, &mut out);
         assert_eq!(out, [3, 4, 5, 1]);
-        d.propose(&history, 3, &mut out);
+        d.propose(&history, 3, CHEAP, &mut out);
         assert!(out.is_empty(), "fewer than draft_min");
     }
 
     #[test]
-    fn misses_pause_drafting_for_longer_each_time() {
+    fn the_count_follows_the_cost_of_a_row_and_the_rate() {
+        // Rows nearly free: the more the better.
+        assert_eq!(best_count(0.95, 0.001, 16), Some(16));
+        // A row at 0.6 of a step (one CPU core): few, and none at a low
+        // rate.
+        assert_eq!(best_count(PRIOR_ACCEPT, PRIOR_ALPHA, 16), Some(1));
+        let k = best_count(0.95, PRIOR_ALPHA, 16).unwrap();
+        assert!((3..=5).contains(&k), "{k}");
+        assert_eq!(best_count(0.6, PRIOR_ALPHA, 16), None);
+        // A row dearer than a step never pays.
+        assert_eq!(best_count(0.99, 1.0, 16), None);
+        assert!((expected_speedup(1.0, 0.5, 2) - 1.5).abs() < 1e-12);
+        assert!((expected_speedup(0.0, 0.5, 2) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_row_cost_is_measured_against_plain_steps() {
+        let mut c = RowCost::default();
+        assert_eq!(c.alpha(), PRIOR_ALPHA);
+        c.verified(0.2, 4);
+        assert_eq!(c.alpha(), PRIOR_ALPHA, "no plain step to compare with yet");
+        c.plain(0.01);
+        c.verified(0.03, 4);
+        assert!((c.alpha() - 0.5).abs() < 1e-9, "{}", c.alpha());
+        c.verified(0.01, 4);
+        assert!((c.alpha() - 0.45).abs() < 1e-9, "{}", c.alpha());
+        let mut c = RowCost::new(Some(0.1));
+        c.plain(0.01);
+        c.verified(0.05, 1);
+        assert_eq!(c.alpha(), 0.1, "a fixed cost is not measured");
+    }
+
+    #[test]
+    fn a_low_rate_pauses_drafting_for_longer_each_time() {
         let history = [1, 2, 3, 1, 2];
         let mut out = Vec::new();
         let mut d = Drafter::new(16, 0);
         let mut pauses = Vec::new();
         for _ in 0..3 {
-            for _ in 0..MISSES_BEFORE_PAUSE {
-                d.propose(&history, 16, &mut out);
-                assert!(!out.is_empty());
-                d.verified(out.len(), 0);
-            }
+            d.propose(&history, 16, PRIOR_ALPHA, &mut out);
+            assert_eq!(out.len(), 1, "a try after a pause is one draft");
+            d.verified(out.len(), 0, PRIOR_ALPHA);
             let mut paused = 0;
             loop {
-                d.propose(&history, 16, &mut out);
+                d.propose(&history, 16, PRIOR_ALPHA, &mut out);
                 if !out.is_empty() {
                     break;
                 }
                 paused += 1;
             }
-            d.verified(out.len(), 0);
-            // The proposal after the pause was a miss too: count it in
-            // the next round.
-            d.misses = 0;
             pauses.push(paused);
         }
-        assert_eq!(pauses, [FIRST_PAUSE, FIRST_PAUSE * 2, FIRST_PAUSE * 4]);
-        // An accepted draft starts the pauses over.
-        d.verified(2, 1);
-        assert_eq!(d.next_pause, FIRST_PAUSE);
+        // The first pause also counts the step that found no count paid.
+        assert_eq!(
+            pauses,
+            [FIRST_PAUSE + 1, FIRST_PAUSE * 2 + 1, FIRST_PAUSE * 4 + 1]
+        );
+        // A step that paid halves the next pause.
+        d.verified(1, 1, PRIOR_ALPHA);
+        assert_eq!(d.next_pause, FIRST_PAUSE * 4);
+    }
+
+    #[test]
+    fn the_rate_follows_the_positions_tried() {
+        let mut d = Drafter::new(16, 0);
+        d.verified(4, 4, CHEAP);
+        assert!(d.accept > PRIOR_ACCEPT);
+        let high = d.accept;
+        d.verified(4, 1, CHEAP);
+        // One kept (up), one not (down by a fifth).
+        let expected = (high + ACCEPT_WEIGHT * (1.0 - high)) * (1.0 - ACCEPT_WEIGHT);
+        assert!((d.accept - expected).abs() < 1e-12);
     }
 
     #[test]
     fn the_cap_follows_acceptance() {
         let mut d = Drafter::new(16, 0);
         assert_eq!(d.cap, FIRST_CAP);
-        d.verified(4, 4);
+        d.verified(4, 4, CHEAP);
         assert_eq!(d.cap, 8);
-        d.verified(8, 8);
+        d.verified(8, 8, CHEAP);
         assert_eq!(d.cap, 16);
-        d.verified(16, 16);
+        d.verified(16, 16, CHEAP);
         assert_eq!(d.cap, 16);
-        d.verified(16, 3);
+        d.verified(16, 3, CHEAP);
         assert_eq!(d.cap, 6);
-        d.verified(6, 0);
+        d.verified(6, 0, CHEAP);
         assert_eq!(d.cap, MIN_CAP);
     }
 
     #[test]
-    fn keeping_less_than_half_is_a_miss() {
+    fn drafts_that_do_not_pay_for_their_rows_are_misses() {
         let mut d = Drafter::new(16, 0);
-        d.verified(8, 3);
-        d.verified(8, 3);
+        d.verified(8, 3, 0.5);
+        d.verified(8, 3, 0.5);
         assert_eq!(d.paused, FIRST_PAUSE, "two misses pause");
         let mut d = Drafter::new(16, 0);
-        d.verified(8, 3);
-        d.verified(8, 4);
-        d.verified(8, 3);
-        assert_eq!(d.paused, 0, "half kept is not a miss and resets the count");
+        d.verified(8, 3, 0.5);
+        d.verified(8, 4, 0.5);
+        d.verified(8, 3, 0.5);
+        assert_eq!(d.paused, 0, "paying for the rows resets the count");
+        let mut d = Drafter::new(16, 0);
+        d.verified(8, 0, CHEAP);
+        d.verified(8, 0, CHEAP);
+        assert_eq!(
+            d.paused, FIRST_PAUSE,
+            "nothing kept is a miss however cheap"
+        );
     }
 
     #[test]
@@ -364,6 +588,7 @@ mod tests {
         assert_eq!(check_settings(4, 5).unwrap_err().key, "draft_min");
         assert_eq!("ngram".parse::<SpecType>(), Ok(SpecType::Ngram));
         assert_eq!("off".parse::<SpecType>(), Ok(SpecType::Off));
-        assert!("draft".parse::<SpecType>().is_err());
+        assert_eq!("draft".parse::<SpecType>(), Ok(SpecType::Draft));
+        assert!("eagle".parse::<SpecType>().is_err());
     }
 }

@@ -96,6 +96,17 @@ pub enum LocalError {
     /// `draft_max`, `draft_min`).
     #[error(transparent)]
     Setting(#[from] super::draft::SpecSettingError),
+    /// The draft model (`--model-draft`) does not share the model's
+    /// vocabulary: its drafts would be other tokens.
+    #[error("the draft model {draft} does not share the vocabulary of {model}: {detail}")]
+    DraftVocab {
+        /// The lane's model.
+        model: PathBuf,
+        /// The draft model.
+        draft: PathBuf,
+        /// The first difference found.
+        detail: String,
+    },
     /// `llama_decode` failed for a reason other than an abort.
     #[error("llama.cpp decode failed: {detail}")]
     Decode {
@@ -194,6 +205,7 @@ impl LocalError {
             LocalError::EmbeddingInput { .. } => "invalid_input",
             LocalError::CannotEmbed { .. } => "cannot_embed",
             LocalError::Decode { .. } => "decode",
+            LocalError::DraftVocab { .. } => "draft_vocab",
             LocalError::Setting(_) => "invalid_setting",
             LocalError::Grammar { .. } => "grammar",
             LocalError::InvalidAnswer(_) => "invalid_answer",

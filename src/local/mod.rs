@@ -56,11 +56,13 @@
 //!
 //! This module must not orchestrate lanes or know about HTTP.
 
+mod accept;
 mod batch;
 pub mod devices;
 mod draft;
 mod embedder;
 mod embedding;
+mod draftmodel;
 mod error;
 mod ffi;
 mod finish;
@@ -183,9 +185,10 @@ pub struct LocalConfig {
     /// Speculative decoding (llama-server's `--spec-type`): `off` (the
     /// default) or `ngram` (prompt lookup: tokens copied from the prompt
     /// and the answer so far are decoded with the next token in one step
-    /// and kept where they are what the lane would have picked). The
-    /// answer is the same token for token; only greedy answers (temperature
-    /// 0) draft. See [`SpecType`].
+    /// and kept where they are what the lane would have picked). A greedy
+    /// answer is the same token for token; a sampled one (no grammar)
+    /// keeps its distribution by the speculative-sampling rule. See
+    /// [`SpecType`].
     pub spec_type: SpecType,
     /// Most tokens drafted per step and sequence, 1 to
     /// [`DRAFT_MAX_LIMIT`] (llama-server's `--draft-max`; default
@@ -205,6 +208,16 @@ pub struct LocalConfig {
     /// default 512, llama-server's physical batch under `--embeddings`).
     /// The embedding context's KV cells and output buffers grow with it.
     pub embed_batch: u32,
+    /// What one draft row costs, as a share of a plain generation step,
+    /// for the drafts' cost model (see `draft`); `None` (the default):
+    /// measured on the lane's own steps. A fixed figure makes drafting
+    /// independent of timing (tests; a device whose figure is known).
+    pub draft_row_cost: Option<f32>,
+    /// The draft model for `spec_type = "draft"` (llama-server's
+    /// `--model-draft`): a smaller GGUF with the same vocabulary, on its
+    /// own context on the lane's worker thread; it proposes the next
+    /// tokens greedily.
+    pub model_draft: Option<PathBuf>,
 }
 
 impl Default for LocalConfig {
@@ -230,6 +243,8 @@ impl Default for LocalConfig {
             draft_min: 0,
             pooling: None,
             embed_batch: 512,
+            draft_row_cost: None,
+            model_draft: None,
         }
     }
 }
@@ -492,7 +507,21 @@ impl LocalLane {
         // Settings, then the file: both are cheap and their errors are
         // the precise ones; the probe then catches what they do not know.
         draft::check_settings(config.draft_max, config.draft_min)?;
+        if config.spec_type == SpecType::Draft && config.model_draft.is_none() {
+            return Err(draft::SpecSettingError {
+                key: "model_draft",
+                detail: "spec_type draft needs a draft model (--model-draft)".into(),
+            }
+            .into());
+        }
         crate::gguf::validate(&config.model)?;
+        if let Some(draft) = config
+            .model_draft
+            .as_ref()
+            .filter(|_| config.spec_type == SpecType::Draft)
+        {
+            crate::gguf::validate(draft)?;
+        }
         let report = probe::before_start(&config)?;
         Self::start_with(config, lanes, true, report)
     }

@@ -24,6 +24,7 @@
 //!
 //! It must not decode, stream or count anything: `batch` does.
 
+use super::accept::{self, Draws};
 use super::LocalError;
 use crate::request::Sampling;
 use llama_cpp_2::context::LlamaContext;
@@ -78,11 +79,17 @@ pub(super) struct Picker {
     /// Top-k, top-p, temperature and the seeded draw (random sampling);
     /// `None`: greedy.
     chain: Option<LlamaSampler>,
+    /// The chain without its draw (top-k, top-p, temperature): the
+    /// distribution a draft is judged against (`pick_against`), with the
+    /// rule's own seeded draws.
+    shape: Option<(LlamaSampler, Draws)>,
     top_k: usize,
     /// Reused candidate buffer.
     scratch: LlamaTokenDataArray,
     /// Reused token-order buffer for the ranked check.
     order: Vec<u32>,
+    /// Reused (token, weight) buffer for judging a draft.
+    weights: Vec<(i32, f64)>,
 }
 
 impl Picker {
@@ -108,9 +115,11 @@ impl Picker {
             grammar,
             full_pass: pass == GrammarPass::Full,
             chain: random_chain(sampling, sample),
+            shape: shape_chain(sampling, sample),
             top_k: sampling.top_k as usize,
             scratch: LlamaTokenDataArray::new(Vec::new(), false),
             order: Vec::new(),
+            weights: Vec::new(),
         })
     }
 
@@ -119,6 +128,64 @@ impl Picker {
     /// drafted (`batch`).
     pub(super) fn is_greedy(&self) -> bool {
         self.chain.is_none()
+    }
+
+    /// Whether a drafted token can be judged by the speculative-sampling
+    /// rule (`pick_against`): a random pick without a grammar (a grammar's
+    /// distribution over the whole vocabulary would cost a grammar pass
+    /// per draft; such answers do not draft).
+    pub(super) fn judges_drafts(&self) -> bool {
+        self.chain.is_some() && self.grammar.is_none() && self.shape.is_some()
+    }
+
+    /// The next token from batch row `row` when `draft` was drafted
+    /// there: greedy (and a grammar's) pick as [`Picker::pick`] (the draft
+    /// is kept when it is the pick); a random pick keeps `draft` with its
+    /// probability under the sampler's distribution and otherwise draws
+    /// from the rest (`accept`), so the token's distribution is the
+    /// sampler's.
+    pub(super) fn pick_against(
+        &mut self,
+        ctx: &LlamaContext<'_>,
+        row: i32,
+        logits: &[f32],
+        argmax: usize,
+        draft: LlamaToken,
+    ) -> Result<LlamaToken, LocalError> {
+        if !self.judges_drafts() {
+            return self.pick(ctx, row, logits, argmax);
+        }
+        let Some((shape, draws)) = self.shape.as_mut() else {
+            return self.pick(ctx, row, logits, argmax);
+        };
+        self.scratch.data.clear();
+        self.scratch.data.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+        );
+        self.scratch.selected = None;
+        self.scratch.sorted = false;
+        self.scratch.apply_sampler(shape);
+        let max = self
+            .scratch
+            .data
+            .iter()
+            .map(LlamaTokenData::logit)
+            .fold(f32::NEG_INFINITY, f32::max);
+        self.weights.clear();
+        self.weights.extend(
+            self.scratch
+                .data
+                .iter()
+                .map(|d| (d.id().0, f64::from((d.logit() - max).exp()))),
+        );
+        accept::accept_or_resample(&self.weights, draft.0, draws)
+            .map(LlamaToken)
+            .ok_or_else(|| LocalError::Decode {
+                detail: "the sampler's distribution is empty".into(),
+            })
     }
 
     /// The next token from batch row `row` (`logits` is that row,
@@ -278,12 +345,9 @@ fn allowed(d: &LlamaTokenData) -> bool {
     d.logit() != f32::NEG_INFINITY
 }
 
-/// Top-k, top-p, temperature and a seeded draw; `None` for greedy.
-fn random_chain(sampling: &Sampling, sample: u32) -> Option<LlamaSampler> {
-    if sampling.temperature <= 0.0 {
-        return None;
-    }
-    let seed = sampling
+/// The seed of sample `sample`'s draws: the request's, else the clock's.
+fn seed_of(sampling: &Sampling, sample: u32) -> u32 {
+    sampling
         .seed
         .map_or_else(
             || {
@@ -293,7 +357,34 @@ fn random_chain(sampling: &Sampling, sample: u32) -> Option<LlamaSampler> {
             },
             |s| (s ^ (s >> 32)) as u32,
         )
-        .wrapping_add(sample);
+        .wrapping_add(sample)
+}
+
+/// Top-k, top-p, temperature and a seeded draw; `None` for greedy.
+fn random_chain(sampling: &Sampling, sample: u32) -> Option<LlamaSampler> {
+    if sampling.temperature <= 0.0 {
+        return None;
+    }
+    let mut chain = shaping(sampling);
+    chain.push(LlamaSampler::dist(seed_of(sampling, sample)));
+    Some(LlamaSampler::chain_simple(chain))
+}
+
+/// [`random_chain`] without its draw, and the acceptance rule's own draws
+/// (seeded like the chain); `None` for greedy.
+fn shape_chain(sampling: &Sampling, sample: u32) -> Option<(LlamaSampler, Draws)> {
+    if sampling.temperature <= 0.0 {
+        return None;
+    }
+    Some((
+        LlamaSampler::chain_simple(shaping(sampling)),
+        Draws::new(u64::from(seed_of(sampling, sample))),
+    ))
+}
+
+/// The samplers that shape the distribution a random pick draws from, in
+/// the chain's order: top-k, top-p, temperature.
+fn shaping(sampling: &Sampling) -> Vec<LlamaSampler> {
     let mut chain = Vec::new();
     if sampling.top_k > 0 {
         chain.push(LlamaSampler::top_k(
@@ -304,8 +395,7 @@ fn random_chain(sampling: &Sampling, sample: u32) -> Option<LlamaSampler> {
         chain.push(LlamaSampler::top_p(sampling.top_p, 1));
     }
     chain.push(LlamaSampler::temp(sampling.temperature));
-    chain.push(LlamaSampler::dist(seed));
-    Some(LlamaSampler::chain_simple(chain))
+    chain
 }
 
 /// llama.cpp's grammar sampler for `spec` (lazy when it has triggers).

@@ -10,6 +10,7 @@ use super::batch::{Engine, SeqIds, Speculation};
 use super::draft::SpecType;
 use super::embedder::Embedder;
 use super::embedding::EmbeddingInfo;
+use super::draftmodel::DraftModel;
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
 use super::governor::{Governor, ThreadPolicy};
@@ -132,6 +133,32 @@ fn run_worker(
         .describe()
         .to_string();
     let spec = speculation(&config, &model);
+    // The draft model (spec_type draft): loaded and checked against the
+    // model's vocabulary before the lane reports ready; its context lives
+    // on this thread beside the lane's.
+    let draft_model = match spec.and(config.model_draft.as_ref()) {
+        Some(path) if config.spec_type == SpecType::Draft => {
+            match load_draft(&config, path, &model, threads, context_size) {
+                Ok(m) => Some(m),
+                Err(err) => {
+                    let _ = startup.send(Err(err));
+                    return;
+                }
+            }
+        }
+        _ => None,
+    };
+    let draft_ctx = match draft_model
+        .as_ref()
+        .map(|m| draft_context(&config, m, threads, context_size))
+    {
+        None => None,
+        Some(Ok(ctx)) => Some(ctx),
+        Some(Err(err)) => {
+            let _ = startup.send(Err(err));
+            return;
+        }
+    };
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -145,7 +172,8 @@ fn run_worker(
         Governor::new(threads, config.thread_policy),
     )
     .with_grammar_pass(config.grammar_pass)
-    .with_speculation(spec);
+    .with_speculation(spec)
+    .with_draft_model(draft_ctx.map(|ctx| DraftModel::new(ctx, config.batch_size.max(1) as usize)));
     let thread_policy = if engine.controls_threads() {
         config.thread_policy
     } else {
@@ -237,7 +265,8 @@ fn take(work: Work, engine: &mut Engine<'_>, embedder: &mut Embedder<'_>) {
 /// memory cannot drop a sequence's last cells (recurrent and hybrid
 /// models), which verifying drafts needs.
 fn speculation(config: &LocalConfig, model: &LlamaModel) -> Option<Speculation> {
-    let spec = Speculation::of(config.spec_type, config.draft_max, config.draft_min)?;
+    let spec = Speculation::of(config.spec_type, config.draft_max, config.draft_min)?
+        .with_row_cost(config.draft_row_cost);
     if model.is_recurrent() || model.is_hybrid() {
         tracing::warn!(
             "speculative decoding is off: this model's memory (recurrent or hybrid) \
@@ -254,8 +283,62 @@ fn speculation(config: &LocalConfig, model: &LlamaModel) -> Option<Speculation> 
 fn draft_rows(config: &LocalConfig) -> u32 {
     match config.spec_type {
         SpecType::Off => 0,
-        SpecType::Ngram => config.draft_max,
+        SpecType::Ngram | SpecType::Draft => config.draft_max,
     }
+}
+
+/// Loads the draft model (on the CPU unless the lane offloads layers:
+/// then as many as it has) and checks its vocabulary against the model's.
+fn load_draft(
+    config: &LocalConfig,
+    path: &std::path::Path,
+    model: &LlamaModel,
+    _threads: usize,
+    _context_size: u32,
+) -> Result<LlamaModel, LocalError> {
+    let draft = {
+        let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        ffi::clear_recent_log();
+        let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
+        LlamaModel::load_from_file(backend(), path, &params).map_err(|err| {
+            let said = ffi::take_recent_log();
+            LocalError::ModelLoad {
+                path: path.to_path_buf(),
+                detail: if said.is_empty() {
+                    err.to_string()
+                } else {
+                    said.join("; ")
+                },
+            }
+        })?
+    };
+    super::draftmodel::check_vocab(model, &config.model, &draft, path)?;
+    Ok(draft)
+}
+
+/// The draft model's context: one sequence of the lane's context size,
+/// prompt chunks of `batch_size`, the lane's threads.
+fn draft_context<'m>(
+    config: &LocalConfig,
+    draft: &'m LlamaModel,
+    threads: usize,
+    context_size: u32,
+) -> Result<llama_cpp_2::context::LlamaContext<'m>, LocalError> {
+    let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
+    let batch = config.batch_size.max(1);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(context_size))
+        .with_n_batch(batch)
+        .with_n_ubatch(batch)
+        .with_n_threads(threads_i32)
+        .with_n_threads_batch(threads_i32);
+    let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    draft
+        .new_context(backend(), params)
+        .map_err(|err| LocalError::Context {
+            context_size,
+            detail: format!("the draft model's context: {err}"),
+        })
 }
 
 /// Sequence ids per lane: [`LocalConfig::max_samples`] within its bounds.

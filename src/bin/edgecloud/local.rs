@@ -43,12 +43,17 @@ pub(crate) struct LocalArgs {
     #[arg(long, value_name = "POLICY", env = "EDGECLOUD_THREAD_POLICY",
           default_value_t = ThreadPolicy::Adaptive)]
     thread_policy: ThreadPolicy,
-    /// Speculative decoding: off or ngram (a greedy answer drafts tokens
-    /// by prompt lookup and verifies them in the same step; the answer is
-    /// unchanged; with --temperature above 0 nothing is drafted).
+    /// Speculative decoding: off, ngram (drafts by prompt lookup) or draft
+    /// (drafts by --model-draft), verified in the same step as the next
+    /// token; a greedy answer is unchanged, a sampled one keeps its
+    /// distribution.
     #[arg(long, value_name = "TYPE", env = "EDGECLOUD_SPEC_TYPE",
           default_value_t = SpecType::Off)]
     spec_type: SpecType,
+    /// The draft model for --spec-type draft: a smaller GGUF file with the
+    /// same vocabulary (llama-server's --model-draft / -md).
+    #[arg(long, alias = "md", value_name = "FILE", env = "EDGECLOUD_MODEL_DRAFT")]
+    model_draft: Option<PathBuf>,
     /// Most tokens drafted per step.
     #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MAX",
           default_value_t = LocalConfig::default().draft_max)]
@@ -117,6 +122,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         spec_type: args.spec_type,
         draft_max: args.draft_max,
         draft_min: args.draft_min,
+        model_draft: args.model_draft.clone(),
         context_size: args.context_size,
         batch_size: args.batch_size,
         gpu_layers: args.gpu_layers,

@@ -120,7 +120,9 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         | LocalError::Decode { .. } => LaneErrorKind::Model,
         // The model's answer missed its schema even under the grammar.
         LocalError::InvalidAnswer(_) => LaneErrorKind::Model,
-        LocalError::Devices(_) | LocalError::Setting(_) => LaneErrorKind::Config,
+        LocalError::Devices(_) | LocalError::Setting(_) | LocalError::DraftVocab { .. } => {
+            LaneErrorKind::Config
+        }
         // The model crashed or hung a probe process: the model is at fault;
         // a probe that could not run at all leaves the lane unavailable.
         LocalError::ProbeCrashed { .. }
