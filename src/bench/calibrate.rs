@@ -983,6 +983,9 @@ mod tests {
             cross_validated: None,
             fresh: None,
             cost: Some(LocalCost::of(&items)),
+            neighbours: None,
+            two_stage: Vec::new(),
+            prompt_cost_ms: BTreeMap::new(),
             advice: String::new(),
         };
         c.advice = advice(&c);
@@ -1057,6 +1060,9 @@ mod tests {
             cross_validated: None,
             fresh: None,
             cost: Some(cost),
+            neighbours: None,
+            two_stage: Vec::new(),
+            prompt_cost_ms: BTreeMap::new(),
             advice: String::new(),
         };
         let md = render_markdown(&c, "dir");
@@ -1099,6 +1105,9 @@ mod tests {
             cross_validated: Some(cv),
             fresh: None,
             cost: None,
+            neighbours: None,
+            two_stage: Vec::new(),
+            prompt_cost_ms: BTreeMap::new(),
             advice: String::new(),
         };
         c.advice = advice(&c);

@@ -8,9 +8,9 @@
 
 use super::batch::{Engine, SeqIds, Speculation};
 use super::draft::SpecType;
+use super::draftmodel::DraftModel;
 use super::embedder::Embedder;
 use super::embedding::EmbeddingInfo;
-use super::draftmodel::DraftModel;
 use super::ffi::{self, AbortSignal};
 use super::generate::PromptFormat;
 use super::governor::{Governor, ThreadPolicy};
