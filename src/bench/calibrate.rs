@@ -761,7 +761,7 @@ fn render_two_stage(md: &mut String, c: &Calibration) {
         );
     }
     let _ = writeln!( md,
-        "A request whose prompt-only signal is below the first threshold goes straight to the cloud (no local answer); the others run the cascade on the answer signal. Both thresholds are fitted jointly for the target accuracy (the least mean latency among the pairs with the fewest cloud calls reaching it), each the median over {} bootstrap resamples of the calibration items (bagged, so that it transfers to new items); the answer-only cascade is fitted the same way. Latencies are simulated from the recorded runs: straight = signal cost + cloud-only run; kept = local-only run; escalated =          local-only + cloud-only (escalation after the answer).\n", super::two_stage::BAGS
+        "A request whose prompt-only signal is below the first threshold goes straight to the cloud (no local answer); the others run the cascade on the answer signal. Both thresholds are fitted jointly on the calibration items: among the pairs reaching the target accuracy on at least half of {} bootstrap resamples of them (bagged, so that the pair transfers to new items), the one with the fewest cloud calls, then the least mean latency; the answer-only cascade is fitted the same way. Latencies are simulated from the recorded runs: straight = signal cost + cloud-only run; kept = local-only run; escalated =          local-only + cloud-only (escalation after the answer).\n", super::two_stage::BAGS
     );
     let _ = writeln!( md,
         "| route | thresholds | half | accuracy (95% CI) | cloud share (95% CI) | straight to cloud | mean latency ms | latency vs cascade |"

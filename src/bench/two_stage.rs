@@ -3,8 +3,8 @@
 //! the cloud with no local answer at all; the others run the answer-only
 //! cascade (escalated when the answer's signal is below the second
 //! threshold). Owns the joint fit of both thresholds on the calibration
-//! items, its bagged form (the thresholds' medians over bootstrap
-//! resamples of the calibration items: what transfers to new items), and
+//! items (bagged: the pair must reach the target on most bootstrap
+//! resamples of them, so that it transfers to new items), and
 //! the figures of a fitted pair on any items, latency included. It must
 //! not read files nor render anything (`calibrate` does).
 //!
@@ -163,70 +163,13 @@ fn candidates(items: &[&PairedItem], signal: Signal) -> Vec<Option<f64>> {
     out
 }
 
-/// The pair fitted on `items` for `target` accuracy: the least mean
-/// latency among pairs reaching it with no more cloud calls than the
-/// fewest any pair reaching it needs (so the first stage buys time, never
-/// cloud calls). `prompt_stage: false` fits the answer-only cascade.
-/// `None` when no pair reaches the target.
-fn fit_once(
-    items: &[&PairedItem],
-    prompt_signal: Signal,
-    answer_signal: Signal,
-    target: f64,
-    prompt_stage: bool,
-) -> Option<Thresholds> {
-    let firsts = if prompt_stage {
-        candidates(items, prompt_signal)
-    } else {
-        vec![None]
-    };
-    let seconds = candidates(items, answer_signal);
-    let n = items.len().max(1) as f64;
-    // (cloud calls, latency sum, thresholds)
-    let mut ok: Vec<(usize, f64, Thresholds)> = Vec::new();
-    for &p in &firsts {
-        for &a in &seconds {
-            let t = Thresholds {
-                prompt: p,
-                answer: a,
-            };
-            let (mut calls, mut right, mut ms) = (0usize, 0usize, 0.0);
-            for it in items {
-                let (c, _, r, l) = route(it, prompt_signal, answer_signal, t);
-                calls += usize::from(c);
-                right += usize::from(r);
-                ms += l;
-            }
-            if right as f64 / n >= target - 1e-9 {
-                ok.push((calls, ms, t));
-            }
-        }
-    }
-    let fewest = ok.iter().map(|o| o.0).min()?;
-    ok.into_iter()
-        .filter(|o| o.0 == fewest)
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|o| o.2)
-}
-
-/// The median of the bags' thresholds (a stage never firing counts as
-/// below every value).
-fn median(mut v: Vec<Option<f64>>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| match (a, b) {
-        (None, None) => std::cmp::Ordering::Equal,
-        (None, Some(_)) => std::cmp::Ordering::Less,
-        (Some(_), None) => std::cmp::Ordering::Greater,
-        (Some(x), Some(y)) => x.total_cmp(y),
-    });
-    v[(v.len() - 1) / 2]
-}
-
-/// The bagged fit: the pair fitted on each of [`BAGS`] bootstrap
-/// resamples of `items`, each threshold the median of the bags' (a bag
-/// that reaches no pair sends everything to the cloud: above every value).
+/// The bagged fit: among the pairs of thresholds over `items`, those
+/// reaching `target` accuracy in at least half of [`BAGS`] bootstrap
+/// resamples of the items; of them the one with the fewest cloud calls on
+/// `items`, then the least mean latency. A pair chosen so is one whose
+/// accuracy holds on most resamples, not one that reaches the target by
+/// the luck of one item set (what a threshold fitted once on 100 items
+/// does). None reaching it: everything to the cloud.
 fn fit_bagged(
     items: &[PairedItem],
     prompt_signal: Signal,
@@ -235,28 +178,60 @@ fn fit_bagged(
     prompt_stage: bool,
     seed: u64,
 ) -> Thresholds {
-    let mut rng = SplitMix64::new(seed);
     let n = items.len();
-    let (mut ps, mut as_) = (Vec::new(), Vec::new());
-    for _ in 0..BAGS {
-        let bag: Vec<&PairedItem> = (0..n)
-            .map(|_| &items[(rng.next_u64() % n.max(1) as u64) as usize])
-            .collect();
-        match fit_once(&bag, prompt_signal, answer_signal, target, prompt_stage) {
-            Some(t) => {
-                ps.push(t.prompt);
-                as_.push(t.answer);
+    let mut rng = SplitMix64::new(seed);
+    let bags: Vec<Vec<usize>> = (0..BAGS)
+        .map(|_| {
+            (0..n)
+                .map(|_| (rng.next_u64() % n.max(1) as u64) as usize)
+                .collect()
+        })
+        .collect();
+    let refs: Vec<&PairedItem> = items.iter().collect();
+    let firsts = if prompt_stage {
+        candidates(&refs, prompt_signal)
+    } else {
+        vec![None]
+    };
+    let seconds = candidates(&refs, answer_signal);
+    let mut best: Option<(usize, f64, Thresholds)> = None;
+    for &p in &firsts {
+        for &a in &seconds {
+            let t = Thresholds {
+                prompt: p,
+                answer: a,
+            };
+            let routed: Vec<(bool, bool, f64)> = items
+                .iter()
+                .map(|it| {
+                    let r = route(it, prompt_signal, answer_signal, t);
+                    (r.0, r.2, r.3)
+                })
+                .collect();
+            let reached = bags
+                .iter()
+                .filter(|bag| {
+                    let right = bag.iter().filter(|&&i| routed[i].1).count();
+                    right as f64 / n.max(1) as f64 >= target - 1e-9
+                })
+                .count();
+            if reached * 2 < BAGS {
+                continue;
             }
-            None => {
-                ps.push(None);
-                as_.push(Some(f64::INFINITY));
+            let calls = routed.iter().filter(|r| r.0).count();
+            let ms: f64 = routed.iter().map(|r| r.2).sum();
+            if best.is_none_or(|(c, m, _)| calls < c || (calls == c && ms < m)) {
+                best = Some((calls, ms, t));
             }
         }
     }
-    Thresholds {
-        prompt: median(ps),
-        answer: median(as_),
-    }
+    best.map_or(
+        Thresholds {
+            prompt: None,
+            answer: Some(f64::INFINITY),
+        },
+        |b| b.2,
+    )
 }
 
 /// Fits a two-stage route and the answer-only cascade on `cal` for

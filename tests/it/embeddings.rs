@@ -53,8 +53,15 @@ fn the_same_text_gives_the_same_unit_vector_of_the_models_width() {
     let again = lane.embed(texts(&[text])).unwrap();
     assert_eq!(first.vectors.len(), 1);
     assert_eq!(first.vectors[0].len(), 576);
-    // The same input decoded the same way: bit for bit.
-    assert_eq!(first.vectors, again.vectors);
+    // The same input gives the same vector. Not bit for bit: the shared
+    // lane may decode it beside another test's inputs, which changes the
+    // order of llama.cpp's sums (the last float digit).
+    let diff = first.vectors[0]
+        .iter()
+        .zip(&again.vectors[0])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(diff < 1e-5, "largest difference {diff}");
     assert!((norm(&first.vectors[0]) - 1.0).abs() < 1e-5);
     assert_eq!(first.pooling, Pooling::Mean);
     let tokens = lane.embedding_tokens(text).len() as u32;

@@ -52,7 +52,12 @@ pub(crate) struct LocalArgs {
     spec_type: SpecType,
     /// The draft model for --spec-type draft: a smaller GGUF file with the
     /// same vocabulary (llama-server's --model-draft / -md).
-    #[arg(long, alias = "md", value_name = "FILE", env = "EDGECLOUD_MODEL_DRAFT")]
+    #[arg(
+        long,
+        visible_alias = "md",
+        value_name = "FILE",
+        env = "EDGECLOUD_MODEL_DRAFT"
+    )]
     model_draft: Option<PathBuf>,
     /// Most tokens drafted per step.
     #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MAX",
