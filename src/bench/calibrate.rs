@@ -152,11 +152,20 @@ fn attach(
     Ok(())
 }
 
-/// The embeddings of `items` in `file`, when every item has one.
-fn embeddings_of<'a>(items: &[PairedItem], file: &'a PromptSignals) -> Option<Vec<&'a [f32]>> {
+/// The neighbours index of `items`: each one's embedding in `file` and its
+/// local grade; `None` unless every item has an embedding.
+fn neighbour_index_of<'a>(
+    items: &[PairedItem],
+    file: &'a PromptSignals,
+) -> Option<Vec<Labelled<'a>>> {
     items
         .iter()
-        .map(|i| file.items.get(&i.item)?.embedding.as_deref())
+        .map(|i| {
+            Some(Labelled {
+                embedding: file.items.get(&i.item)?.embedding.as_deref()?,
+                local_correct: i.local_correct,
+            })
+        })
         .collect()
 }
 
@@ -312,27 +321,18 @@ pub fn calibrate(
     prompt: Option<&PromptInputs>,
 ) -> Result<Calibration, BenchError> {
     let (deadline, mut items) = pair_items(runs, deadline_ms)?;
-    let mut neighbour_index: Option<(Vec<Vec<f32>>, NeighbourSettings)> = None;
+    let mut neighbour_index: Option<(Vec<Labelled>, NeighbourSettings)> = None;
     if let Some(p) = prompt {
         let (file, source) = &p.cal;
         attach(&mut items, file, source, p.cal_workload.as_deref())?;
         if let Some((eval, eval_source)) = &p.eval {
             check_pair(file, eval, eval_source)?;
         }
-        if let Some(embs) = embeddings_of(&items, file) {
-            let index: Vec<Labelled> = embs
-                .iter()
-                .zip(&items)
-                .map(|(e, it)| Labelled {
-                    embedding: e,
-                    local_correct: it.local_correct,
-                })
-                .collect();
+        if let Some(index) = neighbour_index_of(&items, file) {
             let (settings, _) = neighbours::fit(&index, &items);
             let scores = neighbours::leave_one_out(&index, settings);
-            let owned = embs.iter().map(|e| e.to_vec()).collect();
             items = neighbours::with_scores(&items, &scores);
-            neighbour_index = Some((owned, settings));
+            neighbour_index = Some((index, settings));
         }
     }
     let curves: Vec<SignalCurve> = Signal::ALL
@@ -358,19 +358,11 @@ pub fn calibrate(
                 let workload = prompt.and_then(|p| p.eval_workload.as_deref());
                 attach(&mut fresh_items, eval, eval_source, workload)?;
                 if let Some((index, settings)) = &neighbour_index {
-                    let labelled: Vec<Labelled> = index
-                        .iter()
-                        .zip(&items)
-                        .map(|(e, it)| Labelled {
-                            embedding: e,
-                            local_correct: it.local_correct,
-                        })
-                        .collect();
                     let scores: Vec<Option<f64>> = fresh_items
                         .iter()
                         .map(|it| {
                             let e = eval.items.get(&it.item)?.embedding.as_deref()?;
-                            neighbours::score(&labelled, e, *settings, None)
+                            neighbours::score(index, e, *settings, None)
                         })
                         .collect();
                     fresh_items = neighbours::with_scores(&fresh_items, &scores);

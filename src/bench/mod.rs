@@ -70,7 +70,7 @@ pub use prompt_signals::{
     PROMPT_SIGNALS_KIND,
 };
 pub use record::{LaneRecord, LaneSignals, LaneState, RunRecord, RunStatus, TokensSaved};
-pub use replay::{RecordedAnswer, RecordedCall, Replay};
+pub use replay::{question_of, RecordedAnswer, RecordedCall, Replay};
 pub use report::{
     read_runs, read_summary, render_charts, render_markdown, write_report, RunsWriter, CHART_FILES,
     REPORT_FILE, RUNS_FILE, SUMMARY_FILE,

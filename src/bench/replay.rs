@@ -38,7 +38,7 @@ use crate::harness::{
     TokenSignals,
 };
 use crate::lane::{FinishReason, LaneJob};
-use crate::request::Role;
+use crate::request::{ChatMessage, Role};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -186,13 +186,7 @@ impl Backend for Replay {
         let this = self.clone();
         Box::pin(async move {
             let mut job = job;
-            let question = job
-                .messages
-                .iter()
-                .rev()
-                .find(|m| m.role == Role::User)
-                .map(|m| m.content.clone())
-                .unwrap_or_default();
+            let question = question_of(&job.messages).to_string();
             let Some(recorded) = this.answer(&question).cloned() else {
                 return Err(BackendError::new(
                     LaneErrorKind::InvalidRequest,
@@ -280,6 +274,17 @@ impl Backend for Replay {
             Ok(c)
         })
     }
+}
+
+/// The question of a conversation: its last user message (empty
+/// without one). What a recorded answer is keyed by, and what `bench
+/// prompt-signals` embeds.
+pub fn question_of(messages: &[ChatMessage]) -> &str {
+    messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map_or("", |m| m.content.as_str())
 }
 
 #[cfg(test)]

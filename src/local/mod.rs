@@ -597,18 +597,24 @@ impl LocalLane {
             submitted_at: Instant::now(),
             reply,
         };
+        // On failure the envelope (job, permit and reply) is dropped, so
+        // the ticket resolves to `WorkerGone` and the permit is released.
+        self.send(Work::Generate(envelope));
+        LocalTicket { rx }
+    }
+
+    /// Hands `work` to the worker; once the worker is gone (or the lane
+    /// shut down) it is dropped, and with it the reply its ticket waits on.
+    fn send(&self, work: Work) {
         let sender = self
             .inner
             .jobs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        // On failure the envelope (job, permit and reply) is dropped here, so
-        // the ticket resolves to `WorkerGone` and the permit is released.
         if let Some(sender) = sender {
-            let _ = sender.send(Work::Generate(envelope));
+            let _ = sender.send(work);
         }
-        LocalTicket { rx }
     }
 
     /// What this lane's embeddings are: pooling, width, longest input.
@@ -636,17 +642,9 @@ impl LocalLane {
             Err(e) => return EmbedTicket::ready(Err(e)),
         };
         let (reply, rx) = oneshot::channel();
-        let sender = self
-            .inner
-            .jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        // On failure the request is dropped here: the ticket resolves to
+        // On failure the request is dropped: the ticket resolves to
         // `WorkerGone`.
-        if let Some(sender) = sender {
-            let _ = sender.send(Work::Embed(embedding::EmbedJob { tokens, reply }));
-        }
+        self.send(Work::Embed(embedding::EmbedJob { tokens, reply }));
         EmbedTicket { rx }
     }
 

@@ -158,16 +158,7 @@ impl Picker {
         let Some((shape, draws)) = self.shape.as_mut() else {
             return self.pick(ctx, row, logits, argmax);
         };
-        self.scratch.data.clear();
-        self.scratch.data.extend(
-            logits
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
-        );
-        self.scratch.selected = None;
-        self.scratch.sorted = false;
-        self.scratch.apply_sampler(shape);
+        run_on_row(&mut self.scratch, logits, shape);
         let max = self
             .scratch
             .data
@@ -239,16 +230,7 @@ impl Picker {
         let first = match self.chain.as_mut() {
             None => LlamaToken(argmax as i32),
             Some(chain) => {
-                self.scratch.data.clear();
-                self.scratch.data.extend(
-                    logits
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
-                );
-                self.scratch.selected = None;
-                self.scratch.sorted = false;
-                self.scratch.apply_sampler(chain);
+                run_on_row(&mut self.scratch, logits, chain);
                 self.scratch
                     .selected_token()
                     .unwrap_or(LlamaToken(argmax as i32))
@@ -422,4 +404,18 @@ fn grammar_sampler(model: &LlamaModel, spec: &GrammarSpec) -> Result<LlamaSample
     made.map_err(|e| LocalError::Grammar {
         detail: e.to_string(),
     })
+}
+/// Runs `sampler` over a whole row of `logits`, in `scratch` (its buffer
+/// reused): what a sampled pick and a judged draft both start from.
+fn run_on_row(scratch: &mut LlamaTokenDataArray, logits: &[f32], sampler: &mut LlamaSampler) {
+    scratch.data.clear();
+    scratch.data.extend(
+        logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+    );
+    scratch.selected = None;
+    scratch.sorted = false;
+    scratch.apply_sampler(sampler);
 }

@@ -123,6 +123,40 @@ fn scripted(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     paths
 }
 
+/// `edgecloud bench` on the scripted lanes (the replayed local answers,
+/// the replay cloud at `url`), one pass, writing to `out`.
+fn bench_args(work: &Path, local: &Path, url: &str, out: &Path) -> Vec<String> {
+    vec![
+        "bench".into(),
+        "--workload".into(),
+        work.display().to_string(),
+        "--replay-local".into(),
+        local.display().to_string(),
+        "--base-url".into(),
+        url.into(),
+        "--cloud-model".into(),
+        "oracle".into(),
+        "--runs".into(),
+        "1".into(),
+        "--warmup".into(),
+        "0".into(),
+        "--quiet".into(),
+        "--out".into(),
+        out.display().to_string(),
+    ]
+}
+
+/// The local-only and cloud-only baselines of the scripted lanes, in
+/// `dir/baselines`.
+fn baselines(dir: &Path, work: &Path, local: &Path, url: &str) -> PathBuf {
+    let base = dir.join("baselines");
+    let mut args = bench_args(work, local, url, &base);
+    args.extend(["--policies".into(), "local-only,cloud-only".into()]);
+    args.extend(["--deadlines-ms".into(), "20000".into()]);
+    ok(run(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    base
+}
+
 fn close(v: &Value, want: f64, what: &str) {
     let got = v
         .as_f64()
@@ -135,31 +169,8 @@ fn calibrate_end_to_end_and_the_calibrated_cascade_matches_the_simulation() {
     let dir = fresh_path("quality-e2e");
     let (work, local, cloud) = scripted(&dir);
     let server = ReplayCloud::start(&cloud);
-    let lanes = |out: &Path| -> Vec<String> {
-        vec![
-            "bench".into(),
-            "--workload".into(),
-            work.display().to_string(),
-            "--replay-local".into(),
-            local.display().to_string(),
-            "--base-url".into(),
-            server.url.clone(),
-            "--cloud-model".into(),
-            "oracle".into(),
-            "--runs".into(),
-            "1".into(),
-            "--warmup".into(),
-            "0".into(),
-            "--quiet".into(),
-            "--out".into(),
-            out.display().to_string(),
-        ]
-    };
-    let base = dir.join("baselines");
-    let mut args = lanes(&base);
-    args.extend(["--policies".into(), "local-only,cloud-only".into()]);
-    args.extend(["--deadlines-ms".into(), "20000".into()]);
-    ok(run(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let lanes = |out: &Path| bench_args(&work, &local, &server.url, out);
+    let base = baselines(&dir, &work, &local, &server.url);
 
     // Both lanes graded on every item, signals recorded.
     let runs: Vec<Value> = std::fs::read_to_string(base.join("runs.jsonl"))
@@ -421,4 +432,128 @@ fn a_consensus_bench_records_the_agreement_and_its_cost_and_calibrate_uses_it() 
     let toml = std::fs::read_to_string(out_dir.join("calibrated.toml")).unwrap();
     assert!(toml.contains("--samples 3"), "{toml}");
     drop(server);
+}
+
+/// Issue 33: `bench prompt-signals` on the real SmolLM2 records every
+/// item's prompt log-probability, then (a second file) its embedding, and
+/// resumes; `bench calibrate --prompt-signals` joins both to the runs,
+/// draws the prompt-only curves and the two-stage routes, and refuses a
+/// file of another workload or, for the eval items, of another model.
+#[test]
+fn prompt_signals_are_recorded_resumed_joined_and_checked() {
+    let dir = fresh_path("quality-prompt-signals");
+    let (work, local, cloud) = scripted(&dir);
+    let server = ReplayCloud::start(&cloud);
+    let base = baselines(&dir, &work, &local, &server.url);
+    let model = crate::support::real_model::smollm2();
+    let record = |out: &Path, embeddings: bool| {
+        let mut args = vec![
+            "bench",
+            "prompt-signals",
+            "--workload",
+            work.to_str().unwrap(),
+            "--model",
+            model.to_str().unwrap(),
+            "--threads",
+            "2",
+            "--context-size",
+            "512",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if embeddings {
+            args.push("--embeddings");
+        }
+        ok(run(&args))
+    };
+    let lines = |p: &Path| -> Vec<Value> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (scores, embs) = (dir.join("scores.jsonl"), dir.join("embs.jsonl"));
+    record(&scores, false);
+    record(&embs, true);
+    let s = lines(&scores);
+    assert_eq!(s.len(), 21, "a header and one line per item");
+    assert_eq!(s[0]["workload"], work.to_str().unwrap());
+    assert_eq!(s[0]["model_sha256"].as_str().unwrap().len(), 64);
+    for item in &s[1..] {
+        let lp = item["prompt_logprob"].as_f64().unwrap();
+        assert!(lp < 0.0, "{item}");
+    }
+    for item in &lines(&embs)[1..] {
+        assert_eq!(item["embedding"].as_array().unwrap().len(), 576, "{item}");
+    }
+    // A second run finds every item done and adds nothing.
+    let again = record(&scores, false);
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("of 0 items (20 already in"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(lines(&scores).len(), 21);
+
+    let calibrate = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "calibrate",
+            base.to_str().unwrap(),
+            "--json",
+            "--out",
+        ];
+        let out = dir.join("cal");
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let c = json_of(&ok(calibrate(&[
+        "--prompt-signals",
+        scores.to_str().unwrap(),
+        "--prompt-signals",
+        embs.to_str().unwrap(),
+    ])));
+    let curves: Vec<&str> = c["curves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["signal"].as_str().unwrap())
+        .collect();
+    assert!(
+        curves.contains(&"prompt_logprob") && curves.contains(&"prompt_neighbours"),
+        "{curves:?}"
+    );
+    assert!(c["neighbours"]["k"].as_u64().unwrap() >= 1);
+    assert_eq!(c["two_stage"].as_array().unwrap().len(), 2);
+    let md = std::fs::read_to_string(dir.join("cal").join("calibration.md")).unwrap();
+    assert!(md.contains("## Two-stage routing"), "{md}");
+
+    // Bad input: another workload's file, another model's eval file.
+    let edited = |name: &str, key: &str, value: &str| {
+        let mut l = lines(&scores);
+        l[0][key] = json!(value);
+        let path = dir.join(name);
+        let text: Vec<String> = l.iter().map(Value::to_string).collect();
+        std::fs::write(&path, text.join("\n")).unwrap();
+        path
+    };
+    let other_workload = edited("other-workload.jsonl", "workload", "other.jsonl");
+    let out = calibrate(&["--prompt-signals", other_workload.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("recorded on workload `other.jsonl`"), "{err}");
+    let other_model = edited("other-model.jsonl", "model_sha256", &"0".repeat(64));
+    let out = calibrate(&[
+        "--prompt-signals",
+        scores.to_str().unwrap(),
+        "--eval",
+        base.to_str().unwrap(),
+        "--eval-prompt-signals",
+        other_model.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SHA-256 000000000000"), "{err}");
 }

@@ -137,6 +137,14 @@ pub(crate) async fn metrics_text(url: &str) -> String {
         .unwrap()
 }
 
+/// The `data:` payloads of an SSE body, in order.
+pub(crate) fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
 pub(crate) fn metric(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))

@@ -4,7 +4,7 @@
 //! naming the keyword (never a 502), and a greedy answer that is only
 //! newlines is returned (200) both ways, its decision saying why.
 
-use crate::serve::{post_to, ServeProcess};
+use crate::serve::{post_to, sse_data, ServeProcess};
 use crate::support::real_model::smollm2;
 use serde_json::{json, Value};
 
@@ -27,8 +27,8 @@ fn server() -> ServeProcess {
 
 /// The `data:` payloads of an SSE body, parsed, `[DONE]` left out.
 fn events(body: &str) -> Vec<Value> {
-    body.split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
+    sse_data(body)
+        .iter()
         .filter(|d| *d != "[DONE]")
         .map(|d| serde_json::from_str(d).unwrap())
         .collect()

@@ -6,7 +6,7 @@
 //! OpenAI client library (`async-openai`) reads it, on the tiny model.
 
 use crate::serve::{
-    client, local_backend, loopback, next_task, post_to, scripted_pair, serve, LONG,
+    client, local_backend, loopback, next_task, post_to, scripted_pair, serve, sse_data, LONG,
 };
 use crate::support::http::{Flavor, TestServer};
 use async_openai::types::{CreateChatCompletionRequestArgs, CreateCompletionRequestArgs};
@@ -16,14 +16,6 @@ use edgecloud::{ChatMessage, FinishReason};
 use edgecloud::{CloudBackend, CloudConfig};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-
-/// The `data:` payloads of an SSE body, in order.
-fn sse_data(body: &str) -> Vec<String> {
-    body.split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .map(str::to_string)
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_is_a_raw_prompt_through_the_harness_whole_and_streamed() {

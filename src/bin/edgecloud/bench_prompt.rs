@@ -9,10 +9,11 @@
 use crate::exit::usage;
 use anyhow::Context as _;
 use edgecloud::bench::{
-    sha256_file, PromptItem, PromptSignals, PromptSignalsHeader, Workload, PROMPT_SIGNALS_KIND,
+    question_of, sha256_file, PromptItem, PromptSignals, PromptSignalsHeader, Workload,
+    WorkloadItem, PROMPT_SIGNALS_KIND,
 };
 use edgecloud::local::{EmbedInput, LocalConfig, LocalLane};
-use edgecloud::{LaneJob, Role};
+use edgecloud::LaneJob;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -112,70 +113,71 @@ pub(crate) fn prompt_signals_cmd(args: PromptSignalsArgs) -> anyhow::Result<Exit
     );
     for (n, item) in todo.iter().enumerate() {
         let started = Instant::now();
-        if args.embeddings {
-            let question = item
-                .request
-                .messages
-                .iter()
-                .rev()
-                .find(|m| m.role == Role::User)
-                .map(|m| m.content.clone())
-                .unwrap_or_default();
-            let e = lane
-                .embed(vec![EmbedInput::Text(question)])
-                .with_context(|| format!("item `{}`", item.id))?;
-            let ms = started.elapsed().as_secs_f64() * 1e3;
-            let record = PromptItem {
-                item: item.id.clone(),
-                prompt_tokens: e.prompt_tokens,
-                prompt_logprob: None,
-                prompt_ms: ms,
-                embedding: e.vectors.into_iter().next(),
-                embed_ms: Some(ms),
-            };
-            writeln!(file, "{}", serde_json::to_string(&record)?)?;
-            file.flush()?;
-            eprintln!(
-                "[{}/{}] {}: {} tokens embedded, {ms:.0} ms",
-                n + 1,
-                todo.len(),
-                item.id,
-                e.prompt_tokens
-            );
-            continue;
-        }
-        let mut sampling = item.request.sampling.clone();
-        sampling.max_tokens = 1;
-        sampling.temperature = 0.0;
-        sampling.consensus = None;
-        sampling.score_prompt = true;
-        let job = LaneJob::new(
-            item.request.messages.clone(),
-            sampling,
-            Instant::now() + Duration::from_secs(3600),
-        );
-        let c = lane
-            .generate(job)
-            .with_context(|| format!("item `{}`", item.id))?;
-        let record = PromptItem {
-            item: item.id.clone(),
-            prompt_tokens: c.prompt_tokens,
-            prompt_logprob: c.prompt_logprob.map(f64::from),
-            prompt_ms: c.timings.prompt_eval.as_secs_f64() * 1e3,
-            embedding: None,
-            embed_ms: None,
+        let (record, what) = if args.embeddings {
+            embed_item(&lane, item, started)?
+        } else {
+            score_item(&lane, item)?
         };
         writeln!(file, "{}", serde_json::to_string(&record)?)?;
         file.flush()?;
         eprintln!(
-            "[{}/{}] {}: {} tokens, prompt_logprob {:.4}, {:.0} ms",
+            "[{}/{}] {}: {} tokens, {what}, {:.0} ms",
             n + 1,
             todo.len(),
             item.id,
-            c.prompt_tokens,
-            c.prompt_logprob.unwrap_or(f32::NAN),
+            record.prompt_tokens,
             started.elapsed().as_secs_f64() * 1e3
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One item's embedding (of its question), and what to print of it.
+fn embed_item(
+    lane: &LocalLane,
+    item: &WorkloadItem,
+    started: Instant,
+) -> anyhow::Result<(PromptItem, String)> {
+    let question = question_of(&item.request.messages).to_string();
+    let e = lane
+        .embed(vec![EmbedInput::Text(question)])
+        .with_context(|| format!("item `{}`", item.id))?;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let record = PromptItem {
+        item: item.id.clone(),
+        prompt_tokens: e.prompt_tokens,
+        prompt_logprob: None,
+        prompt_ms: ms,
+        embedding: e.vectors.into_iter().next(),
+        embed_ms: Some(ms),
+    };
+    Ok((record, "embedded".into()))
+}
+
+/// One item's scored prompt pass (its first answer token only), and what
+/// to print of it.
+fn score_item(lane: &LocalLane, item: &WorkloadItem) -> anyhow::Result<(PromptItem, String)> {
+    let mut sampling = item.request.sampling.clone();
+    sampling.max_tokens = 1;
+    sampling.temperature = 0.0;
+    sampling.consensus = None;
+    sampling.score_prompt = true;
+    let job = LaneJob::new(
+        item.request.messages.clone(),
+        sampling,
+        Instant::now() + Duration::from_secs(3600),
+    );
+    let c = lane
+        .generate(job)
+        .with_context(|| format!("item `{}`", item.id))?;
+    let record = PromptItem {
+        item: item.id.clone(),
+        prompt_tokens: c.prompt_tokens,
+        prompt_logprob: c.prompt_logprob.map(f64::from),
+        prompt_ms: c.timings.prompt_eval.as_secs_f64() * 1e3,
+        embedding: None,
+        embed_ms: None,
+    };
+    let what = format!("prompt_logprob {:.4}", c.prompt_logprob.unwrap_or(f32::NAN));
+    Ok((record, what))
 }
