@@ -198,6 +198,11 @@ pub type TokenSink = Box<dyn FnMut(&str) + Send + 'static>;
 /// samples it (see [`LaneJob::on_logprob`]).
 pub type LogprobSink = Box<dyn FnMut(f32) + Send + 'static>;
 
+/// Receives the mean log-probability of the prompt's own tokens once the
+/// prompt pass is done, before the first answer token (see
+/// [`LaneJob::on_prompt_score`]).
+pub type PromptScoreSink = Box<dyn FnOnce(f32) + Send + 'static>;
+
 /// One request for one lane: what to generate, and until when.
 pub struct LaneJob {
     /// The conversation, oldest first.
@@ -217,6 +222,13 @@ pub struct LaneJob {
     /// does the local lane for a consensus job (its answer is known only
     /// at the end).
     pub on_logprob: Option<LogprobSink>,
+    /// Optional sink for the prompt's mean token log-probability
+    /// ([`Sampling::score_prompt`]), called once when the prompt pass is
+    /// done and before the first answer token is sampled: how a two-stage
+    /// cascade routes before the local lane generates. Only a lane that
+    /// scores prompts (the local lane, when `score_prompt` is set and the
+    /// prompt has two tokens or more) calls it.
+    pub on_prompt_score: Option<PromptScoreSink>,
     /// The lane's admission slot, if the caller holds one. The lane drops it
     /// when the work really ends (on every path) and *before* it hands back
     /// the result, so a caller that has the result can admit the next job.
@@ -236,6 +248,7 @@ impl LaneJob {
             cancel: CancellationToken::new(),
             on_token: None,
             on_logprob: None,
+            on_prompt_score: None,
             permit: None,
         }
     }
@@ -255,6 +268,12 @@ impl LaneJob {
     /// Sets the log-probability sink; see [`LaneJob::on_logprob`].
     pub fn with_logprob_sink(mut self, sink: impl FnMut(f32) + Send + 'static) -> Self {
         self.on_logprob = Some(Box::new(sink));
+        self
+    }
+
+    /// Sets the prompt-score sink; see [`LaneJob::on_prompt_score`].
+    pub fn with_prompt_score_sink(mut self, sink: impl FnOnce(f32) + Send + 'static) -> Self {
+        self.on_prompt_score = Some(Box::new(sink));
         self
     }
 
@@ -285,6 +304,7 @@ impl fmt::Debug for LaneJob {
             .field("cancelled", &self.cancel.is_cancelled())
             .field("streaming", &self.on_token.is_some())
             .field("watching_logprobs", &self.on_logprob.is_some())
+            .field("watching_prompt_score", &self.on_prompt_score.is_some())
             .field("holds_permit", &self.permit.is_some())
             .finish()
     }

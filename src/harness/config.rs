@@ -15,6 +15,7 @@
 //! | `cascade_threshold`, `local_share` | `cascade`: lowest acceptable local score (0.4), local's share of the deadline (0.5) |
 //! | `escalate_below` | `cascade`: `{ signal = "p10_logprob", value = -1.2 }`: escalate when the local answer's signal (`mean_logprob`, `min_logprob`, `p10_logprob`, `first_token_margin`, `min_window_logprob`: the lowest mean over 16 tokens, `tail_logprob`: the mean of the last 32, `answer_agreement`: the share of a consensus's samples agreeing with the majority) is below `value`, in the signal's own units (what `edgecloud bench calibrate` prints); sets the scorer, so it excludes `scorer` and `cascade_threshold` |
 //! | `escalate_early` | `cascade` with `escalate_below` on `min_logprob` or `min_window_logprob`: `true` starts the cloud (and cancels local) as soon as the signal of the tokens generated so far is below `value`, instead of after the whole local answer (same decisions, sooner; see `Route::escalate_early`) |
+//! | `prompt_escalate_below` | `cascade`: `{ signal = "prompt_logprob", value = -2.0 }`: a two-stage cascade: the local lane scores the prompt in its prompt pass (the mean log-probability of the prompt's own tokens) and, below `value`, the cloud starts before local generates anything (see `Route::prompt_escalate_below`); `bench calibrate` fits it jointly with `escalate_below` |
 //! | `cloud_share` | `fallback`: the cloud's share of the deadline (0.5) |
 //! | `scorer` | `default`, `generic`, `confidence`, `none`, or a name registered with the builder |
 //! | `arbiter` | `highest` (built-in) or a registered name |
@@ -165,6 +166,8 @@ pub struct RouteConfig {
     /// `cascade` with `escalate_below` on a streamable signal: escalate as
     /// soon as the signal of the tokens so far is below the value.
     pub escalate_early: Option<bool>,
+    /// `cascade`: a first stage on the prompt's score (two-stage routing).
+    pub prompt_escalate_below: Option<EscalateBelow>,
     /// `fallback`: the cloud lane's share of the deadline (default 0.5).
     pub cloud_share: Option<f64>,
     /// `default`, `generic`, `confidence`, `none`, or a registered name.
@@ -320,7 +323,7 @@ impl RouteConfig {
     /// The policy this table sets, with its parameters; `key` names the
     /// table in errors (`harness`, `routes.NAME`).
     pub fn resolved_policy(&self, key: &str) -> Result<Option<Policy>, ConfigError> {
-        let params: [(&str, bool, PolicyKind); 8] = [
+        let params: [(&str, bool, PolicyKind); 9] = [
             (
                 "hedge_delay_ms",
                 self.hedge_delay_ms.is_some(),
@@ -349,6 +352,11 @@ impl RouteConfig {
             (
                 "escalate_early",
                 self.escalate_early.is_some(),
+                PolicyKind::Cascade,
+            ),
+            (
+                "prompt_escalate_below",
+                self.prompt_escalate_below.is_some(),
                 PolicyKind::Cascade,
             ),
             (
@@ -451,6 +459,7 @@ impl RouteConfig {
             self.local_share = None;
             self.escalate_below = None;
             self.escalate_early = None;
+            self.prompt_escalate_below = None;
         }
         if kind != PolicyKind::Fallback {
             self.cloud_share = None;
@@ -483,7 +492,45 @@ impl RouteConfig {
             kind,
             name: name.to_string(),
         };
+        if let Some(p) = self.prompt_escalate_below {
+            if p.signal != Signal::PromptLogprob {
+                return Err(invalid(
+                    key,
+                    Setting::Policy,
+                    "prompt_escalate_below",
+                    format!(
+                        "a route reads `prompt_logprob` before generation, not `{}`{}",
+                        p.signal,
+                        if p.signal.is_prompt_only() {
+                            " (measured by `bench calibrate` only)"
+                        } else {
+                            " (it reads the answer: use `escalate_below`)"
+                        }
+                    ),
+                ));
+            }
+            if !p.value.is_finite() {
+                return Err(invalid(
+                    key,
+                    Setting::Policy,
+                    "prompt_escalate_below",
+                    "`value` must be a finite number",
+                ));
+            }
+            r.prompt_escalate_below = Some(Some(p.value));
+        }
         if let Some(e) = self.escalate_below {
+            if e.signal.is_prompt_only() {
+                return Err(invalid(
+                    key,
+                    Setting::Scoring,
+                    "escalate_below",
+                    format!(
+                        "`{}` reads the prompt, not the answer: use `prompt_escalate_below`",
+                        e.signal
+                    ),
+                ));
+            }
             if self.scorer.is_some() {
                 return Err(invalid(
                     key,
@@ -712,6 +759,35 @@ mod tests {
             .to_route("harness", &Named::default())
             .expect("valid");
         assert_eq!(r.escalate_early, Some(None));
+    }
+
+    #[test]
+    fn prompt_escalate_below_is_a_cascade_stage_on_prompt_logprob_only() {
+        let route = |t: &str| {
+            HarnessConfig::from_toml_str(t)
+                .map_err(|e| e.to_string())
+                .and_then(|c| {
+                    c.harness
+                        .to_route("harness", &Named::default())
+                        .map_err(|e| e.to_string())
+                })
+        };
+        let r = route(
+            "[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"min_logprob\", value = -3 }\nprompt_escalate_below = { signal = \"prompt_logprob\", value = -2.5 }\n",
+        )
+        .expect("valid");
+        assert_eq!(r.prompt_escalate_below, Some(Some(-2.5)));
+        let e = route("[harness]\npolicy = \"race\"\nprompt_escalate_below = { signal = \"prompt_logprob\", value = -2 }").unwrap_err();
+        assert!(e.contains("applies to `cascade`"), "{e}");
+        let e = route("[harness]\npolicy = \"cascade\"\nprompt_escalate_below = { signal = \"prompt_neighbours\", value = 0.5 }").unwrap_err();
+        assert!(
+            e.contains("prompt_neighbours") && e.contains("bench calibrate"),
+            "{e}"
+        );
+        let e = route("[harness]\npolicy = \"cascade\"\nprompt_escalate_below = { signal = \"min_logprob\", value = -2 }").unwrap_err();
+        assert!(e.contains("use `escalate_below`"), "{e}");
+        let e = route("[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"prompt_logprob\", value = -2 }").unwrap_err();
+        assert!(e.contains("use `prompt_escalate_below`"), "{e}");
     }
 
     #[test]

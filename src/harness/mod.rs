@@ -124,7 +124,9 @@ pub use handle::{AbortHandle, RunHandle, RunOptions};
 pub use instance::Instance;
 pub use instant::InstantBackend;
 pub use observer::{Event, Observer};
-pub use outcome::{CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, RunStatus};
+pub use outcome::{
+    CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, PromptStage, RunStatus,
+};
 pub use policy::{
     CommitMode, Policy, PolicyKind, UnknownPolicy, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,
 };

@@ -12,6 +12,7 @@
 use super::backend::{BackendError, Candidate, TokenCounts};
 use super::callbacks::CallbackReport;
 use super::policy::PolicyKind;
+use super::scoring::Signal;
 use crate::lane::{FinishReason, Lane};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -229,6 +230,23 @@ pub struct Decision {
     pub scores: BTreeMap<Lane, Option<f64>>,
 }
 
+/// A two-stage cascade's first stage
+/// ([`Route::prompt_escalate_below`](super::Route::prompt_escalate_below)):
+/// the prompt's score, its threshold and what it decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptStage {
+    /// The prompt-only signal read ([`Signal::PromptLogprob`]).
+    pub signal: Signal,
+    /// Below it, the run goes straight to the cloud.
+    pub threshold: f64,
+    /// The local lane's score of the prompt (`None`: none came, e.g. a
+    /// one-token prompt, or the lane failed or was not admitted first).
+    pub score: Option<f64>,
+    /// The score sent the run to the cloud before the local lane
+    /// generated its answer (and the cloud started).
+    pub straight_to_cloud: bool,
+}
+
 /// The settled result of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -271,6 +289,9 @@ pub struct Outcome {
     pub callback_ms: f64,
     /// Workers still running at settlement.
     pub late_workers: u32,
+    /// A two-stage cascade's first stage (`None`: the run had none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_stage: Option<PromptStage>,
 }
 
 impl Outcome {

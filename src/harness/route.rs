@@ -87,6 +87,7 @@ pub struct Route {
     pub(crate) callback_budget: Option<Duration>,
     pub(crate) cancel_grace: Option<Duration>,
     pub(crate) escalate_early: Option<Option<Signal>>,
+    pub(crate) prompt_escalate_below: Option<Option<f64>>,
 }
 
 impl fmt::Debug for Route {
@@ -101,6 +102,7 @@ impl fmt::Debug for Route {
             .field("scorer", &self.scorer.as_ref().map(Option::is_some))
             .field("arbiter", &self.arbiter.as_ref().map(Option::is_some))
             .field("escalate_early", &self.escalate_early)
+            .field("prompt_escalate_below", &self.prompt_escalate_below)
             .finish()
     }
 }
@@ -222,6 +224,26 @@ impl Route {
         self
     }
 
+    /// A cascade on this route becomes two-stage: the local lane scores
+    /// the prompt in its prompt pass ([`Signal::PromptLogprob`]: the mean
+    /// log-probability of the prompt's own tokens) and, when that is below
+    /// `value`, the cloud starts at once and the local lane is cancelled
+    /// when the cloud is admitted, before it generates its answer; above
+    /// it, the cascade goes on as configured (its answer threshold, early
+    /// escalation). The cost: the prompt pass reuses no cached prefix
+    /// (every prompt token is scored). Other policies, and a cascade whose
+    /// primary is the cloud lane, ignore it.
+    pub fn prompt_escalate_below(mut self, value: f64) -> Self {
+        self.prompt_escalate_below = Some(Some(value));
+        self
+    }
+
+    /// Decisions on this route do not read the prompt first.
+    pub fn without_prompt_stage(mut self) -> Self {
+        self.prompt_escalate_below = Some(None);
+        self
+    }
+
     pub(crate) fn set_arc_pre_score(&mut self, p: Option<Arc<dyn PreScore>>) {
         self.pre_score = Some(p.map(|f| Cb { f, inline: false }));
     }
@@ -252,6 +274,7 @@ impl Route {
             callback_budget: self.callback_budget.or(base.callback_budget),
             cancel_grace: self.cancel_grace.or(base.cancel_grace),
             escalate_early: self.escalate_early.or(base.escalate_early),
+            prompt_escalate_below: self.prompt_escalate_below.or(base.prompt_escalate_below),
         }
     }
 
@@ -272,6 +295,11 @@ impl Route {
                 ));
             }
         }
+        if let Some(Some(v)) = self.prompt_escalate_below {
+            if !v.is_finite() {
+                return Err("prompt_escalate_below must be a finite number".into());
+            }
+        }
         Ok(RouteSettings {
             name: name.to_string(),
             policy,
@@ -288,6 +316,7 @@ impl Route {
             callback_budget: self.callback_budget.unwrap_or(DEFAULT_CALLBACK_BUDGET),
             cancel_grace: self.cancel_grace.unwrap_or(DEFAULT_CANCEL_GRACE),
             escalate_early: self.escalate_early.flatten(),
+            prompt_escalate_below: self.prompt_escalate_below.flatten(),
         })
     }
 }
@@ -308,6 +337,10 @@ pub(crate) struct RouteSettings {
     pub(crate) cancel_grace: Duration,
     /// The signal a cascade reads early (see [`Route::escalate_early`]).
     pub(crate) escalate_early: Option<Signal>,
+    /// A two-stage cascade's prompt threshold, in
+    /// [`Signal::PromptLogprob`]'s units (see
+    /// [`Route::prompt_escalate_below`]).
+    pub(crate) prompt_escalate_below: Option<f64>,
 }
 
 #[cfg(test)]

@@ -1047,6 +1047,14 @@ impl<'m> Engine<'m> {
             let total = a.tokens.len() as u32;
             report(PromptProgress { done: total, total });
         }
+        // A two-stage cascade reads the prompt's score before any answer
+        // token exists.
+        if let (Some(score), Some(sink)) = (
+            a.branches[0].out.prompt_logprob(),
+            a.job.on_prompt_score.take(),
+        ) {
+            sink(score);
+        }
         for (i, &id) in ids.iter().enumerate() {
             let (picker, stops) = prepare::sample_parts(
                 model,

@@ -250,6 +250,14 @@ impl Progress {
         }
     }
 
+    /// The mean log-probability of the prompt tokens scored so far (a job
+    /// scoring its prompt, once it has scored one).
+    pub(super) fn prompt_logprob(&self) -> Option<f32> {
+        self.prompt_score
+            .filter(|&(_, n)| n > 0)
+            .map(|(sum, n)| (sum / n as f64) as f32)
+    }
+
     /// Counts one verified proposal: `drafted` drafts, `accepted` kept.
     pub(super) fn drafts_verified(&mut self, drafted: usize, accepted: usize) {
         self.drafted += drafted;
@@ -309,10 +317,7 @@ impl Progress {
             min_logprob: min,
             p10_logprob: signals::low_quantile(&self.logprobs, 0.1),
             first_token_margin: self.first_token_margin,
-            prompt_logprob: self
-                .prompt_score
-                .filter(|&(_, n)| n > 0)
-                .map(|(sum, n)| (sum / n as f64) as f32),
+            prompt_logprob: self.prompt_logprob(),
             token_logprobs: self.logprobs,
             tool_calls: Vec::new(),
             logprobs: self.detail,

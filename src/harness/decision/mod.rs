@@ -16,6 +16,8 @@
 //!   to the secondary lane;
 //! - `early`: a cascade's escalation while the primary still generates,
 //!   from its streamed confidence;
+//! - `prompt`: a two-stage cascade's escalation before the primary
+//!   generates, from its score of the prompt;
 //! - `admit`: asking to start a lane, the shell's admission answer,
 //!   cancelling;
 //! - `stream`: tokens, the streaming commit, what reaches the caller;
@@ -36,6 +38,7 @@ mod decide;
 mod early;
 mod lanes;
 mod plan;
+mod prompt;
 mod report;
 mod stream;
 #[cfg(test)]
@@ -105,6 +108,10 @@ pub(crate) struct CoreSetup {
     /// primary's streamed log-probabilities (its threshold is in this
     /// signal's units); `None`: decisions wait for the whole answer.
     pub(crate) early: Option<Signal>,
+    /// A two-stage cascade's prompt threshold (in
+    /// [`Signal::PromptLogprob`]'s units): the local primary scores the
+    /// prompt and the run escalates before generation below it.
+    pub(crate) prompt_threshold: Option<f64>,
 }
 
 /// What happened, as the shell tells the core.
@@ -118,6 +125,9 @@ pub(crate) enum Input {
     /// A lane's worker sampled a token of this log-probability (only
     /// lanes the core watches: [`Core::watches_logprobs`]).
     Logprob { lane: Lane, logprob: f32 },
+    /// A lane's worker scored the prompt (only a lane the core asked:
+    /// [`Core::watches_prompt`]).
+    PromptScore { lane: Lane, score: f32 },
     /// A lane's worker returned.
     /// Boxed: tokens are the frequent input and stay small.
     Finished(Box<Finished>),
@@ -213,6 +223,7 @@ pub(crate) struct Core {
     calls: calls::Calls,
     deciding: decide::Pending,
     early: early::Early,
+    prompt: prompt::Stage,
     stage: Stage,
 }
 
@@ -237,6 +248,10 @@ impl Core {
                 Policy::Cascade { .. } => run.early,
                 _ => None,
             }),
+            prompt: prompt::Stage::new(match run.policy {
+                Policy::Cascade { .. } => run.prompt_threshold,
+                _ => None,
+            }),
             stage: Stage::Open,
             run,
         }
@@ -252,6 +267,9 @@ impl Core {
             Input::Token { lane, piece } => self.on_token(lane, piece, now, &mut fx),
             Input::Logprob { lane, logprob } if open => {
                 self.on_logprob(lane, logprob, now, &mut fx)
+            }
+            Input::PromptScore { lane, score } if open => {
+                self.on_prompt_score(lane, score, now, &mut fx)
             }
             // Once decided, a finished lane is recorded but never scored.
             Input::Finished(f) => self.on_finished(*f, open, now, &mut fx),
@@ -276,6 +294,7 @@ impl Core {
             }
             Input::Called { .. }
             | Input::Logprob { .. }
+            | Input::PromptScore { .. }
             | Input::HedgeDue
             | Input::ShareDue
             | Input::Deadline

@@ -43,6 +43,9 @@ pub(super) enum CutPrimary {
     /// Its streamed confidence fell below the threshold (`early`); the
     /// note says how.
     Confidence(String),
+    /// Its score of the prompt was below the prompt threshold (`prompt`);
+    /// the note says how.
+    Prompt(String),
 }
 
 impl CutPrimary {
@@ -50,6 +53,7 @@ impl CutPrimary {
         match self {
             CutPrimary::Share => "overran its share of the deadline; cancelled to escalate".into(),
             CutPrimary::Confidence(how) => format!("{how}; cancelled to escalate early"),
+            CutPrimary::Prompt(how) => format!("{how}; cancelled before generating"),
         }
     }
 
@@ -58,7 +62,7 @@ impl CutPrimary {
             CutPrimary::Share => {
                 format!("overran its share, but {lane} could not start; kept running")
             }
-            CutPrimary::Confidence(how) => {
+            CutPrimary::Confidence(how) | CutPrimary::Prompt(how) => {
                 format!("{how}, but {lane} could not start; kept running")
             }
         }

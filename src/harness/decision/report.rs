@@ -69,6 +69,7 @@ impl Core {
             callback_ms: callbacks.iter().map(|r| r.elapsed_ms).sum(),
             callbacks,
             late_workers,
+            prompt_stage: self.prompt_stage(),
         };
         fx.push(Effect::Emit(Event::Decision {
             run_id: run.run_id,

@@ -165,6 +165,7 @@ impl Shell {
             callback_budget: route.callback_budget,
             cancel_grace: route.cancel_grace,
             early: route.escalate_early,
+            prompt_threshold: route.prompt_escalate_below,
         });
         Self {
             core,
@@ -278,9 +279,22 @@ impl Shell {
             .core
             .watches_logprobs(lane)
             .then(|| self.shared.tx.clone());
+        let prompt_watch = self
+            .core
+            .watches_prompt(lane)
+            .then(|| self.shared.tx.clone());
         let make_job = || {
             let messages = messages.unwrap_or_else(|| self.request.messages.clone());
-            let job = LaneJob::new(messages, self.request.sampling.clone(), self.deadline);
+            let mut sampling = self.request.sampling.clone();
+            sampling.score_prompt |= prompt_watch.is_some();
+            let mut job = LaneJob::new(messages, sampling, self.deadline);
+            if let Some(tx) = prompt_watch {
+                // The prompt's score, for a two-stage cascade's first
+                // stage.
+                job = job.with_prompt_score_sink(move |score| {
+                    let _ = tx.send(WorkerMsg::PromptScore { lane, score });
+                });
+            }
             match watch {
                 // Each sampled token's log-probability, for the cascade's
                 // early escalation.

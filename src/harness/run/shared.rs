@@ -37,6 +37,10 @@ pub(crate) enum WorkerMsg {
         lane: Lane,
         logprob: f32,
     },
+    PromptScore {
+        lane: Lane,
+        score: f32,
+    },
     /// Boxed: tokens are the frequent message and stay small.
     Finished(Box<Finished>),
 }
@@ -46,6 +50,7 @@ impl From<WorkerMsg> for Input {
         match msg {
             WorkerMsg::Token { lane, piece } => Input::Token { lane, piece },
             WorkerMsg::Logprob { lane, logprob } => Input::Logprob { lane, logprob },
+            WorkerMsg::PromptScore { lane, score } => Input::PromptScore { lane, score },
             WorkerMsg::Finished(f) => Input::Finished(f),
         }
     }

@@ -7,6 +7,7 @@
 
 mod early;
 mod policies;
+mod prompt;
 mod reasons;
 mod stages;
 mod validity;
@@ -48,6 +49,7 @@ pub(super) fn setup(policy: Policy) -> CoreSetup {
         callback_budget: Duration::from_millis(10),
         cancel_grace: Duration::from_millis(5),
         early: None,
+        prompt_threshold: None,
     }
 }
 
