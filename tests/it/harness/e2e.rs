@@ -196,6 +196,70 @@ fn a_cascade_escalates_early_while_the_real_local_lane_generates() {
     );
 }
 
+#[test]
+fn a_two_stage_cascade_reads_the_real_prompt_score_before_local_generates() {
+    let cloud = Scripted::new("cloud");
+    // The random model finds every prompt unlikely (mean log-probability
+    // far below 0): a prompt threshold of 0 sends every prompt to the
+    // cloud, one of -1000 none.
+    let h = Harness::builder()
+        .local(local_backend())
+        .cloud(cloud.clone())
+        .route(
+            "straight",
+            Route::new(Policy::cascade(0.0)).prompt_escalate_below(0.0),
+        )
+        .route(
+            "kept",
+            Route::new(Policy::cascade(0.0)).prompt_escalate_below(-1000.0),
+        )
+        .deadline(Duration::from_secs(60))
+        .cancel_grace(HANG)
+        .build()
+        .unwrap();
+    let run = h
+        .start(
+            request("Tell me a long story", 200),
+            RunOptions::new().route("straight"),
+        )
+        .unwrap();
+    let task = cloud.next_task();
+    task.complete("the cloud's answer");
+    let out = run.wait().unwrap();
+    assert_eq!(out.winner, Some(Lane::Cloud), "{out:#?}");
+    let stage = out.prompt_stage.clone().expect("a two-stage run");
+    assert!(stage.straight_to_cloud, "{stage:?}");
+    let score = stage.score.expect("the local lane scored the prompt");
+    assert!(score < 0.0, "{score}");
+    let local = out.lane(Lane::Local);
+    assert_eq!(local.status, LaneStatus::Cancelled, "{local:#?}");
+    assert!(
+        local
+            .note
+            .as_deref()
+            .is_some_and(|n| n.ends_with("cancelled before generating")),
+        "{local:#?}"
+    );
+    // Above the prompt threshold the cascade runs as configured, and the
+    // stage's score is the one the local answer carries.
+    let out = h
+        .run_blocking_with(
+            request("Tell me a long story", 6),
+            RunOptions::new().route("kept"),
+        )
+        .unwrap();
+    assert_eq!(out.winner, Some(Lane::Local), "{out:#?}");
+    let stage = out.prompt_stage.clone().expect("a two-stage run");
+    assert!(!stage.straight_to_cloud);
+    let signal = out
+        .completion
+        .as_ref()
+        .and_then(|c| c.signals.as_ref())
+        .and_then(|s| s.prompt_logprob);
+    assert!(signal.is_some(), "{out:#?}");
+    assert_eq!(stage.score.map(|s| s as f32), signal);
+}
+
 /// A runtime for loopback servers (they run on its threads while the test
 /// drives the harness through the blocking API).
 pub(super) fn server_runtime() -> tokio::runtime::Runtime {
