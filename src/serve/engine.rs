@@ -231,6 +231,10 @@ pub(crate) struct Summary {
     /// The lane the log-probabilities come from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) logprobs_from: Option<Lane>,
+    /// A two-stage cascade's first stage: the prompt's score, its
+    /// threshold and whether it sent the run straight to the cloud.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) prompt_stage: Option<crate::harness::PromptStage>,
 }
 
 impl Summary {

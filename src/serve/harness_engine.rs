@@ -249,6 +249,7 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
             .as_ref()
             .filter(|c| c.logprobs.is_some())
             .and(o.winner),
+        prompt_stage: o.prompt_stage.clone(),
     }
 }
 

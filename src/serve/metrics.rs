@@ -84,6 +84,8 @@ struct LaneMetrics {
 struct State {
     http: BTreeMap<(&'static str, u16), u64>,
     runs: BTreeMap<(String, &'static str), u64>,
+    /// Two-stage runs by their first stage's decision.
+    prompt_stage: BTreeMap<&'static str, u64>,
     busy_rejections: u64,
     request_duration: Histogram,
     request_ttft: Histogram,
@@ -132,6 +134,14 @@ impl Metrics {
             .entry((s.policy.clone(), s.status.as_str()))
             .or_default() += 1;
         st.request_duration.observe(s.elapsed_ms / 1e3);
+        if let Some(p) = &s.prompt_stage {
+            let decision = match (p.score, p.straight_to_cloud) {
+                (None, _) => "unscored",
+                (Some(_), true) => "cloud",
+                (Some(_), false) => "local",
+            };
+            *st.prompt_stage.entry(decision).or_default() += 1;
+        }
         for l in &s.lanes {
             let m = &mut st.lanes[l.lane];
             if matches!(l.status, LaneStatus::Busy | LaneStatus::Unavailable) || l.status.ran() {
@@ -319,6 +329,17 @@ const FAMILIES: &[Family] = &[
             for ((policy, status), n) in &v.st.runs {
                 let policy = escape(policy);
                 let _ = writeln!(o, "{name}{{policy=\"{policy}\",status=\"{status}\"}} {n}");
+            }
+        }),
+    ),
+    family(
+        "edgecloud_prompt_stage_total",
+        COUNTER,
+        "Two-stage cascade runs by their first stage's decision: cloud (the prompt's score was below the threshold: straight to the cloud), local (the local lane went on), unscored (no score came).",
+        Samples::Custom(|name, v, o| {
+            for decision in ["cloud", "local", "unscored"] {
+                let n = v.st.prompt_stage.get(decision).copied().unwrap_or(0);
+                let _ = writeln!(o, "{name}{{decision=\"{decision}\"}} {n}");
             }
         }),
     ),
@@ -579,6 +600,7 @@ mod tests {
             tool_calls: Vec::new(),
             logprobs: None,
             logprobs_from: None,
+            prompt_stage: None,
         }
     }
 
@@ -797,7 +819,14 @@ mod tests {
         cloud.tokens.provider_prompt = Some(7);
         cloud.tokens.provider_completion = Some(2);
         cloud.total_ms = Some(1200.0);
-        m.run(&summary(Status::Ok, vec![local, cloud]));
+        let mut staged = summary(Status::Ok, vec![local, cloud]);
+        staged.prompt_stage = Some(crate::harness::PromptStage {
+            signal: crate::harness::Signal::PromptLogprob,
+            threshold: -2.0,
+            score: Some(-2.5),
+            straight_to_cloud: true,
+        });
+        m.run(&staged);
         let mut odd = summary(
             Status::DeadlineExceeded,
             vec![

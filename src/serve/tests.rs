@@ -206,6 +206,7 @@ impl Fake {
             tool_calls: Vec::new(),
             logprobs: None,
             logprobs_from: None,
+            prompt_stage: None,
         };
         let words: Vec<String> = prompt.split_inclusive(' ').map(str::to_string).collect();
         summary.lanes[0].tokens = Tokens {
