@@ -877,7 +877,8 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
             pct(ch.point.accuracy)
         ),
     };
-    Some(format!(
+    let (default_route, two_stage_table) = two_stage_snippet(c, local_share).unwrap_or_default();
+    let snippet = format!(
         "# From `edgecloud bench calibrate {source}`: {} items at {} ms.\n\
          {figures}\
          # Local only {}, cloud only {}.\n\
@@ -916,7 +917,64 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
         } else {
             String::new()
         }
-    ))
+    );
+    Some(format!("{snippet}{default_route}{two_stage_table}"))
+}
+
+/// Route choices apart from the answer-only cascade: the two-stage route
+/// on `prompt_logprob` (the prompt-only signal a route reads live), as a
+/// `[routes.two-stage]` table with both fitted thresholds, and the
+/// `[harness]` line making it the default: active when, on the
+/// calibration items, it reaches the target with a mean latency at most
+/// 0.9x the cascade's (decided before looking at the held-out half),
+/// commented otherwise. `None` when no such route was fitted. A stage
+/// the fit never uses gets the value -1e30 (never below it).
+fn two_stage_snippet(c: &Calibration, local_share: f64) -> Option<(String, String)> {
+    let t = c
+        .two_stage
+        .iter()
+        .find(|t| t.prompt_signal == Signal::PromptLogprob)?;
+    let (two, cas) = (t.in_sample, t.cascade_in_sample);
+    let ratio = two.mean_ms / cas.mean_ms.max(1e-9);
+    let wins = two.accuracy >= t.target_accuracy && ratio <= 0.9;
+    let held = match (t.held_out, t.cascade_held_out) {
+        (Some(h), Some(hc)) => format!(
+            "; held out {} at {} cloud calls, {:.2}x the cascade's latency",
+            pct(h.accuracy),
+            pct(h.cloud_share),
+            h.mean_ms / hc.mean_ms.max(1e-9)
+        ),
+        _ => String::new(),
+    };
+    let line = format!(
+        "# Two-stage ([routes.two-stage] below): in sample {} at {} cloud calls ({} straight to\n\
+         # the cloud), mean latency {ratio:.2}x the answer-only cascade's (simulated){held}.\n\
+         {}default_route = \"two-stage\"\n",
+        pct(two.accuracy),
+        pct(two.cloud_share),
+        pct(two.straight_share),
+        if wins {
+            ""
+        } else {
+            "# Not the default: it does not save 10% of the cascade's latency in sample.\n# "
+        },
+    );
+    // No threshold ("never" in the report): the fit sends no prompt
+    // straight to the cloud, or keeps every local answer it does not.
+    let never = |v: Option<f64>| v.map_or("-1e30".into(), fmt_threshold);
+    let (prompt, answer) = (never(t.thresholds.prompt), never(t.thresholds.answer));
+    let table = format!(
+        "\n# The prompt's mean token log-probability is read in the local lane's prompt pass:\n\
+         # below the first value the cloud starts before local generates anything.\n\
+         [routes.two-stage]\n\
+         policy = \"cascade\"\n\
+         deadline_ms = {}\n\
+         local_share = {local_share}\n\
+         prompt_escalate_below = {{ signal = \"{}\", value = {prompt} }}\n\
+         escalate_below = {{ signal = \"{}\", value = {answer} }}\n",
+        c.deadline_ms, t.prompt_signal, t.answer_signal,
+    );
+    Some((line, table))
 }
 
 /// The chart: accuracy against cloud share, one line per signal, the

@@ -339,6 +339,7 @@ fn base(job: &Job<'_>, status: RunStatus) -> RunRecord {
         tokens_saved: TokensSaved::default(),
         expected_match: None,
         error: None,
+        prompt_stage: None,
     }
 }
 
@@ -422,6 +423,7 @@ pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
     r.elapsed_ms = o.elapsed_ms;
     r.ttft_ms = o.ttft_ms;
     r.overshoot_ms = o.overshoot_ms;
+    r.prompt_stage = o.prompt_stage.clone();
     r.lanes = o
         .lanes
         .iter()

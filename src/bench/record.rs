@@ -256,6 +256,10 @@ pub struct RunRecord {
     /// Why the run did not succeed.
     #[serde(default)]
     pub error: Option<String>,
+    /// A two-stage cascade's first stage (the prompt's score, its
+    /// threshold, whether it sent the run straight to the cloud).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_stage: Option<crate::harness::PromptStage>,
 }
 
 impl RunRecord {

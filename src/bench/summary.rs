@@ -611,6 +611,7 @@ mod tests {
             tokens_saved: TokensSaved::default(),
             expected_match: None,
             error: None,
+            prompt_stage: None,
         }
     }
 

@@ -529,6 +529,20 @@ fn prompt_signals_are_recorded_resumed_joined_and_checked() {
     assert_eq!(c["two_stage"].as_array().unwrap().len(), 2);
     let md = std::fs::read_to_string(dir.join("cal").join("calibration.md")).unwrap();
     assert!(md.contains("## Two-stage routing"), "{md}");
+    // calibrated.toml carries the live two-stage route (prompt_logprob is
+    // the prompt-only signal a route reads) with both thresholds, and the
+    // binary takes it as a config.
+    let cfg = dir.join("cal").join("calibrated.toml");
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        toml.contains("[routes.two-stage]")
+            && toml.contains("prompt_escalate_below = { signal = \"prompt_logprob\", value = ")
+            && toml.contains("default_route = \"two-stage\""),
+        "{toml}"
+    );
+    let shown = ok(run(&["config", "show", "--config", cfg.to_str().unwrap()]));
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("prompt_escalate_below"), "{shown}");
 
     // Bad input: another workload's file, another model's eval file.
     let edited = |name: &str, key: &str, value: &str| {

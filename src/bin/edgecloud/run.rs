@@ -348,6 +348,20 @@ fn summary(o: &Outcome) -> String {
         s.push_str(&format!("   error: {e}\n"));
     }
     s.push_str(&format!("   decision: {}\n", o.decision.reason));
+    if let Some(p) = &o.prompt_stage {
+        s.push_str(&format!(
+            "   prompt stage: {} {} (threshold {}): {}\n",
+            p.signal,
+            p.score
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.4}")),
+            p.threshold,
+            match (p.score, p.straight_to_cloud) {
+                (None, _) => "no score came",
+                (Some(_), true) => "straight to the cloud",
+                (Some(_), false) => "local went on",
+            }
+        ));
+    }
     for r in &o.lanes {
         s.push_str(&lane_line(r));
     }
