@@ -50,8 +50,11 @@ pub struct Overrides {
     pub batch_size: Option<u32>,
     /// Whether the local model is probed in a child process first.
     pub probe: Option<ProbeMode>,
-    /// Speculative decoding of the local lane (`off`, `ngram`).
+    /// Speculative decoding of the local lane (`off`, `ngram`, `draft`).
     pub spec_type: Option<SpecType>,
+    /// The draft model for `spec_type` `draft`: a smaller GGUF file with
+    /// the same vocabulary.
+    pub model_draft: Option<PathBuf>,
     /// Most tokens drafted per step.
     pub draft_max: Option<u32>,
     /// Fewest drafts verified.
@@ -91,7 +94,7 @@ impl Overrides {
         if let Some(model) = &self.model {
             cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
         }
-        let local_settings: [(&'static str, bool); 9] = [
+        let local_settings: [(&'static str, bool); 10] = [
             ("probe", self.probe.is_some()),
             ("threads", self.threads.is_some()),
             ("thread_policy", self.thread_policy.is_some()),
@@ -99,6 +102,7 @@ impl Overrides {
             ("context_size", self.context_size.is_some()),
             ("batch_size", self.batch_size.is_some()),
             ("spec_type", self.spec_type.is_some()),
+            ("model_draft", self.model_draft.is_some()),
             ("draft_max", self.draft_max.is_some()),
             ("draft_min", self.draft_min.is_some()),
         ];
@@ -124,6 +128,9 @@ impl Overrides {
                 }
                 if let Some(kind) = self.spec_type {
                     local.spec_type = kind;
+                }
+                if let Some(file) = &self.model_draft {
+                    local.model_draft = Some(file.clone());
                 }
                 if let Some(n) = self.draft_max {
                     local.draft_max = n;

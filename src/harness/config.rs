@@ -54,7 +54,7 @@ pub const EXAMPLE_CONFIG: &str = r#"# edgecloud.toml: lanes, default policy, nam
 model = "models/SmolLM2-135M-Instruct-Q8_0.gguf"
 threads = 4
 thread_policy = "adaptive"       # fewer threads while other programs hold cores; "fixed" never
-spec_type = "off"                # "ngram": greedy answers draft by prompt lookup (same answer)
+spec_type = "off"                # "ngram": drafts by prompt lookup; "draft": by model_draft (same answer)
 
 [cloud]
 base_url = "https://api.openai.com/v1"

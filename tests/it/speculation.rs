@@ -495,6 +495,42 @@ fn the_settings_come_from_flags_variables_and_the_file_and_are_reported() {
     assert_eq!(v["sources"]["local.spec_type"], "env EDGECLOUD_SPEC_TYPE");
     assert_eq!(v["sources"]["local.draft_max"], "flag --draft-max");
 
+    // The draft model through run's flags: `config show` names it, and a
+    // run with `--spec-type draft` (refused without a draft model) answers
+    // as one without speculation.
+    let out = edgecloud()
+        .args(["config", "show", "--json", "--model", &model])
+        .args(["--spec-type", "draft", "--md", &model])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = crate::support::cli::json_of(&out);
+    assert_eq!(v["config"]["local"]["model_draft"], model.as_str());
+    assert_eq!(v["sources"]["local.model_draft"], "flag --model-draft");
+    let answer = |extra: &[&str]| {
+        let out = edgecloud()
+            .args([
+                "run",
+                "--model",
+                &model,
+                "--policy",
+                "local-only",
+                "--probe",
+                "off",
+            ])
+            .args(["--temperature", "0", "--max-tokens", "24"])
+            .args(extra)
+            .args(["--prompt", "alpha beta gamma alpha beta gamma"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(
+        answer(&["--spec-type", "draft", "--model-draft", &model]),
+        answer(&[])
+    );
+
     let file = crate::support::models::write_temp(
         "spec.toml",
         format!(

@@ -49,6 +49,7 @@ const FLAG_KEYS: &[(&str, &str, &str)] = &[
     ("context_size", "--context-size", "local.context_size"),
     ("batch_size", "--batch-size", "local.batch_size"),
     ("spec_type", "--spec-type", "local.spec_type"),
+    ("model_draft", "--model-draft", "local.model_draft"),
     ("draft_max", "--draft-max", "local.draft_max"),
     ("draft_min", "--draft-min", "local.draft_min"),
     ("probe", "--probe", "local.probe"),
@@ -215,6 +216,7 @@ fn local_value(l: &LocalConfig) -> Value {
         "probe_cache_dir": l.probe_cache_dir.as_ref().map(|p| p.display().to_string()),
         "grammar_pass": l.grammar_pass,
         "spec_type": l.spec_type,
+        "model_draft": l.model_draft.as_ref().map(|p| p.display().to_string()),
         "draft_max": l.draft_max,
         "draft_min": l.draft_min,
     })

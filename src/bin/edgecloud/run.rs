@@ -89,11 +89,21 @@ pub(crate) struct HarnessArgs {
     /// default for the CLI) or off.
     #[arg(long, value_name = "MODE")]
     pub(crate) probe: Option<ProbeMode>,
-    /// Speculative decoding of the local lane: off (the default) or ngram
-    /// (greedy answers draft tokens by prompt lookup and verify them in
-    /// the same step; the answer is unchanged).
+    /// Speculative decoding of the local lane: off (the default), ngram
+    /// (drafts by prompt lookup) or draft (drafts by --model-draft),
+    /// verified in the same step as the next token; a greedy answer is
+    /// unchanged, a sampled one keeps its distribution.
     #[arg(long, value_name = "TYPE", env = "EDGECLOUD_SPEC_TYPE")]
     pub(crate) spec_type: Option<SpecType>,
+    /// The draft model for --spec-type draft: a smaller GGUF file with the
+    /// same vocabulary (llama-server's --model-draft / -md).
+    #[arg(
+        long,
+        visible_alias = "md",
+        value_name = "FILE",
+        env = "EDGECLOUD_MODEL_DRAFT"
+    )]
+    pub(crate) model_draft: Option<PathBuf>,
     /// Most tokens drafted per step (default 16).
     #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MAX")]
     pub(crate) draft_max: Option<u32>,
@@ -132,6 +142,7 @@ impl HarnessArgs {
         o.batch_size = self.batch_size;
         o.probe = self.probe;
         o.spec_type = self.spec_type;
+        o.model_draft = self.model_draft.clone();
         o.draft_max = self.draft_max;
         o.draft_min = self.draft_min;
         o
