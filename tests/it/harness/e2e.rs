@@ -7,7 +7,7 @@ use crate::support::scripted::{Recorder, Scripted, HANG};
 use edgecloud::cloud::CloudConfig;
 use edgecloud::harness::{
     CancelResult, CloudBackend, Event, Harness, KeepRecent, LaneErrorKind, LaneStatus,
-    LocalBackend, Policy, Route, RunOptions, RunStatus, Signal,
+    LocalBackend, Outcome, Policy, Route, RunOptions, RunStatus, Signal,
 };
 use edgecloud::local::LocalConfig;
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
@@ -138,38 +138,54 @@ fn real_local_lane_races_a_cloud_that_never_answers() {
     );
 }
 
+/// The real local lane and a scripted cloud under two named routes.
+fn cascade_routes(cloud: &Scripted, routes: [(&str, Route); 2]) -> Harness {
+    let mut b = Harness::builder()
+        .local(local_backend())
+        .cloud(cloud.clone())
+        .deadline(Duration::from_secs(60))
+        .cancel_grace(HANG);
+    for (name, route) in routes {
+        b = b.route(name, route);
+    }
+    b.build().unwrap()
+}
+
+/// A long story asked on `route`, which the scripted cloud answers.
+fn cloud_answers_a_long_story(h: &Harness, cloud: &Scripted, route: &str) -> Outcome {
+    let run = h
+        .start(
+            request("Tell me a long story", 200),
+            RunOptions::new().route(route),
+        )
+        .unwrap();
+    cloud.next_task().complete("the cloud's answer");
+    let out = run.wait().unwrap();
+    assert_eq!(out.winner, Some(Lane::Cloud), "{out:#?}");
+    out
+}
+
 #[test]
 fn a_cascade_escalates_early_while_the_real_local_lane_generates() {
     let cloud = Scripted::new("cloud");
     // Every token of the random model is far below log-probability -1e-6:
     // the first one already decides, long before `max_tokens`.
-    let h = Harness::builder()
-        .local(local_backend())
-        .cloud(cloud.clone())
-        .route(
-            "early",
-            Route::new(Policy::cascade(-1e-6)).escalate_early(Signal::MinLogprob),
-        )
-        .route(
-            "late",
-            Route::new(Policy::cascade(-1e-6))
-                .escalate_early(Signal::MinLogprob)
-                .without_early_escalation(),
-        )
-        .deadline(Duration::from_secs(60))
-        .cancel_grace(HANG)
-        .build()
-        .unwrap();
-    let run = h
-        .start(
-            request("Tell me a long story", 200),
-            RunOptions::new().route("early"),
-        )
-        .unwrap();
-    let task = cloud.next_task();
-    task.complete("the cloud's answer");
-    let out = run.wait().unwrap();
-    assert_eq!(out.winner, Some(Lane::Cloud), "{out:#?}");
+    let h = cascade_routes(
+        &cloud,
+        [
+            (
+                "early",
+                Route::new(Policy::cascade(-1e-6)).escalate_early(Signal::MinLogprob),
+            ),
+            (
+                "late",
+                Route::new(Policy::cascade(-1e-6))
+                    .escalate_early(Signal::MinLogprob)
+                    .without_early_escalation(),
+            ),
+        ],
+    );
+    let out = cloud_answers_a_long_story(&h, &cloud, "early");
     let note = out.lane(Lane::Cloud).note.clone().unwrap_or_default();
     assert!(
         note.starts_with("started early: local's min_logprob fell to")
@@ -202,31 +218,20 @@ fn a_two_stage_cascade_reads_the_real_prompt_score_before_local_generates() {
     // The random model finds every prompt unlikely (mean log-probability
     // far below 0): a prompt threshold of 0 sends every prompt to the
     // cloud, one of -1000 none.
-    let h = Harness::builder()
-        .local(local_backend())
-        .cloud(cloud.clone())
-        .route(
-            "straight",
-            Route::new(Policy::cascade(0.0)).prompt_escalate_below(0.0),
-        )
-        .route(
-            "kept",
-            Route::new(Policy::cascade(0.0)).prompt_escalate_below(-1000.0),
-        )
-        .deadline(Duration::from_secs(60))
-        .cancel_grace(HANG)
-        .build()
-        .unwrap();
-    let run = h
-        .start(
-            request("Tell me a long story", 200),
-            RunOptions::new().route("straight"),
-        )
-        .unwrap();
-    let task = cloud.next_task();
-    task.complete("the cloud's answer");
-    let out = run.wait().unwrap();
-    assert_eq!(out.winner, Some(Lane::Cloud), "{out:#?}");
+    let h = cascade_routes(
+        &cloud,
+        [
+            (
+                "straight",
+                Route::new(Policy::cascade(0.0)).prompt_escalate_below(0.0),
+            ),
+            (
+                "kept",
+                Route::new(Policy::cascade(0.0)).prompt_escalate_below(-1000.0),
+            ),
+        ],
+    );
+    let out = cloud_answers_a_long_story(&h, &cloud, "straight");
     let stage = out.prompt_stage.clone().expect("a two-stage run");
     assert!(stage.straight_to_cloud, "{stage:?}");
     let score = stage.score.expect("the local lane scored the prompt");
