@@ -316,14 +316,25 @@ fn a_bert_model_loads_as_a_model_of_its_own_and_embeds() {
     assert_ne!(first.vectors[0], first.vectors[1]);
     let again = lane.embed(texts(&items)).unwrap();
     assert_eq!(again.vectors, first.vectors, "deterministic");
-    let done = lane.generate(LaneJob::new(
-        vec![ChatMessage::user("Hello?")],
-        Sampling {
-            max_tokens: 4,
-            temperature: 0.0,
-            ..Sampling::default()
-        },
-        Instant::now() + Duration::from_secs(600),
-    ));
-    eprintln!("generate on bert: {done:?}");
+    // Not a generative model: a generation job is refused, naming why.
+    assert!(!lane.can_generate());
+    let err = lane
+        .generate(LaneJob::new(
+            vec![ChatMessage::user("Hello?")],
+            Sampling {
+                max_tokens: 4,
+                temperature: 0.0,
+                ..Sampling::default()
+            },
+            Instant::now() + Duration::from_secs(600),
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(err, LocalError::NotGenerative { ref architecture } if architecture == "bert"),
+        "{err}"
+    );
+    assert_eq!(err.kind(), "cannot_generate");
+    assert!(err.to_string().contains("embedding model"), "{err}");
+    // A chat model generates.
+    assert!(shared_lane().can_generate());
 }
