@@ -33,6 +33,14 @@ pub enum Preset {
     /// the per-token work over the logits (sampling, log-probabilities)
     /// weighs as it does on large-vocabulary models. About 300 MB.
     Bench135mVocab262k,
+    /// An embedding model of llama.cpp's `bert` architecture (what
+    /// bge-small and all-MiniLM are): n_embd 64, 2 layers, 4 heads, FFN
+    /// 128, vocabulary 512 (the `tiny` tokenizer, `<|im_start|>` standing
+    /// for `[CLS]` and `<|im_end|>` for `[SEP]`, both added), learned
+    /// positions for 512 tokens, bidirectional attention, `cls` pooling
+    /// named in the GGUF, no output head and no chat template; all F32,
+    /// about 0.6 MB.
+    TinyBert,
 }
 
 impl Preset {
@@ -42,12 +50,13 @@ impl Preset {
             Preset::Tiny => "tiny",
             Preset::Bench135m => "bench-135m",
             Preset::Bench135mVocab262k => "bench-135m-262k",
+            Preset::TinyBert => "tiny-bert",
         }
     }
 
     fn shape(self) -> Shape {
         match self {
-            Preset::Tiny => Shape {
+            Preset::Tiny | Preset::TinyBert => Shape {
                 n_embd: 64,
                 n_layer: 2,
                 n_head: 4,
@@ -85,9 +94,12 @@ impl fmt::Display for Preset {
     }
 }
 
-/// A preset name that is not `tiny`, `bench-135m` or `bench-135m-262k`.
+/// A preset name that is not `tiny`, `bench-135m`, `bench-135m-262k` or
+/// `tiny-bert`.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown model preset {0:?} (expected \"tiny\", \"bench-135m\" or \"bench-135m-262k\")")]
+#[error(
+    "unknown model preset {0:?} (expected \"tiny\", \"bench-135m\", \"bench-135m-262k\" or \"tiny-bert\")"
+)]
 pub struct UnknownPreset(String);
 
 impl FromStr for Preset {
@@ -98,6 +110,7 @@ impl FromStr for Preset {
             "tiny" => Ok(Preset::Tiny),
             "bench-135m" => Ok(Preset::Bench135m),
             "bench-135m-262k" => Ok(Preset::Bench135mVocab262k),
+            "tiny-bert" => Ok(Preset::TinyBert),
             other => Err(UnknownPreset(other.to_string())),
         }
     }
@@ -190,6 +203,14 @@ fn write_tweaked_to<W: Write>(
     seed: u64,
     tweaks: &[Tweak],
 ) -> io::Result<()> {
+    if preset == Preset::TinyBert {
+        if !tweaks.is_empty() {
+            return Err(invalid_tweak(
+                "tweaks apply to the llama presets only".to_string(),
+            ));
+        }
+        return write_bert_to(out, preset, seed);
+    }
     let mut s = preset.shape();
     for t in tweaks {
         if let Tweak::KvHeads(n) = t {
@@ -345,6 +366,105 @@ fn write_tweaked_to<W: Write>(
     )
 }
 
+/// The `bert` architecture as llama.cpp's `llama_model_bert` loads it
+/// (tensor names and shapes from its `load_arch_tensors`): token, token
+/// type and position embeddings with a layer norm, then per layer Q/K/V
+/// and output projections with biases, a post-attention layer norm, a GELU
+/// feed-forward with biases and a post-FFN layer norm.
+fn write_bert_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result<()> {
+    let s = preset.shape();
+    let n_ctx = 512u64;
+    let vocab = vocab::build(s.n_vocab as usize);
+    let u32v = |v: u64| Value::U32(u32::try_from(v).expect("preset dimensions fit in u32"));
+    let metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::Str("bert".into())),
+        (
+            "general.name",
+            Value::Str(format!("edgecloud {preset} (random weights)")),
+        ),
+        (
+            "general.alignment",
+            Value::U32(format::DEFAULT_ALIGNMENT as u32),
+        ),
+        ("general.file_type", Value::U32(0)),
+        ("bert.context_length", u32v(n_ctx)),
+        ("bert.embedding_length", u32v(s.n_embd)),
+        ("bert.block_count", u32v(s.n_layer)),
+        ("bert.feed_forward_length", u32v(s.n_ff)),
+        ("bert.attention.head_count", u32v(s.n_head)),
+        ("bert.attention.layer_norm_epsilon", Value::F32(1e-12)),
+        ("bert.attention.causal", Value::Bool(false)),
+        // llama.cpp's LLAMA_POOLING_TYPE_CLS.
+        ("bert.pooling_type", Value::U32(2)),
+        ("tokenizer.ggml.model", Value::Str("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::Str("default".into())),
+        ("tokenizer.ggml.tokens", Value::StrArray(vocab.tokens)),
+        (
+            "tokenizer.ggml.token_type",
+            Value::I32Array(vocab.token_types),
+        ),
+        ("tokenizer.ggml.scores", Value::F32Array(vocab.scores)),
+        ("tokenizer.ggml.merges", Value::StrArray(vocab.merges)),
+        ("tokenizer.ggml.token_type_count", Value::U32(2)),
+        ("tokenizer.ggml.bos_token_id", Value::U32(IM_START_ID)),
+        ("tokenizer.ggml.eos_token_id", Value::U32(IM_END_ID)),
+        ("tokenizer.ggml.unknown_token_id", Value::U32(ENDOFTEXT_ID)),
+        ("tokenizer.ggml.padding_token_id", Value::U32(ENDOFTEXT_ID)),
+        ("tokenizer.ggml.add_bos_token", Value::Bool(true)),
+        ("tokenizer.ggml.add_eos_token", Value::Bool(true)),
+        (
+            "edgecloud.generator.preset",
+            Value::Str(preset.name().into()),
+        ),
+        ("edgecloud.generator.seed", Value::U64(seed)),
+    ];
+    let t = |name: String, dims: Vec<u64>| TensorSpec {
+        name,
+        dims,
+        ty: format::F32,
+    };
+    let (e, f) = (s.n_embd, s.n_ff);
+    let mut tensors = vec![
+        t("token_embd.weight".into(), vec![e, s.n_vocab]),
+        t("token_types.weight".into(), vec![e, 2]),
+        t("position_embd.weight".into(), vec![e, n_ctx]),
+        t("token_embd_norm.weight".into(), vec![e]),
+        t("token_embd_norm.bias".into(), vec![e]),
+    ];
+    for i in 0..s.n_layer {
+        for part in ["attn_q", "attn_k", "attn_v", "attn_output"] {
+            tensors.push(t(format!("blk.{i}.{part}.weight"), vec![e, e]));
+            tensors.push(t(format!("blk.{i}.{part}.bias"), vec![e]));
+        }
+        tensors.push(t(format!("blk.{i}.attn_output_norm.weight"), vec![e]));
+        tensors.push(t(format!("blk.{i}.attn_output_norm.bias"), vec![e]));
+        tensors.push(t(format!("blk.{i}.ffn_up.weight"), vec![e, f]));
+        tensors.push(t(format!("blk.{i}.ffn_up.bias"), vec![f]));
+        tensors.push(t(format!("blk.{i}.ffn_down.weight"), vec![f, e]));
+        tensors.push(t(format!("blk.{i}.ffn_down.bias"), vec![e]));
+        tensors.push(t(format!("blk.{i}.layer_output_norm.weight"), vec![e]));
+        tensors.push(t(format!("blk.{i}.layer_output_norm.bias"), vec![e]));
+    }
+    write_gguf(
+        out,
+        &metadata,
+        &tensors,
+        format::DEFAULT_ALIGNMENT,
+        |i, w| {
+            let t = &tensors[i];
+            if t.name.ends_with("norm.weight") {
+                // Layer norm gains of 1.0 keep activations at a sane scale.
+                let ones: Vec<u8> = (0..t.dims[0]).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+                return w.write_all(&ones);
+            }
+            // Biases and matrices alike: small random values, one stream
+            // per tensor.
+            let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(GAMMA));
+            write_random(w, t, &mut rng)
+        },
+    )
+}
+
 /// Standard deviation of generated weights: small, like a freshly
 /// initialised network, so activations never overflow.
 const WEIGHT_STD: f32 = 0.02;
@@ -456,7 +576,12 @@ mod tests {
 
     #[test]
     fn preset_names_round_trip() {
-        for p in [Preset::Tiny, Preset::Bench135m, Preset::Bench135mVocab262k] {
+        for p in [
+            Preset::Tiny,
+            Preset::Bench135m,
+            Preset::Bench135mVocab262k,
+            Preset::TinyBert,
+        ] {
             assert_eq!(p.to_string().parse::<Preset>().unwrap(), p);
         }
         let err = "huge".parse::<Preset>().unwrap_err();

@@ -201,6 +201,35 @@ fn model_pooling(model: &LlamaModel) -> Option<Pooling> {
     Pooling::from_llama(value.trim().parse().ok()?)
 }
 
+/// llama.cpp's architectures that are encoders for embeddings: no
+/// language-model head, so no text to generate.
+const EMBEDDING_ARCHITECTURES: &[&str] = &[
+    "bert",
+    "nomic-bert",
+    "nomic-bert-moe",
+    "jina-bert-v2",
+    "jina-bert-v3",
+    "modern-bert",
+    "neo-bert",
+    "eurobert",
+    "t5encoder",
+];
+
+/// The architecture of `model` when it is an embedding-only model: one of
+/// llama.cpp's encoder architectures, or any whose GGUF says
+/// `{arch}.attention.causal = false` and names a pooling (an encoder
+/// converted under another name). `None` for a model that generates.
+pub(super) fn embedding_only(model: &LlamaModel) -> Option<String> {
+    let arch = model.meta_val_str("general.architecture").ok()?;
+    let causal = model
+        .meta_val_str(&format!("{arch}.attention.causal"))
+        .ok()
+        .map(|v| v.trim().to_string());
+    let bidirectional = causal.as_deref() == Some("false");
+    let pooled = model_pooling(model).is_some_and(|p| p != Pooling::None);
+    (EMBEDDING_ARCHITECTURES.contains(&arch.as_str()) || (bidirectional && pooled)).then_some(arch)
+}
+
 /// Turns inputs into token sequences the embedder can decode, or the
 /// first input's error.
 pub(super) fn tokenize(

@@ -75,6 +75,14 @@ pub enum LocalError {
         /// Why.
         detail: String,
     },
+    /// This model is an embedding model (an encoder such as `bert`, with
+    /// bidirectional attention and no language-model head): it embeds, it
+    /// does not generate text.
+    #[error("this model ({architecture}) is an embedding model: it cannot generate text (use it for embeddings)")]
+    NotGenerative {
+        /// The GGUF's `general.architecture`.
+        architecture: String,
+    },
     /// The request itself is invalid.
     #[error(transparent)]
     InvalidRequest(#[from] crate::request::InvalidRequest),
@@ -204,6 +212,7 @@ impl LocalError {
             LocalError::EmbeddingTooLong { .. } => "context_length_exceeded",
             LocalError::EmbeddingInput { .. } => "invalid_input",
             LocalError::CannotEmbed { .. } => "cannot_embed",
+            LocalError::NotGenerative { .. } => "cannot_generate",
             LocalError::Decode { .. } => "decode",
             LocalError::DraftVocab { .. } => "draft_vocab",
             LocalError::Setting(_) => "invalid_setting",

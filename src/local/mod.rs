@@ -476,6 +476,8 @@ struct Inner {
     info: LocalInfo,
     model: Arc<llama_cpp_2::model::LlamaModel>,
     embedding: EmbeddingInfo,
+    /// The architecture of an embedding-only model (no generation).
+    embedding_only: Option<String>,
 }
 
 impl std::fmt::Debug for LocalLane {
@@ -537,11 +539,13 @@ impl LocalLane {
         let lanes = lanes.max(1);
         let mut started = worker::spawn(config, lanes, validate)?;
         started.info.probe = probe;
+        let embedding_only = embedding::embedding_only(&started.model);
         let inner = Arc::new(Inner {
             jobs: Mutex::new(Some(started.jobs)),
             exited: Mutex::new(started.exited),
             info: started.info,
             model: started.model,
+            embedding_only,
             embedding: started.embedding,
         });
         Ok((0..lanes)
@@ -584,10 +588,16 @@ impl LocalLane {
         // the one validator of a request's sampling (the harness checked
         // its request the same way when the run started); the worker's
         // preparation and decode loop trust it from here on.
-        if let Err(e) = job.sampling.validate() {
+        let refused = match &self.inner.embedding_only {
+            Some(architecture) => Err(LocalError::NotGenerative {
+                architecture: architecture.clone(),
+            }),
+            None => job.sampling.validate().map_err(LocalError::from),
+        };
+        if let Err(e) = refused {
             // The permit goes with the job, before the result is seen.
             drop(job);
-            let _ = reply.send(Err(e.into()));
+            let _ = reply.send(Err(e));
             return LocalTicket { rx };
         }
         let envelope = Envelope {
@@ -615,6 +625,13 @@ impl LocalLane {
         if let Some(sender) = sender {
             let _ = sender.send(work);
         }
+    }
+
+    /// Whether this lane's model generates text: an embedding-only model
+    /// (`bert`, `nomic-bert`...) refuses every generation job with
+    /// [`LocalError::NotGenerative`] and only embeds.
+    pub fn can_generate(&self) -> bool {
+        self.inner.embedding_only.is_none()
     }
 
     /// What this lane's embeddings are: pooling, width, longest input.

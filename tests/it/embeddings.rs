@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use edgecloud::local::{EmbedInput, LocalConfig, LocalError, LocalLane, Pooling};
 use edgecloud::{ChatMessage, LaneJob, Sampling};
 
+use edgecloud::gguf::{write_model, Preset};
+
+use crate::support::models::fresh_path;
 use crate::support::real_model::smollm2;
 
 fn config() -> LocalConfig {
@@ -241,4 +244,97 @@ fn pooling_that_gives_no_vector_per_input_is_refused() {
     let out = lane.embed(texts(&["hello there"])).unwrap();
     assert_eq!(out.pooling, Pooling::Last);
     assert!((norm(&out.vectors[0]) - 1.0).abs() < 1e-5);
+}
+
+#[test]
+fn inputs_of_unequal_lengths_in_one_decode_each_give_their_vector_alone() {
+    // Issue 31: llama-server's `-np N` without `--kv-unified` gives each
+    // sequence a KV stream of its own, and llama.cpp then splits a batch
+    // into micro-batches of equal length per sequence: an input longer
+    // than the shortest one in the batch is spread over several
+    // micro-batches, and its pooled vector comes from the last one alone
+    // (cosine 0.6-0.8 to the same input embedded alone). The lane's
+    // embedding context has one KV cache for all its sequences (one
+    // stream: every input whole in one micro-batch); were that lost, this
+    // fails. Lengths from 1 to about 60 tokens, shortest in the middle.
+    let lane = shared_lane();
+    let mut items: Vec<String> = (0..16)
+        .map(|i| {
+            let words = ["river", "stone", "lantern", "harbour", "meadow", "engine"];
+            (0..(i * 4 + 1))
+                .map(|j| words[(i + j) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    items.insert(8, "Hi".to_string());
+    let refs: Vec<&str> = items.iter().map(String::as_str).collect();
+    let together = lane.embed(texts(&refs)).unwrap();
+    let lengths = &together.input_tokens;
+    assert!(
+        lengths.iter().max() > lengths.iter().min(),
+        "unequal lengths: {lengths:?}"
+    );
+    for (i, text) in refs.iter().enumerate() {
+        let alone = lane.embed(texts(&[text])).unwrap();
+        let c = cosine(&together.vectors[i], &alone.vectors[0]);
+        // Float rounding of a different decode shape only (llama-server
+        // with one KV cache agrees with the lane to 0.99996).
+        assert!(
+            c > 0.999,
+            "input {i} ({} tokens): cosine {c} to itself alone",
+            lengths[i]
+        );
+    }
+}
+
+#[test]
+fn a_bert_model_loads_as_a_model_of_its_own_and_embeds() {
+    // A generated random-weight GGUF of llama.cpp's `bert` architecture
+    // (no model hub here): bidirectional attention, `cls` pooling named in
+    // the file, no output head.
+    let path = fresh_path("tiny-bert.gguf");
+    write_model(&path, Preset::TinyBert, 7).unwrap();
+    let lane = LocalLane::start(LocalConfig {
+        threads: Some(2),
+        ..LocalConfig::new(&path)
+    })
+    .expect("a bert model loads");
+    let info = lane.embedding_info();
+    assert_eq!(info.pooling, Pooling::Cls);
+    assert_eq!(info.pooling_source, "model");
+    assert_eq!(info.dimensions, 64);
+    let items = ["The harbour at dawn.", "Quarterly revenue grew."];
+    let first = lane.embed(texts(&items)).unwrap();
+    assert_eq!(first.vectors.len(), 2);
+    for v in &first.vectors {
+        assert_eq!(v.len(), 64);
+        assert!((norm(v) - 1.0).abs() < 1e-5);
+    }
+    // Random weights: `[CLS]`'s vector moves little with the text, but
+    // it does move (attention is bidirectional).
+    assert_ne!(first.vectors[0], first.vectors[1]);
+    let again = lane.embed(texts(&items)).unwrap();
+    assert_eq!(again.vectors, first.vectors, "deterministic");
+    // Not a generative model: a generation job is refused, naming why.
+    assert!(!lane.can_generate());
+    let err = lane
+        .generate(LaneJob::new(
+            vec![ChatMessage::user("Hello?")],
+            Sampling {
+                max_tokens: 4,
+                temperature: 0.0,
+                ..Sampling::default()
+            },
+            Instant::now() + Duration::from_secs(600),
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(err, LocalError::NotGenerative { ref architecture } if architecture == "bert"),
+        "{err}"
+    );
+    assert_eq!(err.kind(), "cannot_generate");
+    assert!(err.to_string().contains("embedding model"), "{err}");
+    // A chat model generates.
+    assert!(shared_lane().can_generate());
 }

@@ -306,3 +306,53 @@ async fn a_pooling_that_gives_no_vector_per_input_is_a_400_naming_the_model() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bert_model_serves_embeddings_and_refuses_chat_as_not_generative() {
+    // A generated random-weight GGUF of llama.cpp's `bert` architecture
+    // (`cls` pooling named in the file): an embedding model served alone.
+    let path = crate::support::models::fresh_path("serve-tiny-bert.gguf");
+    edgecloud::gguf::write_model(&path, edgecloud::gguf::Preset::TinyBert, 3).unwrap();
+    let serve = ServeProcess::start(
+        &[
+            "--model",
+            path.to_str().unwrap(),
+            "--policy",
+            "local-only",
+            "--threads",
+            "2",
+            "--token-env",
+            "EMB_TOKEN",
+        ],
+        &[("EMB_TOKEN", TOKEN)],
+    );
+    let url = serve.url.clone();
+    let (status, _, out) = embed(
+        &url,
+        json!({"model": "edgecloud", "input": ["a harbour at dawn", "revenue grew"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{out}");
+    let a = vector(&out["data"][0]["embedding"]);
+    let b = vector(&out["data"][1]["embedding"]);
+    assert_eq!(a.len(), 64);
+    assert!((cosine(&a, &a) - 1.0).abs() < 1e-4);
+    assert_ne!(a, b);
+
+    // Chat: a 400 naming the cause, not a gateway error.
+    let resp = tokio::time::timeout(
+        HANG,
+        reqwest::Client::new()
+            .post(format!("{url}/chat/completions"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": "edgecloud", "messages": [{"role": "user", "content": "Hi"}]}))
+            .send(),
+    )
+    .await
+    .expect("no hang")
+    .expect("a response");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("embedding model"), "{text}");
+}

@@ -132,9 +132,9 @@ fn local_kind(e: &LocalError) -> LaneErrorKind {
         LocalError::PromptTooLong { .. } | LocalError::EmbeddingTooLong { .. } => {
             LaneErrorKind::ContextLengthExceeded
         }
-        LocalError::EmbeddingInput { .. } | LocalError::CannotEmbed { .. } => {
-            LaneErrorKind::InvalidRequest
-        }
+        LocalError::EmbeddingInput { .. }
+        | LocalError::CannotEmbed { .. }
+        | LocalError::NotGenerative { .. } => LaneErrorKind::InvalidRequest,
         LocalError::InvalidRequest(_) | LocalError::Grammar { .. } => LaneErrorKind::InvalidRequest,
         LocalError::Panicked { .. } => LaneErrorKind::Panicked,
         LocalError::WorkerGone | LocalError::Spawn { .. } => LaneErrorKind::Unavailable,
