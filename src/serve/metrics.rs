@@ -636,6 +636,7 @@ mod tests {
             runs_in_flight: 0,
             late_workers_running: 1,
             observer_events_dropped: 0,
+            models: Vec::new(),
         };
         let t = m.render(&health, 2);
         assert_eq!(
@@ -758,6 +759,7 @@ mod tests {
                 runs_in_flight: 0,
                 late_workers_running: 0,
                 observer_events_dropped: 0,
+                models: Vec::new(),
             },
             0,
         );
@@ -836,6 +838,7 @@ mod tests {
                 },
             ],
             instances: vec![InstanceState {
+                model: None,
                 instance: 0,
                 busy: true,
                 local_busy: true,
@@ -848,6 +851,7 @@ mod tests {
             runs_in_flight: 1,
             late_workers_running: 1,
             observer_events_dropped: 4,
+            models: Vec::new(),
         };
         (m, health)
     }

@@ -115,6 +115,8 @@ mod engine;
 mod harness_engine;
 mod http;
 mod metrics;
+mod models;
+mod models_config;
 mod response;
 mod responses;
 mod server;
@@ -127,6 +129,8 @@ mod tests;
 
 pub use self::config::{ServeConfig, DEFAULT_PORT};
 pub use self::cors::CorsOrigins;
+pub use self::models::{KeepAlive, MaxLoaded};
+pub use self::models_config::{LoadError, LoadedModel, Models};
 pub use self::token::BearerToken;
 
 use self::app::App;
@@ -206,6 +210,20 @@ pub enum ServeError {
         /// Why.
         reason: String,
     },
+    /// The models' names are unusable (empty, repeated, a route's).
+    #[error("invalid models: {reason}")]
+    Models {
+        /// Why.
+        reason: String,
+    },
+    /// A model to preload could not be loaded.
+    #[error("the model `{model}` could not be loaded: {reason}")]
+    ModelLoad {
+        /// Its name.
+        model: String,
+        /// Why (the loader's error, whole).
+        reason: String,
+    },
 }
 
 /// What shutdown found when its grace period ended (or everything
@@ -259,6 +277,35 @@ impl Server {
             presets: config.policy_presets.clone(),
         };
         Self::bind_engine(Arc::new(engine), config).await
+    }
+
+    /// Binds `config.listen` with several models behind it (see
+    /// [`Models`]): a request's `model` names one, which is loaded on its
+    /// first request (or here, with [`Models::preload`]).
+    pub async fn bind_models(models: Models, config: ServeConfig) -> Result<Server, ServeError> {
+        let names = models
+            .names()
+            .map_err(|reason| ServeError::Models { reason })?;
+        let (keep_alive, max_loaded) = models.settings();
+        let loader = models.loader(config.max_queue, config.policy_presets.clone());
+        let set = self::models::ModelSet::new(Arc::new(loader), names, keep_alive, max_loaded);
+        if models.preloads() {
+            for name in models.names_in_order() {
+                set.preload(&name)
+                    .await
+                    .map_err(|e| ServeError::ModelLoad {
+                        model: name.clone(),
+                        reason: match e {
+                            engine::StartError::ModelLoad { message, .. }
+                            | engine::StartError::ModelsBusy { message, .. }
+                            | engine::StartError::Invalid { message, .. }
+                            | engine::StartError::Internal(message) => message,
+                            other => format!("{other:?}"),
+                        },
+                    })?;
+            }
+        }
+        Self::bind_engine(Arc::new(set), config).await
     }
 
     pub(crate) async fn bind_engine(
