@@ -288,7 +288,8 @@ impl Server {
             .map_err(|reason| ServeError::Models { reason })?;
         let (keep_alive, max_loaded) = models.settings();
         let loader = models.loader(config.max_queue, config.policy_presets.clone());
-        let set = self::models::ModelSet::new(Arc::new(loader), names, keep_alive, max_loaded);
+        let set =
+            self::models::ModelSet::new(Arc::new(loader), names, keep_alive, max_loaded).sweep();
         if models.preloads() {
             for name in models.names_in_order() {
                 set.preload(&name)

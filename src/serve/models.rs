@@ -266,8 +266,8 @@ impl Drop for ModelSet {
 }
 
 impl ModelSet {
-    /// A set with nothing loaded, and its sweeper running on the current
-    /// runtime.
+    /// A set with nothing loaded; [`sweep`](Self::sweep) starts its
+    /// keep-alive sweeper.
     pub(crate) fn new(
         loader: Arc<dyn Loader>,
         names: Names,
@@ -296,8 +296,14 @@ impl ModelSet {
             }),
             wake: Arc::new(Notify::new()),
         });
-        tokio::spawn(sweep(Arc::downgrade(&inner), inner.wake.clone()));
         Self { inner }
+    }
+
+    /// Starts the sweeper on the current runtime: it unloads models idle
+    /// past their keep-alive until the set is dropped or shut down.
+    pub(crate) fn sweep(self) -> Self {
+        tokio::spawn(sweep(Arc::downgrade(&self.inner), self.inner.wake.clone()));
+        self
     }
 
     /// Loads `name` now (what `--preload` does), within the budget.
@@ -528,13 +534,22 @@ impl Inner {
         }
     }
 
-    /// Takes out the models whose keep-alive ran out and are idle; says
-    /// when to look again.
-    fn expired(&self) -> (Vec<Arc<Loaded>>, Option<Instant>) {
+    /// Unloads the models idle past their keep-alive at `now`; says when
+    /// to look again.
+    async fn sweep_once(&self, now: Instant) -> Option<Instant> {
+        let (expired, next) = self.expired(now);
+        for loaded in expired {
+            self.unload(loaded).await;
+        }
+        next
+    }
+
+    /// Takes out the models whose keep-alive ran out at `now` and are
+    /// idle; says when to look again.
+    fn expired(&self, now: Instant) -> (Vec<Arc<Loaded>>, Option<Instant>) {
         let KeepAlive::For(keep) = self.keep_alive else {
             return (Vec::new(), None);
         };
-        let now = Instant::now();
         let mut st = self.lock();
         let mut out = Vec::new();
         let mut next: Option<Instant> = None;
@@ -570,11 +585,7 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
             if inner.lock().shutting_down {
                 return;
             }
-            let (expired, next) = inner.expired();
-            for loaded in expired {
-                inner.unload(loaded).await;
-            }
-            next
+            inner.sweep_once(Instant::now()).await
         };
         match next {
             Some(at) => {
@@ -650,9 +661,12 @@ impl Engine for ModelSet {
         let now = Instant::now();
         let (models, engines, lanes) = {
             let st = self.inner.lock();
-            let models: Vec<ModelState> = st
-                .slots
+            let models: Vec<ModelState> = self
+                .inner
+                .names
+                .models
                 .iter()
+                .filter_map(|name| st.slots.get(name).map(|s| (name, s)))
                 .map(|(name, s)| ModelState {
                     name: name.clone(),
                     loaded: s.loaded.is_some(),
@@ -813,3 +827,7 @@ impl Embedder for LeasedEmbedder {
         self.embedder.embed(inputs)
     }
 }
+
+#[cfg(test)]
+#[path = "models_tests.rs"]
+mod tests;
