@@ -484,10 +484,11 @@ fn models_of(
         let size = std::fs::metadata(&local.model)
             .map(|md| md.len())
             .unwrap_or(0);
+        let file = local.model.display().to_string();
         cfg.local = Some(local);
         let loading = Instant::now();
-        let (harness, embedder) =
-            build_harness(&cfg, parallel, &metrics, &runtime).map_err(|e| format!("{e:#}"))?;
+        let (harness, embedder) = build_harness(&cfg, parallel, &metrics, &runtime)
+            .map_err(|e| format!("{file}: {e:#}"))?;
         if !crate::quiet() {
             for line in lane_lines(&harness, &cfg, loading.elapsed()) {
                 if line.contains("local lane") {
