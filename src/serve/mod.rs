@@ -49,6 +49,13 @@
 //! overshoot, late workers, decision, and per lane its status, times,
 //! finish reason, score, error and token counts by source.
 //!
+//! # Several models
+//! [`Server::bind_models`] serves several local models ([`Models`]), a
+//! request's `model` naming one: each is a harness of its own, loaded on
+//! its first request, unloaded after its keep-alive or to make room under
+//! the budget (never while a run or late worker holds it); `/v1/models`
+//! says which are `loaded`, `/health` adds `models` (see `models`).
+//!
 //! # Browsers
 //! [`ServeConfig::cors`] (off by default) answers CORS preflights (204, no
 //! token needed) and marks every other response with the allowed origin;
@@ -58,7 +65,9 @@
 //! `{"error": {"message", "type", "param", "code"}}`, as OpenAI sends them:
 //! 400 malformed (`param` names the field), 401 bearer token, 404 unknown
 //! model or endpoint, 405, 408 slow body, 413 body over the cap, 502 every
-//! lane failed, 503 every lane the request needs is busy (`lanes_busy`,
+//! lane failed, 500 `model_load_failed` (a model of several that could
+//! not be loaded, named), 503 `models_busy` (no loaded model idle to make
+//! room for it), 503 every lane the request needs is busy (`lanes_busy`,
 //! with `Retry-After`), down (`lanes_unavailable`: the cloud lane in its
 //! cooldown, `Retry-After` until its next probe) or shutting down, 504 no usable answer by the
 //! deadline. Nothing queues: a busy lane answers at once.

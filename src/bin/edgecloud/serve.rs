@@ -149,7 +149,11 @@ GET / (name, version, models, endpoints).
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
 (and any name with --accept-any-model); each route of --config is also a \
-model name. A request may choose the policy and deadline with the body field \
+model name. Several models: --model NAME=MODEL, repeated (or [[models]] \
+tables in --config), each a model name, loaded on its first request (or at \
+start with --preload), unloaded after --keep-alive idle (default 5m; -1 \
+never) and, under --max-loaded, the least recently used idle one first. \
+A request may choose the policy and deadline with the body field \
 \"edgecloud\": {{\"policy\": \"race\", \"deadline_ms\": 1500}} or the headers \
 X-Edgecloud-Policy and X-Edgecloud-Deadline-Ms. Responses say which lane \
 answered (X-Edgecloud-Lane, and the \"edgecloud\" field).
