@@ -171,7 +171,7 @@ pub(crate) struct Loaded {
     /// Frees what the engine held once it is shut down and dropped (waits
     /// for the local worker's exit); blocking, so it runs off the
     /// runtime's threads.
-    pub(crate) release: Option<Release>,
+    pub(crate) release: Mutex<Option<Release>>,
 }
 
 /// What frees a model's memory after its engine is gone.
@@ -516,21 +516,16 @@ impl Inner {
     /// Shuts a model's engine down and frees what it held.
     async fn unload(&self, loaded: Arc<Loaded>) {
         let drained = loaded.engine.shutdown(UNLOAD_GRACE).await;
-        match Arc::try_unwrap(loaded) {
-            Ok(Loaded {
-                engine,
-                embedder,
-                release,
-                ..
-            }) => {
-                drop(engine);
-                drop(embedder);
-                if let (Some(release), 0) = (release, drained.workers_still_running) {
-                    let _ = tokio::task::spawn_blocking(release).await;
-                }
-            }
-            // Only an unload at shutdown can meet a lease still held.
-            Err(_) => tracing::debug!("a model unloaded while still referenced"),
+        let release = loaded
+            .release
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        // A `/health` that holds the engine for a moment does not delay
+        // the release: it stops the worker whoever still holds the lane.
+        drop(loaded);
+        if let (Some(release), 0) = (release, drained.workers_still_running) {
+            let _ = tokio::task::spawn_blocking(release).await;
         }
     }
 

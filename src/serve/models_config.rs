@@ -289,7 +289,7 @@ impl Loader for FnLoader {
                 engine: Arc::new(engine),
                 embedder,
                 memory_bytes,
-                release,
+                release: std::sync::Mutex::new(release),
             })
         })
     }

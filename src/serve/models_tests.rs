@@ -115,9 +115,9 @@ impl Loader for Arc<Script> {
                 }),
                 embedder: None,
                 memory_bytes: script.memory_estimate(&name),
-                release: Some(Box::new(move || {
+                release: Mutex::new(Some(Box::new(move || {
                     released.fetch_add(1, Ordering::SeqCst);
-                })),
+                }))),
             })
         })
     }
