@@ -24,6 +24,13 @@
 //! | `compress_max_tokens` | budget of the built-in compressor (implies `keep-recent`) |
 //! | `callback_budget_ms`, `cancel_grace_ms` | see the harness docs |
 //! | `default_route` | (`[harness]` only) the route used when a run names none |
+//! | `model` | (`[routes.NAME]` only; `edgecloud serve` with several models) the local model, by its `[[models]]` name, this route runs on (default: the first model) |
+//!
+//! `[[models]]` tables (feature `local`) give `edgecloud serve` several
+//! local models, each a name a request's `model` selects: `name`, `model`
+//! (a file or model reference, as `[local] model`), and optionally its own
+//! `context_size`, `gpu_layers`, `threads` and `pooling`; every other
+//! local setting comes from `[local]` (and the flags).
 //!
 //! Policy parameters must come with the `policy` key in the same table, so
 //! a route never silently applies a threshold to a policy it did not pick.
@@ -107,6 +114,37 @@ pub struct HarnessConfig {
     /// `[serve]`: settings of `edgecloud serve` alone.
     #[serde(default)]
     pub serve: ServeFileConfig,
+    /// `[[models]]`: several local models for `edgecloud serve` (feature
+    /// `local`), each loaded on first use; `[local]` holds the settings
+    /// they share.
+    #[cfg(feature = "local")]
+    #[serde(default)]
+    pub models: Vec<ModelConfig>,
+}
+
+/// One `[[models]]` table: a local model `edgecloud serve` holds by name,
+/// with the local settings it does not share with `[local]`.
+#[cfg(feature = "local")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The name a request's `model` selects.
+    pub name: String,
+    /// The GGUF file, or a model reference (`ollama:NAME[:TAG]`,
+    /// `hf:ORG/REPO[:QUANT]`), as `[local] model`.
+    pub model: PathBuf,
+    /// Its context size in tokens (default: `[local]`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_size: Option<u32>,
+    /// Its layers offloaded to a GPU (default: `[local]`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_layers: Option<u32>,
+    /// Its compute threads (default: `[local]`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// How its embeddings are pooled (default: its GGUF's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooling: Option<crate::local::Pooling>,
 }
 
 /// The settings of `[serve]`, read by `edgecloud serve` (its flags win).
@@ -188,6 +226,9 @@ pub struct RouteConfig {
     pub cancel_grace_ms: Option<f64>,
     /// `[harness]` only: the route used when a run names none.
     pub default_route: Option<String>,
+    /// `[routes.NAME]` only, for `edgecloud serve` with several models:
+    /// the local model (a `[[models]]` name) this route runs on.
+    pub model: Option<String>,
 }
 
 /// Refuses a `[local]` or `[cloud]` section that this build has no lane for
@@ -274,6 +315,15 @@ impl HarnessConfig {
                 });
             }
             r.resolved_policy(&format!("routes.{name}"))?;
+        }
+        if self.harness.model.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "harness.model".into(),
+                setting: Setting::Route,
+                detail: "model belongs in a [routes.NAME] table (the route's local model); \
+                         the default model is the first of [[models]]"
+                    .into(),
+            });
         }
         #[cfg(feature = "local")]
         if let Some(local) = &self.local {

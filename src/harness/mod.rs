@@ -115,6 +115,8 @@ pub use callbacks::{
     PreScore, Score, ScoreContext, Scored, Scorer,
 };
 pub use compression::KeepRecent;
+#[cfg(feature = "local")]
+pub use config::ModelConfig;
 pub use config::{
     EscalateBelow, HarnessConfig, PoolConfig, RouteConfig, ServeFileConfig, DEFAULT_PARALLEL,
     EXAMPLE_CONFIG,

@@ -374,6 +374,10 @@ pub(crate) struct Model {
     pub(crate) id: String,
     pub(crate) object: String,
     pub(crate) owned_by: String,
+    /// edgecloud's extension, on a server of several local models: whether
+    /// the model a name selects is loaded now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) loaded: Option<bool>,
 }
 
 impl Model {
@@ -384,6 +388,7 @@ impl Model {
             id: id.to_string(),
             object: "model".into(),
             owned_by: "edgecloud".into(),
+            loaded: None,
         }
     }
 }

@@ -31,6 +31,18 @@ pub(crate) struct App {
     pub(crate) connections: AtomicUsize,
 }
 
+/// Another name for what the engine's first entry (the default) selects.
+fn default_named(models: &[ModelEntry], id: &str) -> ModelEntry {
+    match models.first() {
+        Some(first) => ModelEntry {
+            id: id.to_string(),
+            loaded: None,
+            ..first.clone()
+        },
+        None => ModelEntry::route(id, None),
+    }
+}
+
 impl App {
     /// The names a request may put in `model`: the engine's first (the
     /// default route's `edgecloud`), then the aliases, then the routes. A
@@ -42,10 +54,7 @@ impl App {
             .model_aliases
             .iter()
             .filter(|a| !models.iter().any(|m| &m.id == *a))
-            .map(|a| ModelEntry {
-                id: a.clone(),
-                route: None,
-            })
+            .map(|a| default_named(&models, a))
             .collect();
         models.splice(at..at, aliases);
         models
@@ -54,10 +63,8 @@ impl App {
     /// What the model name `id` selects; `None`: it is unknown here.
     pub(crate) fn resolve_model(&self, id: &str) -> Option<ModelEntry> {
         self.models().into_iter().find(|m| m.id == id).or_else(|| {
-            self.accept_any_model.then(|| ModelEntry {
-                id: id.to_string(),
-                route: None,
-            })
+            self.accept_any_model
+                .then(|| default_named(&self.engine.models(), id))
         })
     }
 }

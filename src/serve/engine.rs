@@ -6,6 +6,7 @@
 //! module must not know HTTP, and the server must not know the harness
 //! beyond this trait.
 
+use super::embeddings::Embedder;
 use crate::harness::{LaneErrorKind, LaneHealth};
 use crate::lane::{FinishReason, Lane, TokenLogprob};
 use crate::request::Request;
@@ -13,6 +14,7 @@ use crate::tools::ToolCall;
 use serde::Serialize;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -23,6 +25,9 @@ pub(crate) struct Job {
     pub(crate) request: Request,
     /// The route the request's `model` selects (`None`: the default).
     pub(crate) route: Option<String>,
+    /// The local model it selects, where the engine holds several
+    /// (`None`: the default one; an engine of one model ignores it).
+    pub(crate) model: Option<String>,
     /// A policy name overriding the route's.
     pub(crate) policy: Option<String>,
     /// Whether the caller wants committed text as it comes.
@@ -51,6 +56,13 @@ pub(crate) enum StartError {
     ShuttingDown,
     /// Every instance is busy (after the configured wait, if any).
     Busy { instances: usize },
+    /// The model the request selects could not be loaded (a corrupt or
+    /// missing file): the server's fault, named, the other models still
+    /// serving.
+    ModelLoad { model: String, message: String },
+    /// Loading the model would go over the memory budget and every loaded
+    /// model has a run in flight, so none can be unloaded for it.
+    ModelsBusy { model: String, message: String },
     /// Anything else (an engine fault, not the caller's).
     Internal(String),
 }
@@ -61,6 +73,23 @@ pub(crate) struct ModelEntry {
     pub(crate) id: String,
     /// The route it selects (`None`: the default route).
     pub(crate) route: Option<String>,
+    /// The local model it selects, where the engine holds several.
+    pub(crate) model: Option<String>,
+    /// Whether that model is loaded now (`None`: an engine of one model,
+    /// always loaded).
+    pub(crate) loaded: Option<bool>,
+}
+
+impl ModelEntry {
+    /// A name for `route` on an engine of one model.
+    pub(crate) fn route(id: impl Into<String>, route: Option<String>) -> Self {
+        Self {
+            id: id.into(),
+            route,
+            model: None,
+            loaded: None,
+        }
+    }
 }
 
 /// A lane's state at a glance (for `/health` and gauges).
@@ -78,6 +107,9 @@ pub(crate) struct LaneState {
 /// One instance of a pool at a glance.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct InstanceState {
+    /// The model whose pool it belongs to, where the engine holds several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
     pub(crate) instance: usize,
     /// A run of the pool is in flight on it.
     pub(crate) busy: bool,
@@ -103,6 +135,33 @@ pub(crate) struct Health {
     pub(crate) late_workers_running: u64,
     /// Observer events dropped because the observers' queue was full.
     pub(crate) observer_events_dropped: u64,
+    /// Each configured model, loaded or not (an engine of several models).
+    pub(crate) models: Vec<ModelState>,
+}
+
+/// One model of an engine of several, at a glance (`/health`, metrics).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct ModelState {
+    pub(crate) name: String,
+    pub(crate) loaded: bool,
+    pub(crate) loading: bool,
+    /// What it holds in memory when loaded: the model file's size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) memory_bytes: Option<u64>,
+    /// Runs and embeddings requests holding it now.
+    pub(crate) in_flight: u64,
+    /// Since its last request ended, while loaded and idle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) idle_ms: Option<f64>,
+    pub(crate) loads: u64,
+    pub(crate) load_seconds: f64,
+    pub(crate) load_failures: u64,
+    pub(crate) unloads: u64,
+    /// Requests that selected it.
+    pub(crate) requests: u64,
+    /// The last load's error, until a load succeeds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) last_error: Option<String>,
 }
 
 /// What a shutdown found.
@@ -124,6 +183,17 @@ pub(crate) trait Engine: Send + Sync + 'static {
     fn health(&self) -> Health;
     /// Stops new runs and waits up to `grace` for runs and late workers.
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained>;
+    /// What embeds for the local model `model` selects (`None`: the
+    /// default one), where the engine holds several models: loading it
+    /// when needed, and holding it loaded while the embedder lives.
+    /// `Ok(None)`: the engine has no say (the server's own embedder).
+    fn embedder(
+        &self,
+        model: Option<String>,
+    ) -> BoxFuture<'_, Result<Option<Arc<dyn Embedder>>, StartError>> {
+        let _ = model;
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// A run in flight. Dropping it does not stop the run; `abort` does.

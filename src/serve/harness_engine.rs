@@ -37,10 +37,7 @@ impl HarnessEngine {
 
 impl Engine for HarnessEngine {
     fn models(&self) -> Vec<ModelEntry> {
-        let mut models = vec![ModelEntry {
-            id: DEFAULT_MODEL.into(),
-            route: None,
-        }];
+        let mut models = vec![ModelEntry::route(DEFAULT_MODEL, None)];
         let routes = self.harness.routes();
         // A harness without named routes has just `default`, which is what
         // `edgecloud` selects already.
@@ -51,10 +48,7 @@ impl Engine for HarnessEngine {
             routes
                 .into_iter()
                 .filter(|r| r != DEFAULT_MODEL)
-                .map(|r| ModelEntry {
-                    id: r.clone(),
-                    route: Some(r),
-                }),
+                .map(|r| ModelEntry::route(r.clone(), Some(r))),
         );
         models
     }
@@ -132,6 +126,7 @@ impl Engine for HarnessEngine {
                 .map(|(i, h)| {
                     let s = h.stats();
                     InstanceState {
+                        model: None,
                         instance: i,
                         busy: claimed[i],
                         local_busy: h.is_busy(Lane::Local),
@@ -146,6 +141,7 @@ impl Engine for HarnessEngine {
             runs_in_flight: stats.runs_in_flight,
             late_workers_running: stats.late_workers_running,
             observer_events_dropped: stats.observer_events_dropped,
+            models: Vec::new(),
         }
     }
 

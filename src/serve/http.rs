@@ -189,6 +189,10 @@ fn health(app: &App) -> Response<Body> {
         "queued": h.queued,
         "rejected": h.rejected,
     });
+    let mut body = body;
+    if !h.models.is_empty() {
+        body["models"] = json!(h.models);
+    }
     json_response(if down { 503 } else { 200 }, &body)
 }
 
@@ -209,14 +213,23 @@ fn models(app: &App) -> Response<Body> {
     let data = app
         .models()
         .iter()
-        .map(|m| Model::edgecloud(&m.id, app.created))
+        .map(|m| Model {
+            loaded: m.loaded,
+            ..Model::edgecloud(&m.id, app.created)
+        })
         .collect();
     json_response(200, &ModelList::new(data))
 }
 
 fn model(app: &App, id: &str) -> Response<Body> {
     match app.resolve_model(id) {
-        Some(m) => json_response(200, &Model::edgecloud(&m.id, app.created)),
+        Some(m) => json_response(
+            200,
+            &Model {
+                loaded: m.loaded,
+                ..Model::edgecloud(&m.id, app.created)
+            },
+        ),
         None => error_response(&unknown_model(id, &app.models()).param("model")),
     }
 }
@@ -358,13 +371,23 @@ async fn start(
             deadline: params.deadline.or(head.deadline),
         },
         route: entry.route.clone(),
+        model: entry.model.clone(),
         policy,
         stream: params.stream,
     };
     if app.shutting_down.load(Ordering::Acquire) {
         return Err(shutting_down(app.retry_after_secs));
     }
-    app.engine.start(job).await.map_err(|e| match e {
+    app.engine
+        .start(job)
+        .await
+        .map_err(|e| start_error(app, e, policy_param))
+}
+
+/// Why a run (or an embeddings request) could not start, as the client's
+/// answer.
+fn start_error(app: &App, e: StartError, policy_param: &str) -> ApiError {
+    match e {
         StartError::Invalid { param, message } => {
             let e = ApiError::new(400, INVALID_REQUEST, message);
             match param {
@@ -378,8 +401,23 @@ async fn start(
             app.metrics.busy_rejection();
             all_instances_busy(instances, app.retry_after_secs)
         }
+        StartError::ModelLoad { model, message } => ApiError::new(
+            500,
+            "server_error",
+            format!("the model `{model}` could not be loaded: {message}"),
+        )
+        .param("model")
+        .code("model_load_failed"),
+        StartError::ModelsBusy { model, message } => ApiError::new(
+            503,
+            "server_error",
+            format!("the model `{model}` cannot be loaded now: {message}"),
+        )
+        .param("model")
+        .code("models_busy")
+        .retry_after(app.retry_after_secs),
         StartError::Internal(m) => ApiError::new(500, "server_error", m),
-    })
+    }
 }
 
 async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
@@ -451,16 +489,24 @@ async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response
 async fn embed(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let body = read_body(app, req).await?;
     let params = embeddings::parse(&body)?;
-    if app.resolve_model(&params.model).is_none() {
+    let Some(entry) = app.resolve_model(&params.model) else {
         return Err(unknown_model(&params.model, &app.models()).param("model"));
-    }
-    let Some(embedder) = &app.embedder else {
-        return Err(embeddings::no_embedder(&params.model));
     };
-    embeddings::check_dimensions(params.dimensions, embedder.dimensions())?;
     if app.shutting_down.load(Ordering::Acquire) {
         return Err(shutting_down(app.retry_after_secs));
     }
+    // An engine of several models embeds with the one the name selects
+    // (loading it if needed); otherwise the server's own embedder.
+    let Some(embedder) = app
+        .engine
+        .embedder(entry.model)
+        .await
+        .map_err(|e| start_error(app, e, H_POLICY))?
+        .or_else(|| app.embedder.clone())
+    else {
+        return Err(embeddings::no_embedder(&params.model));
+    };
+    embeddings::check_dimensions(params.dimensions, embedder.dimensions())?;
     let out = embedder.embed(params.inputs).await?;
     Ok(json_response(
         200,

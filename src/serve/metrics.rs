@@ -4,7 +4,7 @@
 //! lane reads 0 rather than disappearing. It records what runs report and
 //! must not decide anything.
 
-use super::engine::{Health, InstanceState, LaneState, LaneStatus, Status, Summary};
+use super::engine::{Health, InstanceState, LaneState, LaneStatus, ModelState, Status, Summary};
 use crate::harness::LaneErrorKind;
 use crate::lane::{FinishReason, Lane, PerLane};
 use std::collections::BTreeMap;
@@ -228,6 +228,8 @@ enum Samples {
     PerLaneHistogram(fn(&LaneMetrics) -> &Histogram),
     /// One value per instance of the pool (`instance="N"`).
     PerInstance(fn(&InstanceState) -> u64),
+    /// One value per model of a server of several (`model="NAME"`).
+    PerModel(fn(&ModelState) -> String),
     /// Anything with labels of its own.
     Custom(fn(&str, &View<'_>, &mut String)),
 }
@@ -266,7 +268,12 @@ impl Samples {
             }
             Samples::PerInstance(get) => {
                 for i in &v.health.instances {
-                    let _ = writeln!(o, "{name}{{instance=\"{}\"}} {}", i.instance, get(i));
+                    let _ = writeln!(o, "{name}{{{}}} {}", instance(i), get(i));
+                }
+            }
+            Samples::PerModel(get) => {
+                for m in &v.health.models {
+                    let _ = writeln!(o, "{name}{{model=\"{}\"}} {}", escape(&m.name), get(m));
                 }
             }
             Samples::Custom(write) => write(name, v, o),
@@ -534,8 +541,8 @@ const FAMILIES: &[Family] = &[
                 for (lane, busy) in [("local", i.local_busy), ("cloud", i.cloud_busy)] {
                     let _ = writeln!(
                         o,
-                        "{name}{{instance=\"{}\",lane=\"{lane}\"}} {}",
-                        i.instance,
+                        "{name}{{{},lane=\"{lane}\"}} {}",
+                        instance(i),
                         u8::from(busy)
                     );
                 }
@@ -548,7 +555,64 @@ const FAMILIES: &[Family] = &[
         "Late workers running on the instance (each holds its lane).",
         Samples::PerInstance(|i| i.late_workers_running),
     ),
+    family(
+        "edgecloud_model_loaded",
+        GAUGE,
+        "1 while the model is loaded (a server of several models).",
+        Samples::PerModel(|m| u8::from(m.loaded).to_string()),
+    ),
+    family(
+        "edgecloud_model_memory_bytes",
+        GAUGE,
+        "What the loaded model holds: its file's size (0 when unloaded).",
+        Samples::PerModel(|m| m.memory_bytes.unwrap_or(0).to_string()),
+    ),
+    family(
+        "edgecloud_model_in_flight",
+        GAUGE,
+        "Requests holding the model now (runs and embeddings).",
+        Samples::PerModel(|m| m.in_flight.to_string()),
+    ),
+    family(
+        "edgecloud_model_requests_total",
+        COUNTER,
+        "Requests that selected the model.",
+        Samples::PerModel(|m| m.requests.to_string()),
+    ),
+    family(
+        "edgecloud_model_loads_total",
+        COUNTER,
+        "Times the model was loaded.",
+        Samples::PerModel(|m| m.loads.to_string()),
+    ),
+    family(
+        "edgecloud_model_load_seconds_total",
+        COUNTER,
+        "Time spent loading the model (divide by loads for the mean).",
+        Samples::PerModel(|m| m.load_seconds.to_string()),
+    ),
+    family(
+        "edgecloud_model_load_failures_total",
+        COUNTER,
+        "Loads of the model that failed.",
+        Samples::PerModel(|m| m.load_failures.to_string()),
+    ),
+    family(
+        "edgecloud_model_unloads_total",
+        COUNTER,
+        "Times the model was unloaded (keep-alive over, or room made for another).",
+        Samples::PerModel(|m| m.unloads.to_string()),
+    ),
 ];
+
+/// An instance's labels: `instance="N"`, after `model="NAME"` on a
+/// server of several models.
+fn instance(i: &InstanceState) -> String {
+    match &i.model {
+        Some(m) => format!("model=\"{}\",instance=\"{}\"", escape(m), i.instance),
+        None => format!("instance=\"{}\"", i.instance),
+    }
+}
 
 /// A label value as Prometheus reads it.
 fn escape(s: &str) -> String {
@@ -658,6 +722,7 @@ mod tests {
             runs_in_flight: 0,
             late_workers_running: 1,
             observer_events_dropped: 0,
+            models: Vec::new(),
         };
         let t = m.render(&health, 2);
         assert_eq!(
@@ -780,6 +845,7 @@ mod tests {
                 runs_in_flight: 0,
                 late_workers_running: 0,
                 observer_events_dropped: 0,
+                models: Vec::new(),
             },
             0,
         );
@@ -865,6 +931,7 @@ mod tests {
                 },
             ],
             instances: vec![InstanceState {
+                model: None,
                 instance: 0,
                 busy: true,
                 local_busy: true,
@@ -877,6 +944,20 @@ mod tests {
             runs_in_flight: 1,
             late_workers_running: 1,
             observer_events_dropped: 4,
+            models: vec![ModelState {
+                name: "chat".into(),
+                loaded: true,
+                loading: false,
+                memory_bytes: Some(98_400_000),
+                in_flight: 1,
+                idle_ms: None,
+                loads: 2,
+                load_seconds: 0.5,
+                load_failures: 1,
+                unloads: 1,
+                requests: 7,
+                last_error: None,
+            }],
         };
         (m, health)
     }

@@ -49,6 +49,13 @@
 //! overshoot, late workers, decision, and per lane its status, times,
 //! finish reason, score, error and token counts by source.
 //!
+//! # Several models
+//! [`Server::bind_models`] serves several local models ([`Models`]), a
+//! request's `model` naming one: each is a harness of its own, loaded on
+//! its first request, unloaded after its keep-alive or to make room under
+//! the budget (never while a run or late worker holds it); `/v1/models`
+//! says which are `loaded`, `/health` adds `models` (see `models`).
+//!
 //! # Browsers
 //! [`ServeConfig::cors`] (off by default) answers CORS preflights (204, no
 //! token needed) and marks every other response with the allowed origin;
@@ -58,7 +65,9 @@
 //! `{"error": {"message", "type", "param", "code"}}`, as OpenAI sends them:
 //! 400 malformed (`param` names the field), 401 bearer token, 404 unknown
 //! model or endpoint, 405, 408 slow body, 413 body over the cap, 502 every
-//! lane failed, 503 every lane the request needs is busy (`lanes_busy`,
+//! lane failed, 500 `model_load_failed` (a model of several that could
+//! not be loaded, named), 503 `models_busy` (no loaded model idle to make
+//! room for it), 503 every lane the request needs is busy (`lanes_busy`,
 //! with `Retry-After`), down (`lanes_unavailable`: the cloud lane in its
 //! cooldown, `Retry-After` until its next probe) or shutting down, 504 no usable answer by the
 //! deadline. Nothing queues: a busy lane answers at once.
@@ -115,6 +124,8 @@ mod engine;
 mod harness_engine;
 mod http;
 mod metrics;
+mod models;
+mod models_config;
 mod response;
 mod responses;
 mod server;
@@ -127,6 +138,8 @@ mod tests;
 
 pub use self::config::{ServeConfig, DEFAULT_PORT};
 pub use self::cors::CorsOrigins;
+pub use self::models::{KeepAlive, MaxLoaded};
+pub use self::models_config::{LoadError, LoadedModel, Models};
 pub use self::token::BearerToken;
 
 use self::app::App;
@@ -206,6 +219,20 @@ pub enum ServeError {
         /// Why.
         reason: String,
     },
+    /// The models' names are unusable (empty, repeated, a route's).
+    #[error("invalid models: {reason}")]
+    Models {
+        /// Why.
+        reason: String,
+    },
+    /// A model to preload could not be loaded.
+    #[error("the model `{model}` could not be loaded: {reason}")]
+    ModelLoad {
+        /// Its name.
+        model: String,
+        /// Why (the loader's error, whole).
+        reason: String,
+    },
 }
 
 /// What shutdown found when its grace period ended (or everything
@@ -259,6 +286,36 @@ impl Server {
             presets: config.policy_presets.clone(),
         };
         Self::bind_engine(Arc::new(engine), config).await
+    }
+
+    /// Binds `config.listen` with several models behind it (see
+    /// [`Models`]): a request's `model` names one, which is loaded on its
+    /// first request (or here, with [`Models::preload`]).
+    pub async fn bind_models(models: Models, config: ServeConfig) -> Result<Server, ServeError> {
+        let names = models
+            .names()
+            .map_err(|reason| ServeError::Models { reason })?;
+        let (keep_alive, max_loaded) = models.settings();
+        let loader = models.loader(config.max_queue, config.policy_presets.clone());
+        let set =
+            self::models::ModelSet::new(Arc::new(loader), names, keep_alive, max_loaded).sweep();
+        if models.preloads() {
+            for name in models.names_in_order() {
+                set.preload(&name)
+                    .await
+                    .map_err(|e| ServeError::ModelLoad {
+                        model: name.clone(),
+                        reason: match e {
+                            engine::StartError::ModelLoad { message, .. }
+                            | engine::StartError::ModelsBusy { message, .. }
+                            | engine::StartError::Invalid { message, .. }
+                            | engine::StartError::Internal(message) => message,
+                            other => format!("{other:?}"),
+                        },
+                    })?;
+            }
+        }
+        Self::bind_engine(Arc::new(set), config).await
     }
 
     pub(crate) async fn bind_engine(

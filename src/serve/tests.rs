@@ -134,14 +134,8 @@ impl Run for FakeRun {
 impl Engine for Fake {
     fn models(&self) -> Vec<ModelEntry> {
         vec![
-            ModelEntry {
-                id: "edgecloud".into(),
-                route: None,
-            },
-            ModelEntry {
-                id: "fast".into(),
-                route: Some("fast".into()),
-            },
+            ModelEntry::route("edgecloud", None),
+            ModelEntry::route("fast", Some("fast".into())),
         ]
     }
 
@@ -293,6 +287,7 @@ impl Fake {
             runs_in_flight: 0,
             late_workers_running: 0,
             observer_events_dropped: 0,
+            models: Vec::new(),
         }
     }
 

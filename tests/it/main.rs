@@ -31,6 +31,7 @@ mod serve_completions;
 mod serve_cors;
 mod serve_embeddings;
 mod serve_fuzz;
+mod serve_models;
 mod serve_responses;
 mod source_rules;
 mod speculation;

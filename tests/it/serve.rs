@@ -709,6 +709,11 @@ impl ServeProcess {
         }
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// A local-only server on `model` with 2 threads, plus `extra` flags.
     fn local_only(model: &Path, extra: &[&str]) -> Self {
         let model = model.to_str().unwrap();

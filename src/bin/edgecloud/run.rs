@@ -37,9 +37,11 @@ pub(crate) struct HarnessArgs {
     /// GGUF model for the local lane: a file, `ollama:NAME[:TAG]`,
     /// `hf:ORG/REPO[:QUANT]` or `hf:ORG/REPO/FILE.gguf` (found in Ollama's
     /// store or the Hugging Face cache, else downloaded into it); the
-    /// config file's `[local] model` takes the same forms.
+    /// config file's `[local] model` takes the same forms. `edgecloud
+    /// serve` takes it repeated as NAME=MODEL: several models, a request's
+    /// `model` picking one by NAME.
     #[arg(short, long, value_name = "MODEL", env = "EDGECLOUD_MODEL")]
-    pub(crate) model: Option<PathBuf>,
+    pub(crate) model: Vec<PathBuf>,
     /// Base URL of the OpenAI-compatible cloud API, up to the version
     /// segment (e.g. https://api.openai.com/v1); else OPENAI_BASE_URL
     /// when the config file sets none.
@@ -128,7 +130,7 @@ impl HarnessArgs {
     /// config file, by the one rule every front end shares.
     fn overrides(&self) -> Overrides {
         let mut o = Overrides::default();
-        o.model = self.model.clone();
+        o.model = self.model.first().cloned();
         o.base_url = self.base_url.clone();
         o.cloud_model = self.cloud_model.clone();
         o.api_key_env = self.api_key_env.clone();
@@ -154,6 +156,29 @@ impl HarnessArgs {
         &self,
         download: crate::modelref::Download,
     ) -> anyhow::Result<HarnessConfig> {
+        let mut cfg = self.load_config_as_given()?;
+        // A reference (flag, variable or config file) becomes its file
+        // before anything else sees it.
+        if let Some(local) = cfg.local.as_mut() {
+            crate::modelref::apply(local, download)?;
+        }
+        Ok(cfg)
+    }
+
+    /// The configuration with the flags applied, model references left as
+    /// given (`serve` resolves each of several models itself).
+    pub(crate) fn load_config_as_given(&self) -> anyhow::Result<HarnessConfig> {
+        if self.model.len() > 1
+            || self
+                .model
+                .iter()
+                .any(|m| crate::serve::named_model(m).is_some())
+        {
+            return Err(usage(
+                "several models (--model NAME=MODEL, repeated) are for `edgecloud serve`; \
+                 give one --model FILE here",
+            ));
+        }
         let mut cfg = match &self.config {
             // A file that cannot be read is a failure (1), like a model
             // file; one that reads but is invalid is a usage error (2).
@@ -177,11 +202,6 @@ impl HarnessArgs {
             ),
             e => usage_from(&e),
         })?;
-        // A reference (flag, variable or config file) becomes its file
-        // before anything else sees it.
-        if let Some(local) = cfg.local.as_mut() {
-            crate::modelref::apply(local, download)?;
-        }
         Ok(cfg)
     }
 
@@ -251,7 +271,7 @@ pub(crate) fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     // `edgecloud run MODEL "prompt"`: the model argument wins over
     // --model and EDGECLOUD_MODEL.
     if let Some(model) = args.prompt.take_model() {
-        args.lanes.model = Some(PathBuf::from(model));
+        args.lanes.model = vec![PathBuf::from(model)];
     }
     let cfg = args.lanes.load_config()?;
     let user = args.prompt.user_message()?;

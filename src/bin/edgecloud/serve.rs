@@ -7,10 +7,13 @@ use crate::exit::{usage, usage_from};
 use crate::run::HarnessArgs;
 use anyhow::Context as _;
 use edgecloud::harness::{
-    Backend, Harness, HarnessConfig, HarnessError, LocalBackend, DEFAULT_PARALLEL,
+    Backend, Harness, HarnessConfig, HarnessError, LocalBackend, ModelConfig, DEFAULT_PARALLEL,
 };
-use edgecloud::local::Pooling;
-use edgecloud::serve::{BearerToken, CorsOrigins, ServeConfig, ServeMetrics, Server, DEFAULT_PORT};
+use edgecloud::local::{LocalConfig, LocalLane, Pooling};
+use edgecloud::serve::{
+    BearerToken, CorsOrigins, KeepAlive, LoadError, LoadedModel, MaxLoaded, Models, ServeConfig,
+    ServeMetrics, Server, DEFAULT_PORT,
+};
 use edgecloud::Lane;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -85,6 +88,39 @@ pub(crate) struct ServeArgs {
     /// pooling_type), or mean for a model that names none (a chat model).
     #[arg(long, value_name = "POOLING", env = "EDGECLOUD_POOLING")]
     pooling: Option<Pooling>,
+    /// With several models (--model NAME=MODEL, or [[models]] in --config):
+    /// how long an idle model stays loaded: -1 never, 0 unloads it after
+    /// each request, seconds (300) or a duration (30s, 5m, 1h). Default
+    /// 5m, Ollama's.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "EDGECLOUD_KEEP_ALIVE",
+        value_parser = KeepAlive::parse,
+        allow_hyphen_values = true
+    )]
+    keep_alive: Option<KeepAlive>,
+    /// With several models: the most loaded at once, as a count (2) or as
+    /// bytes of model files (4GiB, 500MB). Loading one more first unloads
+    /// the least recently used idle model; when every loaded model has a
+    /// request in flight, the request is refused (503 models_busy).
+    /// Default 3, Ollama's for a machine without a GPU.
+    #[arg(
+        long,
+        value_name = "N|SIZE",
+        env = "EDGECLOUD_MAX_LOADED",
+        value_parser = MaxLoaded::parse
+    )]
+    max_loaded: Option<MaxLoaded>,
+    /// With several models: load every one at start (within --max-loaded)
+    /// instead of on its first request; one that fails to load fails the
+    /// start.
+    #[arg(
+        long,
+        env = "EDGECLOUD_PRELOAD",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    preload: bool,
     /// `max_tokens` for requests that do not set it.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
@@ -113,7 +149,11 @@ GET / (name, version, models, endpoints).
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
 (and any name with --accept-any-model); each route of --config is also a \
-model name. A request may choose the policy and deadline with the body field \
+model name. Several models: --model NAME=MODEL, repeated (or [[models]] \
+tables in --config), each a model name, loaded on its first request (or at \
+start with --preload), unloaded after --keep-alive idle (default 5m; -1 \
+never) and, under --max-loaded, the least recently used idle one first. \
+A request may choose the policy and deadline with the body field \
 \"edgecloud\": {{\"policy\": \"race\", \"deadline_ms\": 1500}} or the headers \
 X-Edgecloud-Policy and X-Edgecloud-Deadline-Ms. Responses say which lane \
 answered (X-Edgecloud-Lane, and the \"edgecloud\" field).
@@ -132,8 +172,135 @@ Example: edgecloud serve -m models/tiny.gguf --policy local-only \
     )
 }
 
-pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = args.lanes.load_config()?;
+pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let Some(models) = several_models(&mut args)? else {
+        let cfg = args.lanes.load_config()?;
+        return serve(args, cfg, None);
+    };
+    // The settings every model shares: `[local]` and the flags, over the
+    // first model (resolved per model below).
+    args.lanes.model = vec![models[0].model.clone()];
+    let cfg = args.lanes.load_config_as_given()?;
+    serve(args, cfg, Some(models))
+}
+
+/// `NAME=MODEL` as NAME and MODEL; `None` for a plain model (a file, which
+/// may hold `=`, or a reference). A name is letters, digits and `._:-`.
+pub(crate) fn named_model(arg: &Path) -> Option<(String, PathBuf)> {
+    if arg.exists() {
+        return None;
+    }
+    let (name, model) = arg.to_str()?.split_once('=')?;
+    let ok = !name.is_empty()
+        && !model.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c));
+    ok.then(|| (name.to_string(), PathBuf::from(model)))
+}
+
+/// The models of a server of several: `[[models]]` of --config, then each
+/// --model NAME=MODEL (replacing a table of the same name). `None`: one
+/// model as before (a plain --model, or `[local]`), left in `args`.
+fn several_models(args: &mut ServeArgs) -> anyhow::Result<Option<Vec<ModelConfig>>> {
+    let given = std::mem::take(&mut args.lanes.model);
+    let (named, plain): (Vec<_>, Vec<_>) = given.iter().partition(|m| named_model(m).is_some());
+    let in_file = match &args.lanes.config {
+        // Errors in the file are reported by the full load.
+        Some(path) => HarnessConfig::from_file(path)
+            .map(|c| c.models)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    if named.is_empty() && in_file.is_empty() {
+        args.lanes.model = given;
+        return Ok(None);
+    }
+    if let Some(p) = plain.first() {
+        return Err(usage(format!(
+            "--model {} has no name: with several models give each as --model NAME=MODEL",
+            p.display()
+        )));
+    }
+    let mut models = in_file;
+    for arg in named {
+        let (name, model) = named_model(arg).expect("partitioned as named");
+        match models.iter_mut().find(|m| m.name == name) {
+            Some(m) => m.model = model,
+            None => models.push(ModelConfig {
+                name,
+                model,
+                context_size: None,
+                gpu_layers: None,
+                threads: None,
+                pooling: None,
+            }),
+        }
+    }
+    Ok(Some(models))
+}
+
+/// One model's local settings: the shared ones, its own on top, its
+/// reference resolved to a file.
+fn local_of(shared: &LocalConfig, m: &ModelConfig) -> anyhow::Result<LocalConfig> {
+    let mut local = shared.clone();
+    local.model = m.model.clone();
+    if let Some(n) = m.context_size {
+        local.context_size = Some(n);
+    }
+    if let Some(n) = m.gpu_layers {
+        local.gpu_layers = n;
+    }
+    if let Some(n) = m.threads {
+        local.threads = Some(n);
+    }
+    if m.pooling.is_some() {
+        local.pooling = m.pooling;
+    }
+    crate::modelref::apply(&mut local, crate::modelref::Download::Allowed)
+        .with_context(|| format!("model `{}`", m.name))?;
+    Ok(local)
+}
+
+/// Starts the local lanes of `cfg` (sharing one worker) and builds the
+/// harness over them and the cloud lane; returns one local lane too, to
+/// answer /v1/embeddings.
+fn build_harness(
+    cfg: &HarnessConfig,
+    parallel: usize,
+    metrics: &ServeMetrics,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<(Harness, Option<LocalLane>)> {
+    let mut others = cfg.clone();
+    let mut builder = Harness::builder().config(cfg)?.instances(parallel);
+    let mut embedder = None;
+    if let Some(local) = others.local.take() {
+        let backends =
+            LocalBackend::start_shared(local, parallel).map_err(|e| HarnessError::LaneStart {
+                lane: Lane::Local,
+                source: Box::new(e),
+            })?;
+        embedder = backends.first().map(|b| b.lane().clone());
+        builder = builder.local_per_instance(
+            backends
+                .into_iter()
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                .collect(),
+        );
+    }
+    let harness = builder
+        .lanes_from(&others)?
+        .observer(metrics.observer())
+        .runtime(runtime.clone())
+        .build()?;
+    Ok((harness, embedder))
+}
+
+fn serve(
+    args: ServeArgs,
+    mut cfg: HarnessConfig,
+    several: Option<Vec<ModelConfig>>,
+) -> anyhow::Result<ExitCode> {
     crate::run::require_a_lane(&cfg)?;
     if let Some(pooling) = args.pooling {
         match cfg.local.as_mut() {
@@ -167,8 +334,6 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("could not start the server's runtime")?;
     let metrics = ServeMetrics::new();
-    // Loads the model here, before the first request (blocking).
-    let loading = Instant::now();
     let (parallel, chosen) = match (args.parallel, cfg.pool.parallel) {
         (Some(n), _) => (n, "--parallel"),
         (None, Some(n)) => (n, "[pool] parallel"),
@@ -178,57 +343,16 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Err(usage("--parallel must be at least 1"));
     }
     let max_queue_ms = args.max_queue_ms.or(cfg.pool.max_queue_ms).unwrap_or(0);
-    // The local lanes are started here rather than by `lanes_from`, so
-    // that one of them (they share one worker) answers /v1/embeddings.
-    let mut others = cfg.clone();
-    let mut builder = Harness::builder().config(&cfg)?.instances(parallel);
-    let mut embedder = None;
-    if let Some(local) = others.local.take() {
-        let backends =
-            LocalBackend::start_shared(local, parallel).map_err(|e| HarnessError::LaneStart {
-                lane: Lane::Local,
-                source: Box::new(e),
-            })?;
-        embedder = backends.first().map(|b| b.lane().clone());
-        builder = builder.local_per_instance(
-            backends
-                .into_iter()
-                .map(|b| Arc::new(b) as Arc<dyn Backend>)
-                .collect(),
-        );
-    }
-    let harness = builder
-        .lanes_from(&others)?
-        .observer(metrics.observer())
-        .runtime(runtime.handle().clone())
-        .build()?;
-    if !crate::quiet() {
-        for line in lane_lines(&harness, &cfg, loading.elapsed()) {
-            eprintln!("{line}");
-        }
-        let queue = if max_queue_ms == 0 {
-            "busy requests get 503 at once".to_string()
-        } else {
-            format!("busy requests wait up to {max_queue_ms} ms")
-        };
-        eprintln!(
-            "edgecloud serve: {parallel} instance{} ({chosen}), {queue}",
-            if parallel == 1 { "" } else { "s" }
-        );
-    }
     let mut config = ServeConfig::default()
         .listen(args.listen)
         .max_body_bytes(args.max_body_bytes)
         .max_messages(args.max_messages)
         .default_max_tokens(args.max_tokens)
         .shutdown_grace(Duration::from_millis(args.grace_ms))
-        .metrics(metrics)
+        .metrics(metrics.clone())
         .max_queue((max_queue_ms > 0).then(|| Duration::from_millis(max_queue_ms)))
         .accept_any_model(args.accept_any_model)
         .cors(cors);
-    if let Some(lane) = embedder {
-        config = config.embeddings(lane);
-    }
     for name in &args.served_model_name {
         config = config.model_alias(name.trim());
     }
@@ -238,10 +362,48 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(policy) = cfg.harness.resolved_policy("harness")? {
         config = config.policy_preset(policy);
     }
+    let queue = if max_queue_ms == 0 {
+        "busy requests get 503 at once".to_string()
+    } else {
+        format!("busy requests wait up to {max_queue_ms} ms")
+    };
+    let pool_line = format!(
+        "edgecloud serve: {parallel} instance{} ({chosen}){}, {queue}",
+        if parallel == 1 { "" } else { "s" },
+        if several.is_some() { " per model" } else { "" }
+    );
+    let bound = match several {
+        None => {
+            // Loads the model here, before the first request (blocking).
+            let loading = Instant::now();
+            let (harness, embedder) = build_harness(&cfg, parallel, &metrics, runtime.handle())?;
+            if !crate::quiet() {
+                for line in lane_lines(&harness, &cfg, loading.elapsed()) {
+                    eprintln!("{line}");
+                }
+                eprintln!("{pool_line}");
+            }
+            if let Some(lane) = embedder {
+                config = config.embeddings(lane);
+            }
+            runtime.block_on(Server::bind(harness, config))?
+        }
+        Some(list) => {
+            let models = models_of(&args, &cfg, list, parallel, &metrics, runtime.handle())?;
+            if !crate::quiet() {
+                eprintln!("{pool_line}");
+            }
+            runtime
+                .block_on(Server::bind_models(models, config))
+                .map_err(|e| match e {
+                    edgecloud::serve::ServeError::Models { .. } => usage_from(&e),
+                    e => anyhow::Error::new(e),
+                })?
+        }
+    };
     let report = runtime.block_on(async move {
-        let server = Server::bind(harness, config).await?;
-        let addr = server.local_addr();
-        let models = server.models();
+        let addr = bound.local_addr();
+        let models = bound.models();
         {
             // One line on stdout, flushed: scripts wait for it.
             let mut out = std::io::stdout().lock();
@@ -252,8 +414,8 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             );
             let _ = out.flush();
         }
-        anyhow::Ok(server.run_until(crate::interrupt::shutdown_signal()).await)
-    })?;
+        bound.run_until(crate::interrupt::shutdown_signal()).await
+    });
     if report.is_clean() {
         if !crate::quiet() {
             eprintln!(
@@ -270,6 +432,103 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Late workers still running hold only this process's resources.
     runtime.shutdown_timeout(Duration::from_millis(100));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The model set: each model's local settings resolved now (so a bad
+/// reference is a start-up error and the byte budget knows each file's
+/// size), loaded later by name through `build_harness`.
+fn models_of(
+    args: &ServeArgs,
+    cfg: &HarnessConfig,
+    list: Vec<ModelConfig>,
+    parallel: usize,
+    metrics: &ServeMetrics,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<Models> {
+    let shared = cfg
+        .local
+        .clone()
+        .expect("the first model's reference makes a local lane");
+    let mut locals = std::collections::BTreeMap::new();
+    let mut sized = Vec::new();
+    for m in &list {
+        let local = local_of(&shared, m)?;
+        let size = std::fs::metadata(&local.model)
+            .map(|md| md.len())
+            .unwrap_or(0);
+        sized.push((m.name.clone(), size));
+        locals.insert(m.name.clone(), local);
+    }
+    let keep_alive = args.keep_alive.unwrap_or(KeepAlive::DEFAULT);
+    let max_loaded = args.max_loaded.unwrap_or(MaxLoaded::DEFAULT);
+    if !crate::quiet() {
+        let names: Vec<&str> = list.iter().map(|m| m.name.as_str()).collect();
+        eprintln!(
+            "edgecloud serve: {} models ({}), {}; keep-alive {keep_alive}, at most {}",
+            names.len(),
+            names.join(", "),
+            if args.preload {
+                "loading them now"
+            } else {
+                "each loaded on its first request"
+            },
+            match (max_loaded.models, max_loaded.bytes) {
+                (Some(n), _) => format!("{n} loaded"),
+                (None, Some(b)) => format!("{:.1} MB of models loaded", b as f64 / 1e6),
+                (None, None) => "any number loaded".into(),
+            }
+        );
+    }
+    let base = cfg.clone();
+    let metrics = metrics.clone();
+    let runtime = runtime.clone();
+    let load = move |name: &str| -> Result<LoadedModel, LoadError> {
+        let mut cfg = base.clone();
+        let local = locals.get(name).cloned().ok_or("no such model")?;
+        let size = std::fs::metadata(&local.model)
+            .map(|md| md.len())
+            .unwrap_or(0);
+        let file = local.model.display().to_string();
+        cfg.local = Some(local);
+        let loading = Instant::now();
+        let (harness, embedder) = build_harness(&cfg, parallel, &metrics, &runtime)
+            .map_err(|e| format!("{file}: {e:#}"))?;
+        if !crate::quiet() {
+            for line in lane_lines(&harness, &cfg, loading.elapsed()) {
+                if line.contains("local lane") {
+                    eprintln!(
+                        "{}",
+                        line.replace("local lane loaded", &format!("model `{name}` loaded"))
+                    );
+                }
+            }
+        }
+        let mut model = LoadedModel::new(harness).memory_bytes(size);
+        if let Some(lane) = embedder {
+            model = model.embeddings(lane);
+        }
+        Ok(model)
+    };
+    let mut models = Models::new(load)
+        .keep_alive(keep_alive)
+        .max_loaded(max_loaded)
+        .preload(args.preload);
+    for (name, size) in sized {
+        models = models.model(name, size);
+    }
+    for (route, r) in &cfg.routes {
+        models = models.route(route.clone(), r.model.clone());
+    }
+    let default_model = cfg
+        .harness
+        .default_route
+        .as_ref()
+        .and_then(|d| cfg.routes.get(d))
+        .and_then(|r| r.model.clone());
+    if let Some(m) = default_model {
+        models = models.default_model(m);
+    }
+    Ok(models)
 }
 
 /// The bearer token from a file: the whole file, less one trailing
