@@ -528,7 +528,9 @@ fn config_show_merges_and_redacts_secrets() {
             "[local]\nmodel = \"models/a.gguf\"\nbatch_size = 64\n\n\
              [cloud]\nbase_url = \"https://api.example.com/v1\"\nmodel = \"big\"\napi_key = \"{SECRET}\"\n\n\
              [harness]\npolicy = \"cascade\"\ncascade_threshold = 0.6\n\n\
-             [routes.fast]\npolicy = \"local-only\"\ndeadline_ms = 200\n"
+             [routes.fast]\npolicy = \"local-only\"\ndeadline_ms = 200\n\n\
+             [pool]\nparallel = 2\n\n[serve]\ncors_origins = [\"*\"]\n\n\
+             [[models]]\nname = \"chat\"\nmodel = \"models/a.gguf\"\n"
         ),
     );
     for json in [false, true] {
@@ -578,6 +580,10 @@ fn config_show_merges_and_redacts_secrets() {
             assert_eq!(v["config"]["local"]["batch_size"], 32);
             assert_eq!(v["config"]["harness"]["cascade_threshold"], 0.6);
             assert_eq!(v["config"]["harness"]["deadline_ms"], 1500);
+            // What serve reads besides the lanes is shown too.
+            assert_eq!(v["config"]["pool"]["parallel"], 2);
+            assert_eq!(v["config"]["serve"]["cors_origins"][0], "*");
+            assert_eq!(v["config"]["models"][0]["name"], "chat");
         }
     }
 }

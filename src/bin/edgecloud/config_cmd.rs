@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use edgecloud::cloud::CloudConfig;
-use edgecloud::harness::HarnessConfig;
+use edgecloud::harness::{HarnessConfig, PoolConfig, ServeFileConfig};
 use edgecloud::local::LocalConfig;
 use serde_json::{json, Map, Value};
 use std::process::ExitCode;
@@ -194,6 +194,26 @@ fn config_value(cfg: &HarnessConfig) -> Value {
         root.insert(
             "routes".into(),
             serde_json::to_value(&cfg.routes).unwrap_or(Value::Null),
+        );
+    }
+    // `[pool]`, `[serve]` and `[[models]]` when the file sets them (what
+    // `serve` reads besides the lanes).
+    if cfg.pool != PoolConfig::default() {
+        root.insert(
+            "pool".into(),
+            serde_json::to_value(&cfg.pool).unwrap_or(Value::Null),
+        );
+    }
+    if cfg.serve != ServeFileConfig::default() {
+        root.insert(
+            "serve".into(),
+            serde_json::to_value(&cfg.serve).unwrap_or(Value::Null),
+        );
+    }
+    if !cfg.models.is_empty() {
+        root.insert(
+            "models".into(),
+            serde_json::to_value(&cfg.models).unwrap_or(Value::Null),
         );
     }
     Value::Object(root)
