@@ -119,8 +119,9 @@ pub(crate) struct InstanceState {
     pub(crate) runs_in_flight: u64,
 }
 
-/// The engine's state at a glance.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The engine's state at a glance (`Default`: nothing configured, nothing
+/// running).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct Health {
     /// Per lane, over the whole pool: `busy` when no instance has the lane
     /// free.

@@ -836,19 +836,7 @@ mod tests {
 
     #[test]
     fn exposition_is_well_formed() {
-        let t = Metrics::default().render(
-            &Health {
-                lanes: vec![],
-                instances: Vec::new(),
-                queued: 0,
-                rejected: 0,
-                runs_in_flight: 0,
-                late_workers_running: 0,
-                observer_events_dropped: 0,
-                models: Vec::new(),
-            },
-            0,
-        );
+        let t = Metrics::default().render(&Health::default(), 0);
         let mut typed = std::collections::HashSet::new();
         for line in t.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

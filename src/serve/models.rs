@@ -691,13 +691,8 @@ impl Engine for ModelSet {
         };
         let mut h = Health {
             lanes,
-            instances: Vec::new(),
-            queued: 0,
-            rejected: 0,
-            runs_in_flight: 0,
-            late_workers_running: 0,
-            observer_events_dropped: 0,
             models,
+            ..Health::default()
         };
         let mut first = true;
         for (name, loaded) in engines {

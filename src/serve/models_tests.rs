@@ -30,14 +30,8 @@ impl Engine for FakeEngine {
 
     fn health(&self) -> Health {
         Health {
-            lanes: Vec::new(),
-            instances: Vec::new(),
-            queued: 0,
-            rejected: 0,
-            runs_in_flight: 0,
             late_workers_running: self.late_workers.load(Ordering::SeqCst),
-            observer_events_dropped: 0,
-            models: Vec::new(),
+            ..Health::default()
         }
     }
 

@@ -281,13 +281,7 @@ impl Fake {
                     health: None,
                 },
             ],
-            instances: Vec::new(),
-            queued: 0,
-            rejected: 0,
-            runs_in_flight: 0,
-            late_workers_running: 0,
-            observer_events_dropped: 0,
-            models: Vec::new(),
+            ..Health::default()
         }
     }
 
