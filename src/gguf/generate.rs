@@ -188,6 +188,22 @@ pub fn write_model_with(
 }
 
 /// Writes the model to any writer (for the in-memory unit tests).
+/// The tokenizer's keys both generated architectures share: the tiny
+/// byte-level BPE vocabulary (`vocab`), in the order the files hold them.
+fn tokenizer_metadata(vocab: vocab::Vocab) -> [(&'static str, Value); 6] {
+    [
+        ("tokenizer.ggml.model", Value::Str("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::Str("default".into())),
+        ("tokenizer.ggml.tokens", Value::StrArray(vocab.tokens)),
+        (
+            "tokenizer.ggml.token_type",
+            Value::I32Array(vocab.token_types),
+        ),
+        ("tokenizer.ggml.scores", Value::F32Array(vocab.scores)),
+        ("tokenizer.ggml.merges", Value::StrArray(vocab.merges)),
+    ]
+}
+
 #[cfg(test)]
 pub(crate) fn write_model_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result<()> {
     write_tweaked_to(out, preset, seed, &[])
@@ -243,15 +259,9 @@ fn write_tweaked_to<W: Write>(
         ("llama.rope.dimension_count", u32v(head_dim)),
         ("llama.rope.freq_base", Value::F32(s.rope_base)),
         ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-        ("tokenizer.ggml.model", Value::Str("gpt2".into())),
-        ("tokenizer.ggml.pre", Value::Str("default".into())),
-        ("tokenizer.ggml.tokens", Value::StrArray(vocab.tokens)),
-        (
-            "tokenizer.ggml.token_type",
-            Value::I32Array(vocab.token_types),
-        ),
-        ("tokenizer.ggml.scores", Value::F32Array(vocab.scores)),
-        ("tokenizer.ggml.merges", Value::StrArray(vocab.merges)),
+    ];
+    metadata.extend(tokenizer_metadata(vocab));
+    metadata.extend([
         ("tokenizer.ggml.bos_token_id", Value::U32(IM_START_ID)),
         ("tokenizer.ggml.eos_token_id", Value::U32(IM_END_ID)),
         // Explicit, or llama.cpp guesses end-of-turn from the token texts in
@@ -269,7 +279,7 @@ fn write_tweaked_to<W: Write>(
             Value::Str(preset.name().into()),
         ),
         ("edgecloud.generator.seed", Value::U64(seed)),
-    ];
+    ]);
     if s.file_type != 0 {
         metadata.push(("general.quantization_version", Value::U32(2)));
     }
@@ -376,7 +386,7 @@ fn write_bert_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result
     let n_ctx = 512u64;
     let vocab = vocab::build(s.n_vocab as usize);
     let u32v = |v: u64| Value::U32(u32::try_from(v).expect("preset dimensions fit in u32"));
-    let metadata: Vec<(&str, Value)> = vec![
+    let mut metadata: Vec<(&str, Value)> = vec![
         ("general.architecture", Value::Str("bert".into())),
         (
             "general.name",
@@ -396,15 +406,9 @@ fn write_bert_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result
         ("bert.attention.causal", Value::Bool(false)),
         // llama.cpp's LLAMA_POOLING_TYPE_CLS.
         ("bert.pooling_type", Value::U32(2)),
-        ("tokenizer.ggml.model", Value::Str("gpt2".into())),
-        ("tokenizer.ggml.pre", Value::Str("default".into())),
-        ("tokenizer.ggml.tokens", Value::StrArray(vocab.tokens)),
-        (
-            "tokenizer.ggml.token_type",
-            Value::I32Array(vocab.token_types),
-        ),
-        ("tokenizer.ggml.scores", Value::F32Array(vocab.scores)),
-        ("tokenizer.ggml.merges", Value::StrArray(vocab.merges)),
+    ];
+    metadata.extend(tokenizer_metadata(vocab));
+    metadata.extend([
         ("tokenizer.ggml.token_type_count", Value::U32(2)),
         ("tokenizer.ggml.bos_token_id", Value::U32(IM_START_ID)),
         ("tokenizer.ggml.eos_token_id", Value::U32(IM_END_ID)),
@@ -417,7 +421,7 @@ fn write_bert_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result
             Value::Str(preset.name().into()),
         ),
         ("edgecloud.generator.seed", Value::U64(seed)),
-    ];
+    ]);
     let t = |name: String, dims: Vec<u64>| TensorSpec {
         name,
         dims,
