@@ -268,6 +268,11 @@ pub struct LocalInfo {
     /// not included).
     #[serde(serialize_with = "crate::millis::required::serialize")]
     pub load_time: Duration,
+    /// The GGUF summary the validation read (name, size, quantisation), so
+    /// a caller that reports the model need not parse the file again;
+    /// `None` when validation was skipped.
+    #[serde(skip)]
+    pub file: Option<crate::gguf::ModelInfo>,
     /// How the child-process probe went before the load.
     pub probe: ProbeReport,
     /// Context size in tokens.
@@ -470,6 +475,19 @@ pub struct LocalLane {
     seq: usize,
 }
 
+/// Where a lane's model file is validated before llama.cpp reads it.
+pub(crate) enum Validation {
+    /// On the worker, before the load (the probe's child).
+    OnWorker,
+    /// Not at all: the probe's child showing what llama.cpp does alone.
+    Skipped,
+    /// Already, by the caller: its summary and how long it took.
+    Done {
+        file: Box<crate::gguf::ModelInfo>,
+        took: Duration,
+    },
+}
+
 struct Inner {
     jobs: Mutex<Option<mpsc::Sender<Work>>>,
     exited: Mutex<mpsc::Receiver<()>>,
@@ -516,7 +534,9 @@ impl LocalLane {
             }
             .into());
         }
-        crate::gguf::validate(&config.model)?;
+        let validating = std::time::Instant::now();
+        let file = crate::gguf::validate(&config.model)?;
+        let validation_time = validating.elapsed();
         if let Some(draft) = config
             .model_draft
             .as_ref()
@@ -525,20 +545,33 @@ impl LocalLane {
             crate::gguf::validate(draft)?;
         }
         let report = probe::before_start(&config)?;
-        Self::start_with(config, lanes, true, report)
+        // Validated above: the worker does not read the file's header again.
+        Self::start_with(
+            config,
+            lanes,
+            Validation::Done {
+                file: Box::new(file),
+                took: validation_time,
+            },
+            report,
+        )
     }
 
-    /// Starts without the probe; `validate` false skips the validator too
-    /// (only the probe's child does that, to show what llama.cpp does).
+    /// Starts without the probe, after the validation `validation` says.
     pub(crate) fn start_with(
         config: LocalConfig,
         lanes: usize,
-        validate: bool,
+        validation: Validation,
         probe: ProbeReport,
     ) -> Result<Vec<Self>, LocalError> {
         let lanes = lanes.max(1);
-        let mut started = worker::spawn(config, lanes, validate)?;
+        let on_worker = matches!(validation, Validation::OnWorker);
+        let mut started = worker::spawn(config, lanes, on_worker)?;
         started.info.probe = probe;
+        if let Validation::Done { file, took } = validation {
+            started.info.load_time += took;
+            started.info.file = Some(*file);
+        }
         let embedding_only = embedding::embedding_only(&started.model);
         let inner = Arc::new(Inner {
             jobs: Mutex::new(Some(started.jobs)),

@@ -39,7 +39,7 @@
 //! This module must not orchestrate lanes; it only decides whether the
 //! lane may start.
 
-use super::{LocalConfig, LocalError, LocalLane};
+use super::{LocalConfig, LocalError, LocalLane, Validation};
 use crate::lane::LaneJob;
 use crate::request::{ChatMessage, Sampling};
 use serde::{Deserialize, Serialize};
@@ -507,8 +507,16 @@ pub fn run_child(spec: &str) -> i32 {
     let mut config = spec.config;
     config.probe = ProbeMode::Off;
     say("stage load (validate, load model, create context, chat template)");
-    let lane = match LocalLane::start_with(config, 1, !spec.skip_validation, ProbeReport::not_run())
-    {
+    let lane = match LocalLane::start_with(
+        config,
+        1,
+        if spec.skip_validation {
+            Validation::Skipped
+        } else {
+            Validation::OnWorker
+        },
+        ProbeReport::not_run(),
+    ) {
         Ok(mut lanes) => lanes.remove(0),
         Err(err) => return fail(&err),
     };

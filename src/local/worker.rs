@@ -207,6 +207,7 @@ fn run_worker(
         chat_template,
         tool_calls,
         probe: super::probe::ProbeReport::not_run(),
+        file: None,
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
     let embedding = EmbeddingInfo::resolve(&model, config.pooling, config.embed_batch);

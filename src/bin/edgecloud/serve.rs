@@ -378,7 +378,7 @@ fn serve(
             let loading = Instant::now();
             let (harness, embedder) = build_harness(&cfg, parallel, &metrics, runtime.handle())?;
             if !crate::quiet() {
-                for line in lane_lines(&harness, &cfg, loading.elapsed()) {
+                for line in lane_lines(&harness, &cfg, embedder.as_ref(), loading.elapsed()) {
                     eprintln!("{line}");
                 }
                 eprintln!("{pool_line}");
@@ -494,7 +494,7 @@ fn models_of(
         let (harness, embedder) = build_harness(&cfg, parallel, &metrics, &runtime)
             .map_err(|e| format!("{file}: {e:#}"))?;
         if !crate::quiet() {
-            for line in lane_lines(&harness, &cfg, loading.elapsed()) {
+            for line in lane_lines(&harness, &cfg, embedder.as_ref(), loading.elapsed()) {
                 if line.contains("local lane") {
                     eprintln!(
                         "{}",
@@ -550,18 +550,22 @@ fn token_from_file(path: &Path) -> anyhow::Result<BearerToken> {
 /// they loaded: the local model's name, file size and load time; the cloud
 /// model and its endpoint (scheme, host and port only: a URL may hold a
 /// secret).
-fn lane_lines(harness: &Harness, cfg: &HarnessConfig, total: Duration) -> Vec<String> {
+fn lane_lines(
+    harness: &Harness,
+    cfg: &HarnessConfig,
+    lane: Option<&LocalLane>,
+    total: Duration,
+) -> Vec<String> {
     let mut lines = Vec::new();
     if let (Some(info), Some(local)) = (harness.lane_info(Lane::Local), &cfg.local) {
-        // The GGUF header's name and quantisation (already validated by
-        // the lane's start, so this read is cheap and should not fail).
-        let header = edgecloud::gguf::inspect(&local.model).ok().map(|i| i.info);
+        // The GGUF header's name and quantisation, as the lane's start
+        // validated it (not read again: that read is a tenth of a small
+        // model's load).
+        let header = lane.and_then(|l| l.info().file.as_ref());
         let name = header
-            .as_ref()
             .and_then(|i| i.name.clone())
             .unwrap_or_else(|| local.model.display().to_string());
         let size = header
-            .as_ref()
             .map(|i| i.file_size)
             .or_else(|| std::fs::metadata(&local.model).ok().map(|m| m.len()))
             .map_or_else(
@@ -569,7 +573,6 @@ fn lane_lines(harness: &Harness, cfg: &HarnessConfig, total: Duration) -> Vec<St
                 |b| format!("{:.1} MB", b as f64 / 1e6),
             );
         let quant = header
-            .as_ref()
             .map(|i| format!(", {}", i.quantization))
             .unwrap_or_default();
         let load = info.load_time.unwrap_or(total);
