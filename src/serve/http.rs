@@ -1,25 +1,19 @@
-//! Request handling: the routes (an axum [`Router`]: one path, one
-//! method, one handler each; a known path with another method is our 405
-//! with `Allow`, an unknown one our 404, both OpenAI-shaped), the edge
-//! every request crosses ([`edge`]: CORS through `cors`, the bearer
-//! token, the per-endpoint metrics), the body cap and timeout, and for a
-//! generation request (chat, text completion, Responses) the path top to
-//! bottom: parse (`wire`), start the run (the engine, one `start` for
-//! every endpoint), respond (whole in `response`, SSE in `stream`, each in
-//! its endpoint's shape: `completions`, `responses`). One function per
-//! endpoint; embeddings (no run: the local lane's worker) go through
-//! `embeddings`. It must not accept connections or manage shutdown
-//! (`server` does) and must not decide how a run goes (the engine does).
+//! Request handling: routing, CORS (through `cors`), the bearer-token
+//! check, the body cap, and for a generation request (chat, text
+//! completion, Responses) the path top to bottom: parse (`wire`), start
+//! the run (the engine, one `start` for every endpoint), respond (whole in
+//! `response`, SSE in `stream`, each in its endpoint's shape:
+//! `completions`, `responses`). One function per endpoint; embeddings
+//! (no run: the local lane's worker) go through `embeddings`. It must not
+//! accept connections or manage shutdown (`server` does) and must not
+//! decide how a run goes (the engine does).
 //!
-//! Why own pieces where tower-http has layers: its `CorsLayer` answers a
-//! preflight from an unlisted origin with an empty 200 (ours is a 403
-//! naming the flag, which tests pin), allows either a fixed list of
-//! request headers or the asked ones (ours: both), and could not count
-//! preflights under their own metrics label; its `RequestBodyLimitLayer`
-//! answers an oversized body in plain text, and it has no body-arrival
-//! timeout that answers 408. Every error here is the OpenAI JSON error
-//! a client library parses, so the cap and the timeout stay in
-//! [`read_body`] (http-body-util's `Limited`, what that layer wraps).
+//! Routing is a `match` on the path, on hyper, not an axum router with
+//! tower-http layers: an axum 0.8 port added a measurable median per
+//! request and saved no code, and tower-http's CORS and body-limit layers
+//! answer in shapes of their own (an empty 200 to an unlisted origin's
+//! preflight, a plain-text 413) where every answer here is the OpenAI JSON
+//! error. docs/DESIGN.md ("serve's HTTP layer") has the figures.
 
 use super::app::App;
 use super::engine::{Job, ModelEntry, Param, StartError};
@@ -31,15 +25,13 @@ use super::BearerToken;
 use super::{completions, cors, embeddings, responses, stream};
 use crate::openai::{Ids, Model, ModelList};
 use crate::request::Request as LlmRequest;
-use axum::extract::{MatchedPath, Path, Request, State};
-use axum::middleware::{self, Next};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
-use hyper::{Method, Response, Uri};
+use hyper::{Method, Request, Response};
 use serde_json::json;
+use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,111 +40,93 @@ use std::time::Duration;
 pub(crate) const H_POLICY: &str = "x-edgecloud-policy";
 pub(crate) const H_DEADLINE: &str = "x-edgecloud-deadline-ms";
 
-/// The route of `GET /v1/models/{id}`: the id is the rest of the path
-/// (a route's name may hold a `/`).
-const MODEL_ROUTE: &str = "/v1/models/{*id}";
-
-/// The server's routes over `app`, every one behind [`edge`].
-pub(crate) fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/", get(root))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/models", get(models))
-        .route(MODEL_ROUTE, get(model))
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/completions", post(completion))
-        .route("/v1/responses", post(response_api))
-        .route("/v1/embeddings", post(embed))
-        .method_not_allowed_fallback(method_not_allowed)
-        .fallback(unknown_endpoint)
-        // A router's layer wraps each route (and the fallbacks), inside
-        // the routing: `edge` sees which route matched.
-        .layer(middleware::from_fn_with_state(app.clone(), edge))
-        .with_state(app)
-}
-
-/// What every request crosses, whatever its route: a CORS preflight is
-/// answered here (without the token: browsers send none), every other
-/// request needs the bearer token (but `GET /health`), and every answer
-/// gets its CORS headers and is counted under its endpoint.
-async fn edge(State(app): State<Arc<App>>, req: Request, next: Next) -> axum::response::Response {
+/// Handles one request; never fails (errors are responses).
+pub(crate) async fn handle(
+    app: Arc<App>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     if let Some(r) = cors::preflight(&app.cors, req.method(), req.headers()) {
         app.metrics.http("preflight", r.status().as_u16());
-        return r.map(axum::body::Body::new);
+        return Ok(r);
     }
-    let endpoint = endpoint(req.extensions().get::<MatchedPath>());
     let origin = req.headers().get(hyper::header::ORIGIN).cloned();
-    let token = match endpoint {
-        "/health" => Ok(()),
-        _ => check_token(app.token.as_ref(), req.headers()),
-    };
-    let mut response = match token {
-        Ok(()) => next.run(req).await,
-        Err(e) => error_response(&e).map(axum::body::Body::new),
-    };
+    let (endpoint, mut response) = route(&app, req).await;
     cors::decorate(&app.cors, origin.as_ref(), response.headers_mut());
     app.metrics.http(endpoint, response.status().as_u16());
-    response
+    Ok(response)
 }
 
-/// The metrics label of the route a request matched: its path as
-/// [`ENDPOINTS`] writes it; `other` when none matched.
-fn endpoint(matched: Option<&MatchedPath>) -> &'static str {
-    let Some(matched) = matched.map(MatchedPath::as_str) else {
-        return "other";
+async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Response<Body>) {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let endpoint: &'static str = match path.as_str() {
+        "/" => "/",
+        "/health" => "/health",
+        "/metrics" => "/metrics",
+        "/v1/models" => "/v1/models",
+        "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/completions" => "/v1/completions",
+        "/v1/responses" => "/v1/responses",
+        "/v1/embeddings" => "/v1/embeddings",
+        p if p.starts_with("/v1/models/") => "/v1/models/{id}",
+        _ => "other",
     };
-    let matched = if matched == MODEL_ROUTE {
-        "/v1/models/{id}"
-    } else {
-        matched
+    if endpoint != "/health" {
+        if let Err(e) = check_token(app.token.as_ref(), req.headers()) {
+            return (endpoint, error_response(&e));
+        }
+    }
+    let allowed = match endpoint {
+        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/embeddings" => {
+            Method::POST
+        }
+        "other" => {
+            let e = ApiError::new(
+                404,
+                INVALID_REQUEST,
+                format!(
+                    "unknown endpoint {method} {path}; this server has {}",
+                    ENDPOINTS.join(", ")
+                ),
+            )
+            .code("unknown_url");
+            return (endpoint, error_response(&e));
+        }
+        _ => Method::GET,
     };
-    ENDPOINTS
-        .iter()
-        .filter_map(|e| e.split_once(' ').map(|(_, path)| path))
-        .find(|path| *path == matched)
-        .unwrap_or("other")
-}
-
-/// A known path with another method: 405, with the one it takes in
-/// `Allow`.
-async fn method_not_allowed(
-    matched: Option<MatchedPath>,
-    method: Method,
-    uri: Uri,
-) -> Response<Body> {
-    let label = endpoint(matched.as_ref());
-    let allowed = ENDPOINTS
-        .iter()
-        .filter_map(|e| e.split_once(' '))
-        .find(|(_, path)| *path == label)
-        .map_or("GET", |(method, _)| method);
-    let path = uri.path();
-    let e = ApiError::new(
-        405,
-        INVALID_REQUEST,
-        format!("{path} accepts {allowed}, not {method}"),
-    )
-    .code("method_not_allowed");
-    let mut r = error_response(&e);
-    r.headers_mut()
-        .insert(hyper::header::ALLOW, HeaderValue::from_static(allowed));
-    r
-}
-
-/// No route has this path: 404 listing the ones there are.
-async fn unknown_endpoint(method: Method, uri: Uri) -> Response<Body> {
-    let e = ApiError::new(
-        404,
-        INVALID_REQUEST,
-        format!(
-            "unknown endpoint {method} {}; this server has {}",
-            uri.path(),
-            ENDPOINTS.join(", ")
-        ),
-    )
-    .code("unknown_url");
-    error_response(&e)
+    if method != allowed {
+        let e = ApiError::new(
+            405,
+            INVALID_REQUEST,
+            format!("{path} accepts {allowed}, not {method}"),
+        )
+        .code("method_not_allowed");
+        let mut r = error_response(&e);
+        let allow = if allowed == Method::POST {
+            "POST"
+        } else {
+            "GET"
+        };
+        r.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
+        return (endpoint, r);
+    }
+    let response = match endpoint {
+        "/" => root(app),
+        "/health" => health(app),
+        "/metrics" => metrics(app),
+        "/v1/models" => models(app),
+        "/v1/models/{id}" => model(app, &path["/v1/models/".len()..]),
+        "/v1/completions" => completion(app, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e)),
+        "/v1/responses" => response_api(app, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e)),
+        "/v1/embeddings" => embed(app, req).await.unwrap_or_else(|e| error_response(&e)),
+        _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
+    };
+    (endpoint, response)
 }
 
 /// Checks `Authorization: Bearer <token>` when the server has a token.
@@ -196,7 +170,7 @@ pub(crate) const ENDPOINTS: &[&str] = &[
 
 /// `GET /`: what this server is, its version, models and endpoints (a
 /// browser or `curl` pointed at the bare address learns where to go).
-async fn root(State(app): State<Arc<App>>) -> Response<Body> {
+fn root(app: &App) -> Response<Body> {
     let models: Vec<String> = app.models().into_iter().map(|m| m.id).collect();
     json_response(
         200,
@@ -210,7 +184,7 @@ async fn root(State(app): State<Arc<App>>) -> Response<Body> {
     )
 }
 
-async fn health(State(app): State<Arc<App>>) -> Response<Body> {
+fn health(app: &App) -> Response<Body> {
     let h = app.engine.health();
     let down = app.shutting_down.load(Ordering::Acquire);
     let body = json!({
@@ -229,7 +203,7 @@ async fn health(State(app): State<Arc<App>>) -> Response<Body> {
     json_response(if down { 503 } else { 200 }, &body)
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
+fn metrics(app: &App) -> Response<Body> {
     let text = app.metrics.render(
         &app.engine.health(),
         app.connections.load(Ordering::Relaxed),
@@ -242,7 +216,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
     r
 }
 
-async fn models(State(app): State<Arc<App>>) -> Response<Body> {
+fn models(app: &App) -> Response<Body> {
     let data = app
         .models()
         .iter()
@@ -254,8 +228,8 @@ async fn models(State(app): State<Arc<App>>) -> Response<Body> {
     json_response(200, &ModelList::new(data))
 }
 
-async fn model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response<Body> {
-    match app.resolve_model(&id) {
+fn model(app: &App, id: &str) -> Response<Body> {
+    match app.resolve_model(id) {
         Some(m) => json_response(
             200,
             &Model {
@@ -263,7 +237,7 @@ async fn model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response<
                 ..Model::edgecloud(&m.id, app.created)
             },
         ),
-        None => error_response(&unknown_model(&id, &app.models()).param("model")),
+        None => error_response(&unknown_model(id, &app.models()).param("model")),
     }
 }
 
@@ -281,7 +255,7 @@ fn unknown_model(id: &str, known: &[ModelEntry]) -> ApiError {
 }
 
 /// Reads the body within the size cap and the body timeout.
-async fn read_body(app: &App, req: Request) -> Result<Bytes, ApiError> {
+async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             413,
@@ -365,7 +339,7 @@ struct Head {
 }
 
 /// Reads a generation request's headers and body.
-async fn read_request(app: &App, req: Request) -> Result<(Head, Bytes), ApiError> {
+async fn read_request(app: &App, req: Request<Incoming>) -> Result<(Head, Bytes), ApiError> {
     let (policy, deadline) = header_options(req.headers(), &app.limits)?;
     let request_id = request_id(req.headers());
     let body = read_body(app, req).await?;
@@ -453,8 +427,7 @@ fn start_error(app: &App, e: StartError, policy_param: &str) -> ApiError {
     }
 }
 
-async fn chat(State(app): State<Arc<App>>, req: Request) -> Result<Response<Body>, ApiError> {
-    let app = &app;
+async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let (head, body) = read_request(app, req).await?;
     let mut params = wire::parse_chat(&body, app.limits)?;
     let run = start(app, &head, &mut params).await?;
@@ -474,8 +447,7 @@ async fn chat(State(app): State<Arc<App>>, req: Request) -> Result<Response<Body
     }
 }
 
-async fn completion(State(app): State<Arc<App>>, req: Request) -> Result<Response<Body>, ApiError> {
-    let app = &app;
+async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let (head, body) = read_request(app, req).await?;
     let mut params = wire::parse_completion(&body, app.limits)?;
     let run = start(app, &head, &mut params.chat).await?;
@@ -498,11 +470,7 @@ async fn completion(State(app): State<Arc<App>>, req: Request) -> Result<Respons
     }
 }
 
-async fn response_api(
-    State(app): State<Arc<App>>,
-    req: Request,
-) -> Result<Response<Body>, ApiError> {
-    let app = &app;
+async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let (head, body) = read_request(app, req).await?;
     let mut params = wire::parse_responses(&body, app.limits)?;
     let run = start(app, &head, &mut params.chat).await?;
@@ -525,8 +493,7 @@ async fn response_api(
 
 /// `POST /v1/embeddings`: the model name checked as every endpoint checks
 /// it, then the embedder's vectors (see `embeddings`).
-async fn embed(State(app): State<Arc<App>>, req: Request) -> Result<Response<Body>, ApiError> {
-    let app = &app;
+async fn embed(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let body = read_body(app, req).await?;
     let params = embeddings::parse(&body)?;
     let Some(entry) = app.resolve_model(&params.model) else {
@@ -552,11 +519,4 @@ async fn embed(State(app): State<Arc<App>>, req: Request) -> Result<Response<Bod
         200,
         &embeddings::body(&params.model, out, params.base64),
     ))
-}
-
-/// An error is its OpenAI-shaped response.
-impl axum::response::IntoResponse for ApiError {
-    fn into_response(self) -> axum::response::Response {
-        error_response(&self).map(axum::body::Body::new)
-    }
 }

@@ -1,21 +1,16 @@
 //! The listener and the connections: accepts TCP connections (up to a cap;
 //! beyond it, new ones wait in the kernel's backlog), serves HTTP/1.1 on
-//! each (the router of `http`, through hyper with a header-read timeout),
-//! and shuts down in order: stop accepting, let in-flight requests (and so
-//! their runs) finish, then wait for late workers, all within one grace
-//! period. It must not look inside requests (`http` does).
-//!
-//! Why not `axum::serve`: it has no connection cap, no header-read
-//! timeout and no way to wait for the engine's late workers within the
-//! same grace as the connections; this loop is small and has all three.
+//! each, and shuts down in order: stop accepting, let in-flight requests
+//! (and so their runs) finish, then wait for late workers, all within one
+//! grace period. It must not look inside requests (`http` does).
 
 use super::app::App;
-use super::http::router;
+use super::http::handle;
 use super::ServeReport;
 use hyper::server::conn::http1;
+use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -43,7 +38,6 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> ServeReport {
     let graceful = GracefulShutdown::new();
-    let service = TowerToHyperService::new(router(app.clone()));
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
@@ -67,10 +61,14 @@ pub(crate) async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
+        let service_app = app.clone();
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), service.clone());
+            .serve_connection(
+                TokioIo::new(stream),
+                service_fn(move |req| handle(service_app.clone(), req)),
+            );
         let conn = graceful.watch(conn);
         app.connections.fetch_add(1, Ordering::Relaxed);
         let open = Open(app.clone());
