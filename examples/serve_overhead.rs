@@ -10,20 +10,33 @@
 //! - requests per second, one at a time (a lane admits one task);
 //! - `GET /health` per second (the server's own ceiling, no lane involved);
 //! - RSS: before the harness, with the model loaded, with the server bound
-//!   and idle, and idle again after all the requests.
+//!   and idle, and idle again after all the requests;
+//! - per endpoint (chat whole and streamed, `/v1/completions`,
+//!   `/v1/responses`, `/v1/embeddings`, `GET /health`), on a pool of
+//!   instant backends (the embeddings on the model's own lane, driven at
+//!   most at 100 requests/s): the
+//!   server's added median one request at a time, then p50 and p99 of the
+//!   direct call and of the server when driven open loop at a fixed rate
+//!   (`--rate`, default 1,000 requests/s, for `--seconds`, default 5, each;
+//!   a request starts on its tick whatever the earlier ones do, over
+//!   keep-alive connections the client opens as needed).
 //!
 //! Two backends: the real local lane on the model (`--model`, default
 //! `models/tiny.gguf`), and an instant backend (pure overhead).
 //!
 //! Usage: serve_overhead [--model PATH] [--requests N] [--max-tokens N]
+//! [--rate N] [--seconds S] [--only-endpoints]
 
 use edgecloud::harness::{
     Backend, BackendFuture, BackendInfo, Candidate, Harness, LocalBackend, RunOptions,
 };
-use edgecloud::local::LocalConfig;
+use edgecloud::local::{EmbedInput, LocalConfig, LocalLane};
 use edgecloud::serve::{ServeConfig, Server};
 use edgecloud::{FinishReason, LaneJob, Policy, Request, Sampling};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::time::MissedTickBehavior;
 
 /// Answers at once: what is left is the harness's and the server's cost.
 struct Instantly;
@@ -41,6 +54,9 @@ struct Args {
     model: String,
     requests: usize,
     max_tokens: u32,
+    rate: u32,
+    seconds: f64,
+    only_endpoints: bool,
 }
 
 fn args() -> Args {
@@ -48,14 +64,23 @@ fn args() -> Args {
         model: "models/tiny.gguf".into(),
         requests: 400,
         max_tokens: 8,
+        rate: 1000,
+        seconds: 5.0,
+        only_endpoints: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--only-endpoints" {
+            a.only_endpoints = true;
+            continue;
+        }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--model" => a.model = value,
             "--requests" => a.requests = value.parse().expect("--requests N"),
             "--max-tokens" => a.max_tokens = value.parse().expect("--max-tokens N"),
+            "--rate" => a.rate = value.parse().expect("--rate N"),
+            "--seconds" => a.seconds = value.parse().expect("--seconds S"),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -247,12 +272,252 @@ fn report(name: &str, p: Paths) {
     );
 }
 
+/// The endpoints of the per-endpoint table.
+#[derive(Debug, Clone, Copy)]
+enum Endpoint {
+    ChatWhole,
+    ChatStream,
+    Completions,
+    Responses,
+    Embeddings,
+    Health,
+}
+
+impl Endpoint {
+    const ALL: [Endpoint; 6] = [
+        Endpoint::ChatWhole,
+        Endpoint::ChatStream,
+        Endpoint::Completions,
+        Endpoint::Responses,
+        Endpoint::Embeddings,
+        Endpoint::Health,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Endpoint::ChatWhole => "POST /v1/chat/completions",
+            Endpoint::ChatStream => "  the same, streamed (SSE)",
+            Endpoint::Completions => "POST /v1/completions",
+            Endpoint::Responses => "POST /v1/responses",
+            Endpoint::Embeddings => "POST /v1/embeddings",
+            Endpoint::Health => "GET /health",
+        }
+    }
+}
+
+const PROMPT: &str = "Tell me about edge computing.";
+
+/// What one endpoint is called with, directly and through the server.
+struct Target {
+    harness: Harness,
+    lane: LocalLane,
+    client: reqwest::Client,
+    /// `http://ADDR`
+    base: String,
+    max_tokens: u32,
+}
+
+impl Target {
+    /// The direct call the endpoint wraps (`GET /health` wraps nothing: its
+    /// whole latency is the server's).
+    async fn direct(&self, e: Endpoint) -> bool {
+        match e {
+            Endpoint::ChatWhole | Endpoint::Completions | Endpoint::Responses => self
+                .harness
+                .run(request(self.max_tokens))
+                .await
+                .is_ok_and(|o| o.is_ok()),
+            Endpoint::ChatStream => {
+                let Ok(mut run) = self
+                    .harness
+                    .start(request(self.max_tokens), RunOptions::new().stream())
+                else {
+                    return false;
+                };
+                while run.next_token().await.is_some() {}
+                run.outcome().await.is_ok_and(|o| o.is_ok())
+            }
+            Endpoint::Embeddings => self
+                .lane
+                .submit_embed(vec![EmbedInput::from(PROMPT)])
+                .await
+                .is_ok(),
+            Endpoint::Health => true,
+        }
+    }
+
+    /// The same through the server; `true` on a 200 with its whole body.
+    async fn http(&self, e: Endpoint) -> bool {
+        let m = self.max_tokens;
+        let (path, body) = match e {
+            Endpoint::Health => ("/health", None),
+            Endpoint::ChatWhole | Endpoint::ChatStream => (
+                "/v1/chat/completions",
+                Some(serde_json::json!({
+                    "model": "edgecloud", "messages": [{"role": "user", "content": PROMPT}],
+                    "max_tokens": m, "seed": 7,
+                    "stream": matches!(e, Endpoint::ChatStream),
+                })),
+            ),
+            Endpoint::Completions => (
+                "/v1/completions",
+                Some(serde_json::json!({
+                    "model": "edgecloud", "prompt": PROMPT, "max_tokens": m, "seed": 7,
+                })),
+            ),
+            Endpoint::Responses => (
+                "/v1/responses",
+                Some(serde_json::json!({
+                    "model": "edgecloud", "input": PROMPT, "max_output_tokens": m,
+                })),
+            ),
+            Endpoint::Embeddings => (
+                "/v1/embeddings",
+                Some(serde_json::json!({"model": "edgecloud", "input": PROMPT})),
+            ),
+        };
+        let url = format!("{}{path}", self.base);
+        let req = match body {
+            None => self.client.get(url),
+            Some(b) => self
+                .client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(b.to_string()),
+        };
+        match req.send().await {
+            Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Calls `call` at `rate` per second for `seconds`, each call on its own
+/// task started on its tick (open loop); the latencies, from the tick, and
+/// how many failed.
+async fn open_loop<F, Fut>(rate: u32, seconds: f64, call: F) -> (Vec<Duration>, usize)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let n = (f64::from(rate) * seconds).round() as usize;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..n {
+        tick.tick().await;
+        let start = Instant::now();
+        let work = call();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let ok = work.await;
+            let _ = tx.send((start.elapsed(), ok));
+        });
+    }
+    drop(tx);
+    let (mut lat, mut failed) = (Vec::with_capacity(n), 0);
+    while let Some((d, ok)) = rx.recv().await {
+        lat.push(d);
+        failed += usize::from(!ok);
+    }
+    lat.sort();
+    (lat, failed)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    pct(&v, 0.5)
+}
+
+/// The open-loop rate of `/v1/embeddings` (see `per_endpoint`).
+const EMBED_RATE: u32 = 100;
+
+/// The per-endpoint table: added median one at a time, then open loop.
+async fn per_endpoint(t: Arc<Target>, requests: usize, base_rate: u32, seconds: f64) {
+    let rate = base_rate;
+    println!(
+        "per endpoint: instant backend on {} instances (embeddings: the model's own lane); \
+         one at a time {requests} per path, then open loop at {rate} requests/s for {seconds} s per path",
+        t.harness.instances().len()
+    );
+    println!(
+        "  {:<28} {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} {:>7}",
+        "endpoint",
+        "direct",
+        "server",
+        "adds",
+        "dir p50",
+        "dir p99",
+        "srv p50",
+        "srv p99",
+        "failed"
+    );
+    for e in Endpoint::ALL {
+        for _ in 0..50 {
+            assert!(t.direct(e).await, "{e:?} direct warm-up");
+            assert!(t.http(e).await, "{e:?} server warm-up");
+        }
+        const BLOCK: usize = 20;
+        let (mut direct, mut server) = (Vec::new(), Vec::new());
+        while direct.len() < requests {
+            for _ in 0..BLOCK {
+                let s = Instant::now();
+                t.direct(e).await;
+                direct.push(s.elapsed());
+            }
+            for _ in 0..BLOCK {
+                let s = Instant::now();
+                t.http(e).await;
+                server.push(s.elapsed());
+            }
+        }
+        let (d, s) = (median(direct), median(server));
+        // The model's lane is no instant backend: it embeds one input in
+        // about 0.6 ms alone but falls behind well below 1,000/s on two
+        // shared cores, and then its queue (not the server) is the figure.
+        let rate = match e {
+            Endpoint::Embeddings => rate.min(EMBED_RATE),
+            _ => rate,
+        };
+        let td = t.clone();
+        let (od, fd) = open_loop(rate, seconds, move || {
+            let t = td.clone();
+            async move { t.direct(e).await }
+        })
+        .await;
+        let ts = t.clone();
+        let (os, fs) = open_loop(rate, seconds, move || {
+            let t = ts.clone();
+            async move { t.http(e).await }
+        })
+        .await;
+        println!(
+            "  {:<28} {:>6.3} ms {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms {:>7}{}",
+            e.label(),
+            ms(d),
+            ms(s),
+            ms(s) - ms(d),
+            ms(pct(&od, 0.5)),
+            ms(pct(&od, 0.99)),
+            ms(pct(&os, 0.5)),
+            ms(pct(&os, 0.99)),
+            fd + fs,
+            if rate == base_rate {
+                String::new()
+            } else {
+                format!("  (open loop at {rate}/s)")
+            },
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let a = args();
     let rss_start = rss_mib();
 
     let local = LocalBackend::start(LocalConfig::new(&a.model)).expect("load the model");
+    let lane = local.lane().clone();
     let harness = Harness::builder()
         .local(local)
         .policy(Policy::LocalOnly)
@@ -260,6 +525,45 @@ async fn main() {
         .runtime(tokio::runtime::Handle::current())
         .build()
         .expect("harness");
+    println!(
+        "machine: {} logical CPUs; model {}; max_tokens {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        a.model,
+        a.max_tokens
+    );
+    let loopback = ServeConfig::default().listen("127.0.0.1:0".parse().unwrap());
+    if !a.only_endpoints {
+        whole_program(&a, &harness, &loopback, rss_start).await;
+    }
+
+    // Enough instances that an open loop at the rate never finds them all
+    // busy (an instant run holds one for well under a millisecond).
+    let pool = Harness::builder()
+        .local(Instantly)
+        .instances(64)
+        .policy(Policy::LocalOnly)
+        .deadline(Duration::from_secs(60))
+        .runtime(tokio::runtime::Handle::current())
+        .build()
+        .expect("harness");
+    let server = Server::bind(pool.clone(), loopback.embeddings(lane.clone()))
+        .await
+        .expect("bind")
+        .spawn();
+    let target = Arc::new(Target {
+        harness: pool,
+        lane,
+        client: reqwest::Client::new(),
+        base: format!("http://{}", server.local_addr()),
+        max_tokens: a.max_tokens,
+    });
+    per_endpoint(target, a.requests, a.rate, a.seconds).await;
+    server.shutdown().await;
+}
+
+/// The figures this example always printed: the model's lane and the
+/// instant backend through chat, `/health` per second, and memory.
+async fn whole_program(a: &Args, harness: &Harness, loopback: &ServeConfig, rss_start: f64) {
     // Warm the lane first (llama.cpp allocates its compute buffers on the
     // first decode), so the server's figures start from a warm harness.
     for _ in 0..50 {
@@ -269,7 +573,6 @@ async fn main() {
             .expect("warm-up run");
     }
     let rss_model = rss_mib();
-    let loopback = ServeConfig::default().listen("127.0.0.1:0".parse().unwrap());
     let server = Server::bind(harness.clone(), loopback.clone())
         .await
         .expect("bind")
@@ -278,13 +581,7 @@ async fn main() {
     let url = server.base_url();
     let base = format!("http://{}", server.local_addr());
 
-    println!(
-        "machine: {} logical CPUs; model {}; max_tokens {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        a.model,
-        a.max_tokens
-    );
-    let p = measure(&harness, &url, a.requests, a.max_tokens).await;
+    let p = measure(harness, &url, a.requests, a.max_tokens).await;
     report(&format!("local lane on {}", a.model), p);
     let rss_after = rss_mib();
     println!(
@@ -300,7 +597,7 @@ async fn main() {
         .runtime(tokio::runtime::Handle::current())
         .build()
         .expect("harness");
-    let instant_server = Server::bind(instant.clone(), loopback)
+    let instant_server = Server::bind(instant.clone(), loopback.clone())
         .await
         .expect("bind")
         .spawn();

@@ -7,6 +7,13 @@
 //! (no run: the local lane's worker) go through `embeddings`. It must not
 //! accept connections or manage shutdown (`server` does) and must not
 //! decide how a run goes (the engine does).
+//!
+//! Routing is a `match` on the path, on hyper, not an axum router with
+//! tower-http layers: an axum 0.8 port added a measurable median per
+//! request and saved no code, and tower-http's CORS and body-limit layers
+//! answer in shapes of their own (an empty 200 to an unlisted origin's
+//! preflight, a plain-text 413) where every answer here is the OpenAI JSON
+//! error. docs/DESIGN.md ("serve's HTTP layer") has the figures.
 
 use super::app::App;
 use super::engine::{Job, ModelEntry, Param, StartError};

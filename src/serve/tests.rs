@@ -5,7 +5,8 @@
 //! paths are tested in `tests/it/serve.rs`.
 //!
 //! The script is chosen by the last user message: `busy`, `deadline`,
-//! `fail-mid`, `hold` (waits for the test before its first token), `slow`
+//! `fail-mid`, `hold` (waits for the test before its first token, or
+//! before its whole answer), `slow`
 //! (one token, then waits, then many), anything else is echoed back word by
 //! word.
 
@@ -113,7 +114,13 @@ impl Run for FakeRun {
     }
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>> {
+        // A whole answer to `hold` waits for the test too.
+        let hold = !self.stream && matches!(self.script, Script::Hold);
         Box::pin(async move {
+            if hold {
+                self.gate.started.notify_one();
+                self.gate.release.notified().await;
+            }
             let mut s = self.summary;
             if self.gate.aborted.load(Ordering::SeqCst) {
                 s.status = Status::Aborted;
@@ -908,6 +915,35 @@ async fn a_client_that_goes_away_aborts_its_run() {
     assert!(first.starts_with(b"data: "));
     drop(body);
     fake.gate.release.notify_one();
+    tokio::time::timeout(HANG, fake.gate.aborted_signal.notified())
+        .await
+        .expect("the run is aborted once the client is gone");
+    server.shutdown().await;
+}
+
+/// The same before a whole answer: hyper drops the request's future when
+/// the connection closes, through the router and the edge middleware, and
+/// the run's guard aborts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_before_a_whole_answer_aborts_its_run() {
+    use tokio::io::AsyncWriteExt as _;
+    let (server, fake) = start(ServeConfig::default()).await;
+    let body = json!({"model": "edgecloud", "messages": user("hold")}).to_string();
+    let mut conn = tokio::net::TcpStream::connect(server.local_addr())
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG, fake.gate.started.notified())
+        .await
+        .expect("the run started");
+    drop(conn);
     tokio::time::timeout(HANG, fake.gate.aborted_signal.notified())
         .await
         .expect("the run is aborted once the client is gone");
