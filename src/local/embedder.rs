@@ -20,14 +20,26 @@
 //! a prompt step and the generating sequences' cancel and deadline are
 //! looked at as often as a long prompt lets them be. An input longer than
 //! the budget still goes (alone) in one decode: a pooled sequence cannot
-//! be split across decodes. The embedding context's thread count is the
-//! lane's, fixed (the thread governor steers the generation context).
+//! be split across decodes.
+//!
+//! The embedding context has a thread governor of its own (contract point
+//! 14, `super::governor`, with the lane's thread policy): its decodes are
+//! timed per token as prompt steps, with the decode thread's wait for a
+//! CPU, so on a busy machine it moves to fewer threads as the generation
+//! context does. Without it, llama.cpp's compute threads wait at their
+//! barriers for descheduled partners, and an embedding that takes 0.6 ms
+//! alone took 120-660 ms at p99 with other programs on both cores
+//! (`examples/serve_overhead`, 100 requests/s). It has no overrun budget:
+//! an embeddings decode has no abort callback, so a contended decode is
+//! measured after it ends and the next one uses fewer threads.
 //!
 //! This module must not know about generation jobs, the harness or HTTP.
 
 use super::embedding::{normalise, EmbedJob, EmbeddingInfo, Embeddings};
+use super::ffi::{AbortSignal, ThreadControl};
+use super::governor::{Governor, StepFigure, StepKind};
 use super::worker::{backend, LOAD_LOCK};
-use super::LocalError;
+use super::{LocalError, ThreadPolicy};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -44,6 +56,9 @@ pub(super) struct Embedder<'m> {
     model: &'m LlamaModel,
     info: EmbeddingInfo,
     threads: usize,
+    governor: Governor,
+    /// Whether the governor has had its start hint (the free cores).
+    hinted: bool,
     state: State<'m>,
     queue: VecDeque<Pending>,
 }
@@ -56,6 +71,10 @@ enum State<'m> {
         ctx: LlamaContext<'m>,
         batch: LlamaBatch<'static>,
         cap: usize,
+        /// How to change the context's threads (`None`: it keeps the
+        /// lane's count) and the count it has now.
+        control: Option<ThreadControl>,
+        applied: usize,
     },
     /// This model cannot embed: why.
     Refused(String),
@@ -75,11 +94,19 @@ impl Pending {
 }
 
 impl<'m> Embedder<'m> {
-    pub(super) fn new(model: &'m LlamaModel, info: EmbeddingInfo, threads: usize) -> Self {
+    pub(super) fn new(
+        model: &'m LlamaModel,
+        info: EmbeddingInfo,
+        threads: usize,
+        policy: ThreadPolicy,
+    ) -> Self {
+        let threads = threads.max(1);
         Self {
             model,
             info,
-            threads: threads.max(1),
+            threads,
+            governor: Governor::new(threads, policy),
+            hinted: false,
             state: State::NotYet,
             queue: VecDeque::new(),
         }
@@ -101,7 +128,9 @@ impl<'m> Embedder<'m> {
 
     /// One turn: one decode of waiting inputs, at most `budget` tokens
     /// (but at least one input), then every finished request is answered.
-    pub(super) fn step(&mut self, budget: usize) {
+    /// `signal` is the decode thread's (its run-queue wait is read around
+    /// the decode; the embeddings decode is not armed).
+    pub(super) fn step(&mut self, budget: usize, signal: &AbortSignal) {
         // A request whose caller is gone is not worth a decode.
         self.queue.retain(|p| !p.job.reply.is_closed());
         if self.queue.is_empty() {
@@ -116,8 +145,49 @@ impl<'m> Embedder<'m> {
                     });
                 }
             }
-            State::Ready { ctx, batch, cap } => {
-                decode_turn(ctx, batch, *cap, budget, &mut self.queue);
+            State::Ready {
+                ctx,
+                batch,
+                cap,
+                control,
+                applied,
+            } => {
+                if !self.hinted {
+                    self.hinted = true;
+                    if let Some(free) = crate::sched::free_cores() {
+                        self.governor.start_on(free);
+                    }
+                }
+                let threads = match control {
+                    Some(control) => {
+                        let wanted = self.governor.threads(StepKind::Prompt);
+                        if wanted != *applied {
+                            control.set(ctx, wanted);
+                            *applied = wanted;
+                        }
+                        wanted
+                    }
+                    None => *applied,
+                };
+                let waited_before = signal.waited_ns();
+                let started = std::time::Instant::now();
+                let tokens = decode_turn(ctx, batch, *cap, budget, &mut self.queue);
+                let took = started.elapsed().as_secs_f64();
+                if tokens > 0 {
+                    let waited = signal
+                        .waited_ns()
+                        .zip(waited_before)
+                        .map_or(0, |(after, before)| after.saturating_sub(before));
+                    self.governor.record(
+                        StepKind::Prompt,
+                        threads,
+                        StepFigure {
+                            cost: took / tokens as f64,
+                            wait_share: (waited as f64 * 1e-9 / took).min(1.0),
+                            overran: false,
+                        },
+                    );
+                }
             }
             State::NotYet => unreachable!("make_ready leaves NotYet behind"),
         }
@@ -183,6 +253,8 @@ impl<'m> Embedder<'m> {
                 // than one micro-batch per decode here).
                 let cap = ctx.n_batch().min(ctx.n_ubatch()).min(tokens).max(1) as usize;
                 State::Ready {
+                    control: ThreadControl::of(&ctx),
+                    applied: self.threads,
                     ctx,
                     batch: LlamaBatch::new(cap, 1),
                     cap,
@@ -225,14 +297,14 @@ impl<'m> Embedder<'m> {
 }
 
 /// One decode over the queue's next inputs; results and failures are
-/// written into the requests.
+/// written into the requests. Returns the tokens decoded (0: no decode).
 fn decode_turn(
     ctx: &mut LlamaContext<'_>,
     batch: &mut LlamaBatch<'static>,
     cap: usize,
     budget: usize,
     queue: &mut VecDeque<Pending>,
-) {
+) -> usize {
     // An input over what llama.cpp made room for (only when it made less
     // than asked) fails its request before anything is decoded.
     for p in queue.iter_mut() {
@@ -262,7 +334,7 @@ fn decode_turn(
         }
     }
     if picked.is_empty() {
-        return;
+        return 0;
     }
     batch.clear();
     for (seq, &(qi, ii)) in picked.iter().enumerate() {
@@ -280,7 +352,7 @@ fn decode_turn(
                 detail: format!("embeddings: {err}"),
             });
         }
-        return;
+        return 0;
     }
     for (seq, &(qi, ii)) in picked.iter().enumerate() {
         let p = &mut queue[qi];
@@ -303,4 +375,5 @@ fn decode_turn(
     }
     // Every decode starts from empty memory: the inputs are unrelated.
     ctx.clear_kv_cache();
+    usize::try_from(batch.n_tokens()).unwrap_or(0)
 }

@@ -211,7 +211,7 @@ fn run_worker(
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
     let embedding = EmbeddingInfo::resolve(&model, config.pooling, config.embed_batch);
-    let mut embedder = Embedder::new(&model, embedding.clone(), threads);
+    let mut embedder = Embedder::new(&model, embedding.clone(), threads, config.thread_policy);
     if startup
         .send(Ok((info, Arc::clone(&model), embedding)))
         .is_err()
@@ -246,7 +246,7 @@ fn run_worker(
             } else {
                 usize::MAX
             };
-            let turned = catch_unwind(AssertUnwindSafe(|| embedder.step(budget)));
+            let turned = catch_unwind(AssertUnwindSafe(|| embedder.step(budget, &signal)));
             if let Err(p) = turned {
                 embedder.reset(&crate::panic_payload::message(&*p));
             }
