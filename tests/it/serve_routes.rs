@@ -437,6 +437,16 @@ async fn the_binary_sends_a_routes_embeddings_to_the_cloud_and_the_rest_to_the_l
         metric(&text, "edgecloud_lane_embeddings_total{lane=\"local\"}"),
         1.0
     );
+    // Its startup lines say each route's cloud side.
+    let (ok, stderr) = serve.stop("-TERM");
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains(
+            "cloud lane per route: mini: model gpt-4o-mini; \
+             vec: model text-embedding-3-small, embeddings passed through"
+        ),
+        "{stderr}"
+    );
 
     // `config show` reports each route's cloud side.
     let out = std::process::Command::new(bin())

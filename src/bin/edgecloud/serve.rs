@@ -629,6 +629,24 @@ fn lane_lines(harness: &Harness, cfg: &HarnessConfig, total: Duration) -> Vec<St
             info.model.as_deref().unwrap_or(&cloud.model),
             edgecloud::cloud::display_origin(&cloud.base_url)
         ));
+        // Each route's own cloud side, where it has one.
+        let routes: Vec<String> = cfg
+            .routes
+            .iter()
+            .filter_map(|(name, r)| {
+                let model = r.cloud_model.as_deref().map(|m| format!("model {m}"));
+                let embeds = (cfg.embeddings_lane(Some(name)) == Lane::Cloud)
+                    .then(|| "embeddings passed through".to_string());
+                let said: Vec<String> = model.into_iter().chain(embeds).collect();
+                (!said.is_empty()).then(|| format!("{name}: {}", said.join(", ")))
+            })
+            .collect();
+        if !routes.is_empty() {
+            lines.push(format!(
+                "edgecloud serve: cloud lane per route: {}",
+                routes.join("; ")
+            ));
+        }
     }
     lines
 }
