@@ -462,3 +462,24 @@ async fn the_binary_sends_a_routes_embeddings_to_the_cloud_and_the_rest_to_the_l
         "{shown}"
     );
 }
+
+/// A diagnostic (`Harness::cloud_only`) runs on the default route: the
+/// cloud model that route names is the one asked for and reported.
+#[test]
+fn a_cloud_diagnostic_asks_for_and_reports_the_default_routes_cloud_model() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cloud = rt.block_on(cloud());
+    let cfg = config(&format!(
+        "[cloud]\nbase_url = \"{}\"\nmodel = \"house-model\"\n\
+         [harness]\ndefault_route = \"mini\"\n[routes.mini]\ncloud_model = \"gpt-4o-mini\"\n",
+        cloud.base_url()
+    ));
+    let harness = cfg.build().unwrap();
+    let diag = harness
+        .cloud_only(edgecloud::Request::user("hello"))
+        .unwrap();
+    assert_eq!(diag.backend.model.as_deref(), Some("gpt-4o-mini"));
+    assert_eq!(models_asked(&cloud, "/chat/completions"), ["gpt-4o-mini"]);
+    drop(harness);
+    drop(cloud);
+}
