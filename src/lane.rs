@@ -233,6 +233,11 @@ pub struct LaneJob {
     /// when the work really ends (on every path) and *before* it hands back
     /// the result, so a caller that has the result can admit the next job.
     pub permit: Option<LanePermit>,
+    /// The model a lane that reaches several by name should answer with
+    /// (the cloud lane sends it as the request's `model`): a route's
+    /// `cloud_model`. `None`: the lane's configured model. A local lane
+    /// holds one model and ignores it.
+    pub model: Option<String>,
 }
 
 /// Anything whose drop releases a lane slot (a semaphore permit, a guard).
@@ -250,7 +255,14 @@ impl LaneJob {
             on_logprob: None,
             on_prompt_score: None,
             permit: None,
+            model: None,
         }
+    }
+
+    /// Names the model the lane should answer with; see [`LaneJob::model`].
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
     }
 
     /// Hands the lane's admission slot to the job; see [`LaneJob::permit`].
@@ -306,6 +318,7 @@ impl fmt::Debug for LaneJob {
             .field("watching_logprobs", &self.on_logprob.is_some())
             .field("watching_prompt_score", &self.on_prompt_score.is_some())
             .field("holds_permit", &self.permit.is_some())
+            .field("model", &self.model)
             .finish()
     }
 }

@@ -10,6 +10,8 @@ use reqwest::Url;
 pub(crate) struct Endpoint {
     /// Where requests go (may carry a query the user put in the base URL).
     pub(crate) url: Url,
+    /// Where embeddings requests go: the same base, `/embeddings`.
+    pub(crate) embeddings: Url,
     /// Printable form: scheme, host, port and path only.
     pub(crate) display: String,
     /// `host:port`, for error messages.
@@ -46,13 +48,16 @@ impl Endpoint {
             return Err(invalid("base URL has no host".to_owned()));
         };
         url.set_fragment(None);
-        let path = format!("{}/chat/completions", url.path().trim_end_matches('/'));
-        url.set_path(&path);
+        let base = url.path().trim_end_matches('/').to_owned();
+        let mut embeddings = url.clone();
+        embeddings.set_path(&format!("{base}/embeddings"));
+        url.set_path(&format!("{base}/chat/completions"));
         let port = url.port_or_known_default().unwrap_or(0);
         let authority = format!("{host}:{port}");
         let display = printable(&url);
         Ok(Self {
             url,
+            embeddings,
             display,
             authority,
         })

@@ -163,6 +163,14 @@ pub enum CloudError {
         /// The parser's complaint (scrubbed).
         detail: String,
     },
+    /// A success status whose body is not the embeddings list that was
+    /// asked for (not JSON, another shape, a vector too many or too few,
+    /// vectors of different widths, a number that is not finite).
+    #[error("response is not a valid embeddings list: {detail}")]
+    MalformedEmbeddings {
+        /// What is wrong (scrubbed).
+        detail: String,
+    },
     /// A success status whose body (or one streamed event) is an error
     /// object, as vLLM, llama-server and proxies send mid-stream.
     #[error("the provider reported an error inside a successful response: {message}")]
@@ -268,6 +276,7 @@ pub enum CloudErrorKind {
     HttpStatus,
     Redirect,
     MalformedJson,
+    MalformedEmbeddings,
     Provider,
     Truncated,
     InvalidUtf8,
@@ -303,6 +312,7 @@ impl CloudErrorKind {
             K::HttpStatus => "http_status",
             K::Redirect => "redirect",
             K::MalformedJson => "malformed_json",
+            K::MalformedEmbeddings => "malformed_embeddings",
             K::Provider => "provider_error",
             K::Truncated => "truncated",
             K::InvalidUtf8 => "invalid_utf8",
@@ -347,6 +357,7 @@ impl CloudError {
             CloudError::HttpStatus { .. } => K::HttpStatus,
             CloudError::Redirect { .. } => K::Redirect,
             CloudError::MalformedJson { .. } => K::MalformedJson,
+            CloudError::MalformedEmbeddings { .. } => K::MalformedEmbeddings,
             CloudError::Provider { .. } => K::Provider,
             CloudError::Truncated { .. } => K::Truncated,
             CloudError::InvalidUtf8 => K::InvalidUtf8,

@@ -40,6 +40,9 @@
 //!   [`CloudLane::admit`] says so, so a harness can leave it out of a run
 //!   at once (rules and defaults in the `health` module's docs; settings in
 //!   [`CloudConfig`]).
+//! - [`CloudLane::embed`] passes an embeddings request through to the
+//!   endpoint's `/embeddings` (same client, key and caps; its own
+//!   deadline; no lane slot) and checks the vectors that come back.
 
 mod client;
 mod config;
@@ -51,7 +54,10 @@ mod secret;
 mod sse;
 mod status;
 
-pub use client::{CloudCompletion, CloudDiagnostic, CloudLane, CloudTimings, ProviderUsage};
+pub use client::{
+    CloudCompletion, CloudDiagnostic, CloudEmbeddings, CloudLane, CloudTimings, EmbeddingInput,
+    EmbeddingsRequest, ProviderUsage,
+};
 pub use config::{CloudConfig, CloudLimits, DEFAULT_API_KEY_ENV};
 pub use endpoint::display_origin;
 pub use error::{BoxError, CloudError, CloudErrorKind};

@@ -284,9 +284,16 @@ impl Harness {
 
     fn diagnose(&self, lane: Lane, request: Request) -> Result<Diagnostic, HarnessError> {
         ensure_blocking_allowed()?;
-        let Some(backend) = self.lane_info(lane) else {
+        let Some(mut backend) = self.lane_info(lane) else {
             return Err(HarnessError::LaneNotConfigured { lane });
         };
+        // A diagnostic runs on the default route: the cloud model it
+        // names is the one asked for.
+        if lane == Lane::Cloud {
+            if let Some(model) = self.inner.instances[0].default_cloud_model() {
+                backend.model = Some(model);
+            }
+        }
         let policy = match lane {
             Lane::Local => Policy::LocalOnly,
             Lane::Cloud => Policy::CloudOnly,

@@ -393,6 +393,9 @@ impl HarnessBuilder {
             }
         }
         let resolved = self.resolve_routes()?;
+        if self.cloud.is_none() {
+            resolved.refuse_cloud_models()?;
+        }
         let cap = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
         let (handle, runtime) =
             self.runtime_with((self.worker_threads * n).min(cap).max(self.worker_threads))?;
@@ -460,6 +463,34 @@ impl HarnessBuilder {
 struct Resolved {
     routes: HashMap<String, Arc<RouteSettings>>,
     default_route: Arc<RouteSettings>,
+}
+
+impl Resolved {
+    /// A route that names a cloud model on a harness without a cloud lane
+    /// is a mistake (its runs could never reach that model), named.
+    fn refuse_cloud_models(&self) -> Result<(), ConfigError> {
+        let mut named: Vec<(&String, &String)> = self
+            .routes
+            .iter()
+            .filter_map(|(name, r)| r.cloud_model.as_ref().map(|m| (name, m)))
+            .collect();
+        named.sort();
+        match named.first() {
+            None => Ok(()),
+            Some((name, model)) => Err(ConfigError::Invalid {
+                key: if name.as_str() == DEFAULT_ROUTE {
+                    "harness.cloud_model".into()
+                } else {
+                    format!("routes.{name}.cloud_model")
+                },
+                setting: Setting::Route,
+                detail: format!(
+                    "route `{name}` names the cloud model `{model}`, but no cloud lane is \
+                     configured ([cloud] in the config, or --base-url)"
+                ),
+            }),
+        }
+    }
 }
 
 /// The runtime a harness makes when it is given none.

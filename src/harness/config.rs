@@ -25,6 +25,8 @@
 //! | `callback_budget_ms`, `cancel_grace_ms` | see the harness docs |
 //! | `default_route` | (`[harness]` only) the route used when a run names none |
 //! | `model` | (`[routes.NAME]` only; `edgecloud serve` with several models) the local model, by its `[[models]]` name, this route runs on (default: the first model) |
+//! | `cloud_model` | (`[routes.NAME]` only) the model the cloud lane asks the endpoint for on this route (default: `[cloud] model`); needs a cloud lane |
+//! | `embeddings` | (`edgecloud serve`) where `POST /v1/embeddings` goes on this route: `local` (default) or `cloud` (the cloud endpoint's `/v1/embeddings`, passed through); a route without it takes `[harness]`'s; `cloud` needs a cloud lane |
 //!
 //! `[[models]]` tables (feature `local`) give `edgecloud serve` several
 //! local models, each a name a request's `model` selects: `name`, `model`
@@ -85,6 +87,7 @@ deadline_ms = 200
 [routes.general_qa]
 policy = "cascade"
 deadline_ms = 3000
+cloud_model = "gpt-4o"           # this route's cloud model ([cloud] model otherwise)
 "#;
 
 /// A whole configuration file.
@@ -155,6 +158,37 @@ pub struct ServeFileConfig {
     /// or origins such as `"https://app.example"`; absent or empty: off
     /// (`--cors-origins` wins).
     pub cors_origins: Option<Vec<String>>,
+    /// With several models: how long an idle model stays loaded, in
+    /// Ollama's forms (`"5m"`, `"30s"`, `300` seconds, `0`, `-1` never;
+    /// `--keep-alive` wins).
+    pub keep_alive: Option<NumberOrText>,
+    /// With several models: the most loaded at once, a count (`2`) or
+    /// bytes of model files (`"4GiB"`; `--max-loaded` wins).
+    pub max_loaded: Option<NumberOrText>,
+    /// With several models: load every one at start (`--preload` turns
+    /// it on whatever this says).
+    pub preload: Option<bool>,
+}
+
+/// A `[serve]` setting written as a number (`300`) or as text (`"5m"`),
+/// kept as written; the server reads it (`KeepAlive::parse`,
+/// `MaxLoaded::parse`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NumberOrText {
+    /// A whole number.
+    Number(i64),
+    /// Text.
+    Text(String),
+}
+
+impl std::fmt::Display for NumberOrText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NumberOrText::Number(n) => write!(f, "{n}"),
+            NumberOrText::Text(t) => f.write_str(t),
+        }
+    }
 }
 
 /// The settings of `[pool]`: the harness's instances over one model
@@ -229,6 +263,13 @@ pub struct RouteConfig {
     /// `[routes.NAME]` only, for `edgecloud serve` with several models:
     /// the local model (a `[[models]]` name) this route runs on.
     pub model: Option<String>,
+    /// `[routes.NAME]` only: the model the cloud lane is asked for on this
+    /// route (default: `[cloud] model`).
+    pub cloud_model: Option<String>,
+    /// `edgecloud serve`'s `POST /v1/embeddings` on this route: `local`
+    /// (the default) or `cloud` (passed through to the cloud endpoint's
+    /// `/v1/embeddings`). A route without it takes `[harness]`'s.
+    pub embeddings: Option<Lane>,
 }
 
 /// Refuses a `[local]` or `[cloud]` section that this build has no lane for
@@ -325,6 +366,15 @@ impl HarnessConfig {
                     .into(),
             });
         }
+        if self.harness.cloud_model.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "harness.cloud_model".into(),
+                setting: Setting::Route,
+                detail: "cloud_model belongs in a [routes.NAME] table (the route's cloud model); \
+                         the default is [cloud] model"
+                    .into(),
+            });
+        }
         #[cfg(feature = "local")]
         if let Some(local) = &self.local {
             crate::local::check_spec_settings(local.draft_max, local.draft_min).map_err(|e| {
@@ -345,6 +395,89 @@ impl HarnessConfig {
             }
         }
         Ok(())
+    }
+
+    /// Checks that every route asking for the cloud lane by name
+    /// (`cloud_model`, `embeddings = "cloud"`) has one: call it once the
+    /// command line's lane settings are merged in (a `--base-url` makes
+    /// the cloud lane the file may lack).
+    pub fn check_cloud_routes(&self) -> Result<(), ConfigError> {
+        #[cfg(feature = "cloud")]
+        if self.cloud.is_some() {
+            return Ok(());
+        }
+        let tables = std::iter::once(("harness".to_string(), &self.harness)).chain(
+            self.routes
+                .iter()
+                .map(|(name, r)| (format!("routes.{name}"), r)),
+        );
+        for (key, r) in tables {
+            let asks = match (&r.cloud_model, r.embeddings) {
+                (Some(m), _) => Some(("cloud_model", format!("names the cloud model `{m}`"))),
+                (None, Some(Lane::Cloud)) => Some((
+                    "embeddings",
+                    "sends embeddings to the cloud lane".to_string(),
+                )),
+                _ => None,
+            };
+            if let Some((field, what)) = asks {
+                return Err(invalid(
+                    &key,
+                    Setting::Route,
+                    field,
+                    format!(
+                        "[{key}] {what}, but no cloud lane is configured \
+                         ([cloud] in the config, or --base-url)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `[routes.NAME]` table a run on `route` reads (`None`: the
+    /// default route, `[harness] default_route`); `None` for the
+    /// `[harness]` table alone.
+    fn route_table(&self, route: Option<&str>) -> Option<&RouteConfig> {
+        route
+            .or(self.harness.default_route.as_deref())
+            .and_then(|r| self.routes.get(r))
+    }
+
+    /// Where `POST /v1/embeddings` goes on `route` (`None`: the default
+    /// route): the route's `embeddings`, else `[harness]`'s, else the
+    /// local lane. Never the cloud by default, whatever the policy:
+    /// vectors of two models are not comparable, so switching an index
+    /// to another model must be a decision written down.
+    pub fn embeddings_lane(&self, route: Option<&str>) -> Lane {
+        self.route_table(route)
+            .and_then(|r| r.embeddings)
+            .or(self.harness.embeddings)
+            .unwrap_or(Lane::Local)
+    }
+
+    /// The cloud model a run on `route` asks for (`None`: the default
+    /// route), when the route names one (else the lane's `[cloud] model`).
+    pub fn route_cloud_model(&self, route: Option<&str>) -> Option<&str> {
+        self.route_table(route)
+            .and_then(|r| r.cloud_model.as_deref())
+    }
+
+    /// The deadline of a run on `route` (`None`: the default route) that
+    /// names none of its own: the route's `deadline_ms`, else
+    /// `[harness]`'s, else the default (5 s), as the harness resolves it.
+    pub fn route_deadline(&self, route: Option<&str>) -> Duration {
+        let of = |r: &RouteConfig| Route {
+            deadline: r.deadline_ms.map(Duration::from_millis),
+            ..Route::default()
+        };
+        let base = of(&self.harness);
+        self.route_table(route)
+            .map(of)
+            .unwrap_or_default()
+            .over(&base)
+            .resolve(route.unwrap_or(super::route::DEFAULT_ROUTE))
+            .map_or(super::route::DEFAULT_DEADLINE, |r| r.deadline)
     }
 }
 
@@ -534,6 +667,17 @@ impl RouteConfig {
                 ));
             }
             r.min_score = Some(Some(m));
+        }
+        if let Some(m) = &self.cloud_model {
+            if m.trim().is_empty() {
+                return Err(invalid(
+                    key,
+                    Setting::Route,
+                    "cloud_model",
+                    "cannot be empty (leave it out for [cloud] model)",
+                ));
+            }
+            r.cloud_model = Some(m.clone());
         }
         r.callback_budget = ms(key, "callback_budget_ms", self.callback_budget_ms)?;
         r.cancel_grace = ms(key, "cancel_grace_ms", self.cancel_grace_ms)?;
@@ -734,6 +878,18 @@ mod tests {
             .expect("valid route");
         assert_eq!(vc.policy, Some(Policy::LocalOnly));
         assert_eq!(vc.deadline, Some(Duration::from_millis(200)));
+        assert_eq!(
+            cfg.route_cloud_model(None),
+            Some("gpt-4o"),
+            "the default route's"
+        );
+        assert_eq!(cfg.route_cloud_model(Some("vehicle_control")), None);
+        assert_eq!(
+            cfg.route_deadline(Some("vehicle_control")),
+            Duration::from_millis(200)
+        );
+        assert_eq!(cfg.embeddings_lane(None), Lane::Local);
+        assert!(cfg.check_cloud_routes().is_ok());
         let h = cfg.harness.to_route("harness", &named).expect("valid");
         assert_eq!(
             h.policy,

@@ -204,4 +204,9 @@ impl Instance {
     pub fn lane_info(&self, lane: Lane) -> Option<BackendInfo> {
         self.inner.slots[lane].as_ref().map(|s| s.info.clone())
     }
+
+    /// The cloud model the default route names, if it names one.
+    pub(crate) fn default_cloud_model(&self) -> Option<String> {
+        self.inner.default_route.cloud_model.clone()
+    }
 }

@@ -118,8 +118,8 @@ pub use compression::KeepRecent;
 #[cfg(feature = "local")]
 pub use config::ModelConfig;
 pub use config::{
-    EscalateBelow, HarnessConfig, PoolConfig, RouteConfig, ServeFileConfig, DEFAULT_PARALLEL,
-    EXAMPLE_CONFIG,
+    EscalateBelow, HarnessConfig, NumberOrText, PoolConfig, RouteConfig, ServeFileConfig,
+    DEFAULT_PARALLEL, EXAMPLE_CONFIG,
 };
 pub use error::{ConfigError, HarnessError, Setting};
 pub use handle::{AbortHandle, RunHandle, RunOptions};

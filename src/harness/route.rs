@@ -88,6 +88,7 @@ pub struct Route {
     pub(crate) cancel_grace: Option<Duration>,
     pub(crate) escalate_early: Option<Option<Signal>>,
     pub(crate) prompt_escalate_below: Option<Option<f64>>,
+    pub(crate) cloud_model: Option<String>,
 }
 
 impl fmt::Debug for Route {
@@ -103,6 +104,7 @@ impl fmt::Debug for Route {
             .field("arbiter", &self.arbiter.as_ref().map(Option::is_some))
             .field("escalate_early", &self.escalate_early)
             .field("prompt_escalate_below", &self.prompt_escalate_below)
+            .field("cloud_model", &self.cloud_model)
             .finish()
     }
 }
@@ -244,6 +246,15 @@ impl Route {
         self
     }
 
+    /// Runs on this route ask the cloud lane for `model` (the request's
+    /// `model` field the endpoint receives) instead of the lane's
+    /// configured model; the local lane is unaffected. Building a harness
+    /// with such a route and no cloud lane is an error naming the route.
+    pub fn cloud_model(mut self, model: impl Into<String>) -> Self {
+        self.cloud_model = Some(model.into());
+        self
+    }
+
     pub(crate) fn set_arc_pre_score(&mut self, p: Option<Arc<dyn PreScore>>) {
         self.pre_score = Some(p.map(|f| Cb { f, inline: false }));
     }
@@ -275,6 +286,10 @@ impl Route {
             cancel_grace: self.cancel_grace.or(base.cancel_grace),
             escalate_early: self.escalate_early.or(base.escalate_early),
             prompt_escalate_below: self.prompt_escalate_below.or(base.prompt_escalate_below),
+            cloud_model: self
+                .cloud_model
+                .clone()
+                .or_else(|| base.cloud_model.clone()),
         }
     }
 
@@ -300,6 +315,11 @@ impl Route {
                 return Err("prompt_escalate_below must be a finite number".into());
             }
         }
+        if let Some(m) = &self.cloud_model {
+            if m.trim().is_empty() {
+                return Err("cloud_model cannot be empty".into());
+            }
+        }
         Ok(RouteSettings {
             name: name.to_string(),
             policy,
@@ -317,6 +337,7 @@ impl Route {
             cancel_grace: self.cancel_grace.unwrap_or(DEFAULT_CANCEL_GRACE),
             escalate_early: self.escalate_early.flatten(),
             prompt_escalate_below: self.prompt_escalate_below.flatten(),
+            cloud_model: self.cloud_model.clone(),
         })
     }
 }
@@ -341,6 +362,9 @@ pub(crate) struct RouteSettings {
     /// [`Signal::PromptLogprob`]'s units (see
     /// [`Route::prompt_escalate_below`]).
     pub(crate) prompt_escalate_below: Option<f64>,
+    /// The model the cloud lane is asked for (see [`Route::cloud_model`];
+    /// `None`: the lane's own).
+    pub(crate) cloud_model: Option<String>,
 }
 
 #[cfg(test)]

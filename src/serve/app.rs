@@ -1,7 +1,9 @@
 //! The state every request handler shares: the engine, metrics, limits and
 //! the server's shutdown flags. Data only; it must not handle requests.
 
-use super::engine::{Engine, ModelEntry};
+use super::config::RouteEmbedders;
+use super::embeddings::Embedder;
+use super::engine::{BoxFuture, Engine, ModelEntry, StartError};
 use super::metrics::Metrics;
 use super::wire::Limits;
 use super::{BearerToken, CorsOrigins};
@@ -25,7 +27,9 @@ pub(crate) struct App {
     /// Unknown model names select the default route.
     pub(crate) accept_any_model: bool,
     /// What answers `POST /v1/embeddings` (`None`: nothing here can).
-    pub(crate) embedder: Option<Arc<dyn super::embeddings::Embedder>>,
+    pub(crate) embedder: Option<Arc<dyn Embedder>>,
+    /// Routes whose embeddings another embedder answers (the cloud lane).
+    pub(crate) route_embedders: RouteEmbedders,
     pub(crate) created: u64,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) connections: AtomicUsize,
@@ -58,6 +62,32 @@ impl App {
             .collect();
         models.splice(at..at, aliases);
         models
+    }
+
+    /// What embeds for `entry`: its route's own embedder (the cloud lane)
+    /// when it has one, else the local model it selects (an engine of
+    /// several loads it), else the server's local lane; `None`: nothing
+    /// here can. Each request is counted by the lane that embeds it.
+    pub(crate) fn embedder_for(
+        &self,
+        entry: ModelEntry,
+    ) -> BoxFuture<'_, Result<Option<Arc<dyn Embedder>>, StartError>> {
+        Box::pin(async move {
+            let found = match self.route_embedders.get(&entry.route) {
+                Some(e) => Some(e.clone()),
+                None => self
+                    .engine
+                    .embedder(entry.model)
+                    .await?
+                    .or_else(|| self.embedder.clone()),
+            };
+            Ok(found.map(|inner| {
+                Arc::new(super::embeddings::Counted {
+                    inner,
+                    metrics: self.metrics.clone(),
+                }) as Arc<dyn Embedder>
+            }))
+        })
     }
 
     /// What the model name `id` selects; `None`: it is unknown here.

@@ -68,7 +68,15 @@ pub struct ServeConfig {
     /// [`embeddings`](Self::embeddings); without it the endpoint answers
     /// 400 `model_cannot_embed`.
     pub(crate) embedder: Option<std::sync::Arc<dyn super::embeddings::Embedder>>,
+    /// Routes whose embeddings go elsewhere (the cloud lane): by route,
+    /// `None` for the default route. Set by
+    /// [`cloud_embeddings`](Self::cloud_embeddings).
+    pub(crate) route_embedders: RouteEmbedders,
 }
+
+/// Embedders by route (`None`: the default route).
+pub(crate) type RouteEmbedders =
+    std::collections::BTreeMap<Option<String>, std::sync::Arc<dyn super::embeddings::Embedder>>;
 
 impl Default for ServeConfig {
     fn default() -> Self {
@@ -90,6 +98,7 @@ impl Default for ServeConfig {
             model_aliases: Vec::new(),
             accept_any_model: false,
             embedder: None,
+            route_embedders: RouteEmbedders::new(),
         }
     }
 }
@@ -122,6 +131,17 @@ impl ServeConfig {
     #[cfg(feature = "local")]
     pub fn embeddings(mut self, lane: crate::local::LocalLane) -> Self {
         self.embedder = Some(std::sync::Arc::new(lane));
+        self
+    }
+
+    /// Answers `POST /v1/embeddings` on `route` (`None`: the default
+    /// route, which `edgecloud` and the aliases select) by passing it
+    /// through to the cloud endpoint (see [`CloudEmbedder`](super::CloudEmbedder)),
+    /// whatever local model the server holds.
+    #[cfg(feature = "cloud")]
+    pub fn cloud_embeddings(mut self, route: Option<&str>, embedder: super::CloudEmbedder) -> Self {
+        self.route_embedders
+            .insert(route.map(str::to_owned), std::sync::Arc::new(embedder));
         self
     }
 

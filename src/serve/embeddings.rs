@@ -7,15 +7,17 @@
 //! run on the lane's worker between its generation steps, take no lane
 //! slot and so never answer 503 `lanes_busy`.
 //!
-//! Whatever route the request's `model` selects, the server's local model
-//! embeds: a route to the cloud lane is not passed through to the cloud's
-//! `/v1/embeddings` (not built). A server without a local lane answers
-//! 400 `model_cannot_embed`.
+//! The route the request's `model` selects decides who embeds: the
+//! server's local model, or, on a route with `embeddings = "cloud"`, the
+//! cloud endpoint's `/v1/embeddings` (see `cloud_embeddings`). A server
+//! without a local lane answers 400 `model_cannot_embed` on the other
+//! routes.
 //!
 //! This module must not run generation or touch the harness.
 
 use super::engine::BoxFuture;
 use super::wire::{self, ApiError, INVALID_REQUEST};
+use crate::lane::Lane;
 use serde_json::{json, Map, Value};
 
 /// Most inputs one request may hold (OpenAI's bound).
@@ -35,12 +37,38 @@ pub(crate) struct Vectors {
     pub(crate) prompt_tokens: u32,
 }
 
-/// What answers embeddings requests.
+/// What answers embeddings requests: the local lane, or the cloud
+/// endpoint passed through (`cloud_embeddings`).
 pub(crate) trait Embedder: std::fmt::Debug + Send + Sync + 'static {
-    /// The width of a vector.
-    fn dimensions(&self) -> usize;
-    /// Embeds the inputs (dropping the future drops the request).
-    fn embed(&self, inputs: Vec<Input>) -> BoxFuture<'static, Result<Vectors, ApiError>>;
+    /// Which lane it is (the metrics' `lane` label).
+    fn lane(&self) -> Lane;
+    /// Embeds the request's inputs, honouring its `dimensions` or refusing
+    /// it by name (dropping the future drops the request).
+    fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>>;
+}
+
+/// An embedder whose requests are counted by its lane (what
+/// `App::embedder_for` hands out).
+#[derive(Debug)]
+pub(crate) struct Counted {
+    pub(crate) inner: std::sync::Arc<dyn Embedder>,
+    pub(crate) metrics: std::sync::Arc<super::metrics::Metrics>,
+}
+
+impl Embedder for Counted {
+    fn lane(&self) -> Lane {
+        self.inner.lane()
+    }
+
+    fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>> {
+        let (lane, metrics) = (self.inner.lane(), self.metrics.clone());
+        let work = self.inner.embed(params);
+        Box::pin(async move {
+            let out = work.await;
+            metrics.embeddings(lane, out.is_err());
+            out
+        })
+    }
 }
 
 /// A validated embeddings request.
@@ -170,6 +198,7 @@ fn tokens(ids: &[Value], index: Option<usize>) -> Result<Input, String> {
 
 /// `dimensions` is accepted only as the model's own width (the local
 /// model cannot shorten its vectors).
+#[cfg_attr(not(feature = "local"), allow(dead_code))]
 pub(crate) fn check_dimensions(asked: Option<u64>, width: usize) -> Result<(), ApiError> {
     match asked {
         Some(d) if d != width as u64 => Err(ApiError::invalid(
@@ -238,7 +267,7 @@ pub(crate) fn no_embedder(model: &str) -> ApiError {
         INVALID_REQUEST,
         format!(
             "the model `{model}` cannot give embeddings on this server: it has no local model \
-             (embeddings are not passed through to the cloud lane)"
+             (a route with `embeddings = \"cloud\"` passes them through to the cloud lane)"
         ),
     )
     .param("model")
@@ -249,17 +278,23 @@ pub(crate) fn no_embedder(model: &str) -> ApiError {
 mod local {
     //! The local lane as the [`Embedder`](super::Embedder).
 
-    use super::{ApiError, BoxFuture, Embedder, Input, Vectors, INVALID_REQUEST};
+    use super::{check_dimensions, ApiError, BoxFuture, Embedder, Input, Params, Vectors};
+    use super::{Lane, INVALID_REQUEST};
     use crate::local::{EmbedInput, LocalError, LocalLane};
 
     impl Embedder for LocalLane {
-        fn dimensions(&self) -> usize {
-            self.embedding_info().dimensions
+        fn lane(&self) -> Lane {
+            Lane::Local
         }
 
-        fn embed(&self, inputs: Vec<Input>) -> BoxFuture<'static, Result<Vectors, ApiError>> {
-            let inputs = inputs
-                .into_iter()
+        fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>> {
+            if let Err(e) = check_dimensions(params.dimensions, self.embedding_info().dimensions) {
+                return Box::pin(async move { Err(e) });
+            }
+            let inputs = params
+                .inputs
+                .iter()
+                .cloned()
                 .map(|i| match i {
                     Input::Text(t) => EmbedInput::Text(t),
                     Input::Tokens(t) => EmbedInput::Tokens(t),

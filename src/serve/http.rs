@@ -502,19 +502,15 @@ async fn embed(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
     if app.shutting_down.load(Ordering::Acquire) {
         return Err(shutting_down(app.retry_after_secs));
     }
-    // An engine of several models embeds with the one the name selects
-    // (loading it if needed); otherwise the server's own embedder.
+    // The route's cloud pass-through, else the local model (see `App`).
     let Some(embedder) = app
-        .engine
-        .embedder(entry.model)
+        .embedder_for(entry)
         .await
         .map_err(|e| start_error(app, e, H_POLICY))?
-        .or_else(|| app.embedder.clone())
     else {
         return Err(embeddings::no_embedder(&params.model));
     };
-    embeddings::check_dimensions(params.dimensions, embedder.dimensions())?;
-    let out = embedder.embed(params.inputs).await?;
+    let out = embedder.embed(&params).await?;
     Ok(json_response(
         200,
         &embeddings::body(&params.model, out, params.base64),

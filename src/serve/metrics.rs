@@ -78,6 +78,10 @@ struct LaneMetrics {
     ttft: Histogram,
     duration: Histogram,
     late_overrun: Histogram,
+    /// `POST /v1/embeddings` requests this lane answered, and those that
+    /// failed (any error status).
+    embeddings: u64,
+    embedding_failures: u64,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +112,13 @@ impl Metrics {
     /// One HTTP response, by endpoint and status.
     pub(crate) fn http(&self, endpoint: &'static str, status: u16) {
         *self.lock().http.entry((endpoint, status)).or_default() += 1;
+    }
+
+    /// One embeddings request answered by `lane`, and whether it failed.
+    pub(crate) fn embeddings(&self, lane: Lane, failed: bool) {
+        let mut st = self.lock();
+        st.lanes[lane].embeddings += 1;
+        st.lanes[lane].embedding_failures += u64::from(failed);
     }
 
     /// A request refused because every lane it needed was busy.
@@ -464,6 +475,18 @@ const FAMILIES: &[Family] = &[
         COUNTER,
         "Workers still running when their run settled.",
         Samples::PerLane(|m| m.late_workers),
+    ),
+    family(
+        "edgecloud_lane_embeddings_total",
+        COUNTER,
+        "POST /v1/embeddings requests the lane answered (the cloud lane: passed through).",
+        Samples::PerLane(|m| m.embeddings),
+    ),
+    family(
+        "edgecloud_lane_embedding_failures_total",
+        COUNTER,
+        "POST /v1/embeddings requests the lane failed or refused.",
+        Samples::PerLane(|m| m.embedding_failures),
     ),
     family(
         "edgecloud_lane_failures_total",
@@ -860,6 +883,8 @@ mod tests {
     /// Every kind of series with a value in it: what the golden file holds.
     fn populated() -> (Metrics, Health) {
         let m = Metrics::default();
+        m.embeddings(Lane::Local, false);
+        m.embeddings(Lane::Cloud, true);
         let mut local = lane(Lane::Local, LaneStatus::Completed);
         local.tokens = Tokens {
             local_prompt: Some(5),

@@ -27,7 +27,7 @@
 //! | `POST /v1/chat/completions` | chat completion, whole or streamed (`"stream": true`) |
 //! | `POST /v1/completions` | legacy text completion of a raw prompt (no chat template), whole or streamed |
 //! | `POST /v1/responses` | the Responses API (stateless), whole or streamed as its events |
-//! | `POST /v1/embeddings` | the local model's embeddings ([`ServeConfig::embeddings`]; see `embeddings`) |
+//! | `POST /v1/embeddings` | the local model's embeddings ([`ServeConfig::embeddings`]; see `embeddings`), or the cloud endpoint's on a route that passes them through (`ServeConfig::cloud_embeddings`) |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
@@ -116,6 +116,8 @@
 //! ```
 
 mod app;
+#[cfg(feature = "cloud")]
+mod cloud_embeddings;
 mod completions;
 mod config;
 mod cors;
@@ -136,6 +138,8 @@ pub(crate) mod wire;
 #[cfg(test)]
 mod tests;
 
+#[cfg(feature = "cloud")]
+pub use self::cloud_embeddings::CloudEmbedder;
 pub use self::config::{ServeConfig, DEFAULT_PORT};
 pub use self::cors::CorsOrigins;
 pub use self::models::{KeepAlive, MaxLoaded};
@@ -357,6 +361,7 @@ impl Server {
             model_aliases: config.model_aliases,
             accept_any_model: config.accept_any_model,
             embedder: config.embedder,
+            route_embedders: config.route_embedders,
             created,
             shutting_down: AtomicBool::new(false),
             connections: AtomicUsize::new(0),

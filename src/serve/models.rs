@@ -23,7 +23,7 @@
 //! that model for as long as the run (or embeddings request) lasts. It
 //! must not know HTTP nor how a model is built (the loader does).
 
-use super::embeddings::{Embedder, Input, Vectors};
+use super::embeddings::{Embedder, Params, Vectors};
 use super::engine::{
     BoxFuture, Drained, Engine, Health, Job, LaneState, ModelEntry, ModelState, Param, Run,
     RunInfo, StartError, Summary,
@@ -809,12 +809,12 @@ struct LeasedEmbedder {
 }
 
 impl Embedder for LeasedEmbedder {
-    fn dimensions(&self) -> usize {
-        self.embedder.dimensions()
+    fn lane(&self) -> crate::lane::Lane {
+        self.embedder.lane()
     }
 
-    fn embed(&self, inputs: Vec<Input>) -> BoxFuture<'static, Result<Vectors, ApiError>> {
-        self.embedder.embed(inputs)
+    fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>> {
+        self.embedder.embed(params)
     }
 }
 

@@ -33,6 +33,7 @@ mod serve_embeddings;
 mod serve_fuzz;
 mod serve_models;
 mod serve_responses;
+mod serve_routes;
 mod source_rules;
 mod speculation;
 mod structured;

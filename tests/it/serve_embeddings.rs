@@ -308,7 +308,7 @@ async fn a_pooling_that_gives_no_vector_per_input_is_a_400_naming_the_model() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bert_model_serves_embeddings_and_refuses_chat_as_not_generative() {
+async fn a_bert_model_serves_embeddings_and_refuses_every_generating_endpoint() {
     // A generated random-weight GGUF of llama.cpp's `bert` architecture
     // (`cls` pooling named in the file): an embedding model served alone.
     let path = crate::support::models::fresh_path("serve-tiny-bert.gguf");
@@ -339,20 +339,49 @@ async fn a_bert_model_serves_embeddings_and_refuses_chat_as_not_generative() {
     assert!((cosine(&a, &a) - 1.0).abs() < 1e-4);
     assert_ne!(a, b);
 
-    // Chat: a 400 naming the cause, not a gateway error.
-    let resp = tokio::time::timeout(
-        HANG,
-        reqwest::Client::new()
-            .post(format!("{url}/chat/completions"))
-            .bearer_auth(TOKEN)
-            .json(&json!({"model": "edgecloud", "messages": [{"role": "user", "content": "Hi"}]}))
-            .send(),
-    )
-    .await
-    .expect("no hang")
-    .expect("a response");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap();
-    assert_eq!(status, 400, "{text}");
-    assert!(text.contains("embedding model"), "{text}");
+    // Every generating endpoint, whole and streamed: a 400 naming the
+    // cause, not a gateway error.
+    for (path, body) in [
+        (
+            "/chat/completions",
+            json!({"model": "edgecloud", "messages": [{"role": "user", "content": "Hi"}]}),
+        ),
+        (
+            "/completions",
+            json!({"model": "edgecloud", "prompt": "Hi"}),
+        ),
+        ("/responses", json!({"model": "edgecloud", "input": "Hi"})),
+    ] {
+        for stream in [false, true] {
+            let mut body = body.clone();
+            body["stream"] = json!(stream);
+            let resp = tokio::time::timeout(
+                HANG,
+                reqwest::Client::new()
+                    .post(format!("{url}{path}"))
+                    .bearer_auth(TOKEN)
+                    .json(&body)
+                    .send(),
+            )
+            .await
+            .expect("no hang")
+            .expect("a response");
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap();
+            assert_eq!(status, 400, "{path} (stream {stream}): {text}");
+            let err: Value = serde_json::from_str(&text).expect("an error object");
+            assert_eq!(
+                err["error"]["type"], "invalid_request_error",
+                "{path}: {text}"
+            );
+            let message = err["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("embedding model") && message.contains("cannot generate"),
+                "{path} (stream {stream}): {text}"
+            );
+        }
+    }
+    // The server still embeds afterwards.
+    let (status, _, _) = embed(&url, json!({"model": "edgecloud", "input": "still"})).await;
+    assert_eq!(status, 200);
 }

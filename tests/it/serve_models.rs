@@ -379,3 +379,92 @@ async fn loading_and_unloading_many_times_leaks_nothing() {
     let (ok, _) = server.stop("-TERM");
     assert!(ok);
 }
+
+/// `[serve]` of the config file sets `keep_alive`, `max_loaded` and
+/// `preload`; their flags win; a value that is neither is refused by
+/// name; `config show` prints them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_settings_come_from_the_config_file_and_the_flags_win() {
+    let copy = crate::support::models::fresh_path("tiny-copy-settings.gguf");
+    std::fs::copy(tiny_model(), &copy).unwrap();
+    let models = [arg("a", tiny_model()), arg("b", &copy)];
+    let file = write_temp(
+        "serve-settings.toml",
+        b"[serve]\nkeep_alive = \"-1\"\nmax_loaded = 1\npreload = true\n",
+    );
+    let config = file.to_str().unwrap();
+    // From the file: both preloaded in order under a budget of one, so
+    // `b` is loaded and `a` was unloaded for it; never unloaded for
+    // idleness.
+    let from_file = server(&models, &["--config", config]);
+    let url = from_file.url.clone();
+    let (a, b) = (health_of(&url, "a").await, health_of(&url, "b").await);
+    assert_eq!(
+        (a["loaded"].clone(), a["unloads"].clone()),
+        (json!(false), json!(1)),
+        "{a}"
+    );
+    assert_eq!(
+        (b["loaded"].clone(), b["loads"].clone()),
+        (json!(true), json!(1)),
+        "{b}"
+    );
+    let (ok, stderr) = from_file.stop("-TERM");
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("loading them now; keep-alive -1 (never), at most 1 loaded"),
+        "{stderr}"
+    );
+    // The flags win over the file.
+    let flagged = server(
+        &models,
+        &[
+            "--config",
+            config,
+            "--max-loaded",
+            "2",
+            "--keep-alive",
+            "30s",
+        ],
+    );
+    let url = flagged.url.clone();
+    assert_eq!(health_of(&url, "a").await["loaded"], true);
+    assert_eq!(health_of(&url, "b").await["loaded"], true);
+    let (ok, stderr) = flagged.stop("-TERM");
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("keep-alive 30s, at most 2 loaded"),
+        "{stderr}"
+    );
+    // A value that is neither is refused, naming the key.
+    let bad = write_temp(
+        "serve-settings-bad.toml",
+        b"[serve]\nkeep_alive = \"soon\"\n",
+    );
+    let out = std::process::Command::new(crate::support::cli::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--model", &models[0]])
+        .arg("--config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[serve] keep_alive") && stderr.contains("soon"),
+        "{stderr}"
+    );
+    // `config show` prints them as written.
+    let out = std::process::Command::new(crate::support::cli::bin())
+        .args(["config", "show", "--json", "--config", config])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let serve = shown.to_string();
+    assert!(
+        serve.contains("\"keep_alive\":\"-1\"")
+            && serve.contains("\"max_loaded\":1")
+            && serve.contains("\"preload\":true"),
+        "{shown}"
+    );
+}

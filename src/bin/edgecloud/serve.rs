@@ -6,13 +6,15 @@
 use crate::exit::{usage, usage_from};
 use crate::run::HarnessArgs;
 use anyhow::Context as _;
+use edgecloud::cloud::CloudLane;
 use edgecloud::harness::{
     Backend, Harness, HarnessConfig, HarnessError, LocalBackend, ModelConfig, DEFAULT_PARALLEL,
+    DEFAULT_ROUTE,
 };
 use edgecloud::local::{LocalConfig, LocalLane, Pooling};
 use edgecloud::serve::{
-    BearerToken, CorsOrigins, KeepAlive, LoadError, LoadedModel, MaxLoaded, Models, ServeConfig,
-    ServeMetrics, Server, DEFAULT_PORT,
+    BearerToken, CloudEmbedder, CorsOrigins, KeepAlive, LoadError, LoadedModel, MaxLoaded, Models,
+    ServeConfig, ServeMetrics, Server, DEFAULT_PORT,
 };
 use edgecloud::Lane;
 use std::io::Write as _;
@@ -90,8 +92,8 @@ pub(crate) struct ServeArgs {
     pooling: Option<Pooling>,
     /// With several models (--model NAME=MODEL, or [[models]] in --config):
     /// how long an idle model stays loaded: -1 never, 0 unloads it after
-    /// each request, seconds (300) or a duration (30s, 5m, 1h). Default
-    /// 5m, Ollama's.
+    /// each request, seconds (300) or a duration (30s, 5m, 1h). Default:
+    /// `[serve] keep_alive` of --config, else 5m, Ollama's.
     #[arg(
         long,
         value_name = "DURATION",
@@ -104,7 +106,8 @@ pub(crate) struct ServeArgs {
     /// bytes of model files (4GiB, 500MB). Loading one more first unloads
     /// the least recently used idle model; when every loaded model has a
     /// request in flight, the request is refused (503 models_busy).
-    /// Default 3, Ollama's for a machine without a GPU.
+    /// Default: `[serve] max_loaded` of --config, else 3, Ollama's for a
+    /// machine without a GPU.
     #[arg(
         long,
         value_name = "N|SIZE",
@@ -114,7 +117,7 @@ pub(crate) struct ServeArgs {
     max_loaded: Option<MaxLoaded>,
     /// With several models: load every one at start (within --max-loaded)
     /// instead of on its first request; one that fails to load fails the
-    /// start.
+    /// start. Also on with `preload = true` in `[serve]` of --config.
     #[arg(
         long,
         env = "EDGECLOUD_PRELOAD",
@@ -144,7 +147,7 @@ fn serve_help() -> String {
     format!(
         "Endpoints: POST /v1/chat/completions (whole or streamed), POST /v1/completions \
 (a raw prompt, no chat template), POST /v1/responses (stateless), POST /v1/embeddings (the local \
-model's), GET /v1/models, GET /health, GET /metrics (Prometheus), \
+model's, or the cloud's on a route with embeddings = \"cloud\"), GET /v1/models, GET /health, GET /metrics (Prometheus), \
 GET / (name, version, models, endpoints).
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
@@ -302,6 +305,7 @@ fn serve(
     several: Option<Vec<ModelConfig>>,
 ) -> anyhow::Result<ExitCode> {
     crate::run::require_a_lane(&cfg)?;
+    cfg.check_cloud_routes()?;
     if let Some(pooling) = args.pooling {
         match cfg.local.as_mut() {
             Some(local) => local.pooling = Some(pooling),
@@ -362,6 +366,7 @@ fn serve(
     if let Some(policy) = cfg.harness.resolved_policy("harness")? {
         config = config.policy_preset(policy);
     }
+    config = cloud_embeddings(&cfg, config)?;
     let queue = if max_queue_ms == 0 {
         "busy requests get 503 at once".to_string()
     } else {
@@ -459,15 +464,27 @@ fn models_of(
         sized.push((m.name.clone(), size));
         locals.insert(m.name.clone(), local);
     }
-    let keep_alive = args.keep_alive.unwrap_or(KeepAlive::DEFAULT);
-    let max_loaded = args.max_loaded.unwrap_or(MaxLoaded::DEFAULT);
+    // The flags (and their variables) win over `[serve]` of the file.
+    let keep_alive = match (args.keep_alive, &cfg.serve.keep_alive) {
+        (Some(k), _) => k,
+        (None, Some(k)) => KeepAlive::parse(&k.to_string())
+            .map_err(|e| usage(format!("[serve] keep_alive: {e}")))?,
+        (None, None) => KeepAlive::DEFAULT,
+    };
+    let max_loaded = match (args.max_loaded, &cfg.serve.max_loaded) {
+        (Some(m), _) => m,
+        (None, Some(m)) => MaxLoaded::parse(&m.to_string())
+            .map_err(|e| usage(format!("[serve] max_loaded: {e}")))?,
+        (None, None) => MaxLoaded::DEFAULT,
+    };
+    let preload = args.preload || cfg.serve.preload == Some(true);
     if !crate::quiet() {
         let names: Vec<&str> = list.iter().map(|m| m.name.as_str()).collect();
         eprintln!(
             "edgecloud serve: {} models ({}), {}; keep-alive {keep_alive}, at most {}",
             names.len(),
             names.join(", "),
-            if args.preload {
+            if preload {
                 "loading them now"
             } else {
                 "each loaded on its first request"
@@ -512,7 +529,7 @@ fn models_of(
     let mut models = Models::new(load)
         .keep_alive(keep_alive)
         .max_loaded(max_loaded)
-        .preload(args.preload);
+        .preload(preload);
     for (name, size) in sized {
         models = models.model(name, size);
     }
@@ -529,6 +546,33 @@ fn models_of(
         models = models.default_model(m);
     }
     Ok(models)
+}
+
+/// Each route whose embeddings go to the cloud lane (`embeddings =
+/// "cloud"`), the default route included, passed through with the route's
+/// cloud model and deadline. One cloud client serves them all.
+fn cloud_embeddings(cfg: &HarnessConfig, mut config: ServeConfig) -> anyhow::Result<ServeConfig> {
+    let routes = std::iter::once(None)
+        .chain(std::iter::once(Some(DEFAULT_ROUTE)))
+        .chain(cfg.routes.keys().map(|r| Some(r.as_str())))
+        .filter(|r| cfg.embeddings_lane(*r) == Lane::Cloud)
+        .collect::<Vec<_>>();
+    if routes.is_empty() {
+        return Ok(config);
+    }
+    let cloud = cfg
+        .cloud
+        .clone()
+        .expect("check_cloud_routes: a route sending embeddings to the cloud has a cloud lane");
+    let lane = CloudLane::new(cloud).context("the cloud lane for embeddings")?;
+    for route in routes {
+        let mut embedder = CloudEmbedder::new(lane.clone()).deadline(cfg.route_deadline(route));
+        if let Some(model) = cfg.route_cloud_model(route) {
+            embedder = embedder.model(model);
+        }
+        config = config.cloud_embeddings(route, embedder);
+    }
+    Ok(config)
 }
 
 /// The bearer token from a file: the whole file, less one trailing
@@ -588,6 +632,24 @@ fn lane_lines(
             info.model.as_deref().unwrap_or(&cloud.model),
             edgecloud::cloud::display_origin(&cloud.base_url)
         ));
+        // Each route's own cloud side, where it has one.
+        let routes: Vec<String> = cfg
+            .routes
+            .iter()
+            .filter_map(|(name, r)| {
+                let model = r.cloud_model.as_deref().map(|m| format!("model {m}"));
+                let embeds = (cfg.embeddings_lane(Some(name)) == Lane::Cloud)
+                    .then(|| "embeddings passed through".to_string());
+                let said: Vec<String> = model.into_iter().chain(embeds).collect();
+                (!said.is_empty()).then(|| format!("{name}: {}", said.join(", ")))
+            })
+            .collect();
+        if !routes.is_empty() {
+            lines.push(format!(
+                "edgecloud serve: cloud lane per route: {}",
+                routes.join("; ")
+            ));
+        }
     }
     lines
 }

@@ -35,7 +35,7 @@ impl Inner {
         let deadline = TokioInstant::from_std(job.deadline);
         let cfg = &self.config;
         let body = ChatRequest::new(
-            &cfg.model,
+            job.model.as_deref().unwrap_or(&cfg.model),
             &job.messages,
             &job.sampling,
             cfg.stream,

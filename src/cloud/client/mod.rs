@@ -12,13 +12,16 @@
 //!
 //! The parts: what a call returns (`result`), the request/response exchange
 //! (`exchange`), reading a body under the job's waits and a whole answer
-//! (`body`), and the stream's state machine (`stream`).
+//! (`body`), the stream's state machine (`stream`), and the embeddings
+//! pass-through (`embeddings`).
 
 mod body;
+mod embeddings;
 mod exchange;
 mod result;
 mod stream;
 
+pub use embeddings::{CloudEmbeddings, EmbeddingInput, EmbeddingsRequest};
 pub use result::{CloudCompletion, CloudDiagnostic, CloudTimings, ProviderUsage};
 
 use super::config::CloudConfig;
@@ -156,7 +159,7 @@ impl CloudLane {
         let inner = &*self.inner;
         tracing::debug!(
             endpoint = %inner.endpoint.display,
-            model = %inner.config.model,
+            model = %job.model.as_deref().unwrap_or(&inner.config.model),
             stream = inner.config.stream,
             "cloud request starts"
         );

@@ -141,9 +141,11 @@ fn cloud_kind(e: &CloudError) -> LaneErrorKind {
             code: Some(code), ..
         } if code == "context_length_exceeded" => LaneErrorKind::ContextLengthExceeded,
         E::NotFound { .. } | E::HttpStatus { .. } | E::Redirect { .. } => LaneErrorKind::HttpStatus,
-        E::MalformedJson { .. } | E::Provider { .. } | E::InvalidUtf8 | E::EmptyChoices => {
-            LaneErrorKind::Protocol
-        }
+        E::MalformedJson { .. }
+        | E::MalformedEmbeddings { .. }
+        | E::Provider { .. }
+        | E::InvalidUtf8
+        | E::EmptyChoices => LaneErrorKind::Protocol,
         E::BodyTooLarge { .. }
         | E::ContentTooLarge { .. }
         | E::LineTooLong { .. }

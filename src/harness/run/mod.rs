@@ -288,6 +288,9 @@ impl Shell {
             let mut sampling = self.request.sampling.clone();
             sampling.score_prompt |= prompt_watch.is_some();
             let mut job = LaneJob::new(messages, sampling, self.deadline);
+            if lane == Lane::Cloud {
+                job.model = self.route.cloud_model.clone();
+            }
             if let Some(tx) = prompt_watch {
                 // The prompt's score, for a two-stage cascade's first
                 // stage.
