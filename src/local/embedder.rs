@@ -377,3 +377,60 @@ fn decode_turn(
     ctx.clear_kv_cache();
     usize::try_from(batch.n_tokens()).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::generate::{write_model, Preset};
+    use llama_cpp_2::model::params::LlamaModelParams;
+    use llama_cpp_2::token::LlamaToken;
+    use tokio::sync::oneshot;
+
+    /// Embeds one short input and returns the thread count the embeddings
+    /// context was left with, after the governor was started on `free`
+    /// cores (as a busy machine would start it).
+    fn threads_after_one_embed(policy: ThreadPolicy, free: usize) -> usize {
+        let dir = std::env::temp_dir().join(format!(
+            "edgecloud-embed-threads-{}-{policy:?}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.gguf");
+        write_model(&path, Preset::Tiny, 7).unwrap();
+        let model =
+            LlamaModel::load_from_file(backend(), &path, &LlamaModelParams::default()).unwrap();
+        let info = EmbeddingInfo::resolve(&model, None, 64);
+        let mut embedder = Embedder::new(&model, info, 2, policy);
+        embedder.governor.start_on(free);
+        embedder.hinted = true;
+        let (reply, mut rx) = oneshot::channel();
+        embedder.submit(EmbedJob {
+            tokens: vec![vec![LlamaToken(1), LlamaToken(2), LlamaToken(3)]],
+            reply,
+        });
+        embedder.step(usize::MAX, &AbortSignal::default());
+        let vectors = rx.try_recv().expect("answered in one turn").unwrap();
+        assert_eq!(vectors.vectors.len(), 1);
+        let threads = match &mut embedder.state {
+            State::Ready {
+                ctx,
+                control: Some(control),
+                ..
+            } => control.get(ctx),
+            _ => panic!("the embeddings context is made and its threads controllable"),
+        };
+        drop(embedder);
+        drop(model);
+        let _ = std::fs::remove_dir_all(&dir);
+        threads
+    }
+
+    /// The embeddings context runs with its governor's thread count (one
+    /// on a machine with one free core), not the lane's fixed count; with
+    /// the fixed policy it keeps the lane's.
+    #[test]
+    fn embeddings_decode_with_the_governors_thread_count() {
+        assert_eq!(threads_after_one_embed(ThreadPolicy::Adaptive, 1), 1);
+        assert_eq!(threads_after_one_embed(ThreadPolicy::Fixed, 1), 2);
+    }
+}
