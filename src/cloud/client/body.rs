@@ -88,6 +88,35 @@ impl BodyReader<'_> {
 }
 
 impl Inner {
+    /// Reads a whole (non-streamed) body, under the reader's waits and
+    /// cap; a stop, stall or broken read becomes its error.
+    pub(super) async fn read_to_end(
+        &self,
+        reader: &mut BodyReader<'_>,
+        status: u16,
+    ) -> Result<Vec<u8>, CloudError> {
+        let mut body = Vec::new();
+        loop {
+            match reader.next().await? {
+                Next::Data(bytes) => body.extend_from_slice(&bytes),
+                Next::End => return Ok(body),
+                Next::Stopped(reason) => return Err(stopped_error(reason, status)),
+                Next::Stalled(waited) => {
+                    return Err(CloudError::Stalled {
+                        waited,
+                        partial: String::new(),
+                    })
+                }
+                Next::Broken(detail) => {
+                    return Err(CloudError::Truncated {
+                        partial: String::new(),
+                        detail: Some(self.scrubber.scrub(&detail, MAX_DETAIL_CHARS)),
+                    })
+                }
+            }
+        }
+    }
+
     pub(super) fn malformed(&self, e: &serde_json::Error) -> CloudError {
         CloudError::MalformedJson {
             detail: self.scrubber.scrub(&e.to_string(), MAX_DETAIL_CHARS),

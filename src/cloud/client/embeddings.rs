@@ -10,11 +10,11 @@
 //! arbitrate, no late worker) and does not touch the lane's reachability
 //! state; it must not decide where embeddings go (the server does).
 
-use super::body::{BodyReader, Next};
+use super::body::BodyReader;
 use super::{CloudLane, Inner, MAX_DETAIL_CHARS};
 use crate::cloud::error::CloudError;
 use crate::cloud::net::{self, ConnectProbe};
-use crate::lane::{CancellationToken, FinishReason};
+use crate::lane::CancellationToken;
 use crate::openai;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
@@ -134,27 +134,7 @@ impl Inner {
             read: 0,
             cap,
         };
-        let mut body = Vec::new();
-        loop {
-            match reader.next().await? {
-                Next::Data(bytes) => body.extend_from_slice(&bytes),
-                Next::End => break,
-                Next::Stopped(FinishReason::Cancelled) => return Err(CloudError::Cancelled),
-                Next::Stopped(_) => return Err(CloudError::DeadlineBeforeFirstToken { status }),
-                Next::Stalled(waited) => {
-                    return Err(CloudError::Stalled {
-                        waited,
-                        partial: String::new(),
-                    })
-                }
-                Next::Broken(detail) => {
-                    return Err(CloudError::Truncated {
-                        partial: String::new(),
-                        detail: Some(self.scrubber.scrub(&detail, MAX_DETAIL_CHARS)),
-                    })
-                }
-            }
-        }
+        let body = self.read_to_end(&mut reader, status).await?;
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| self.malformed_embeddings(&format!("the body is not JSON ({e})")))?;
         if let Some((message, code)) = openai::provider_error(&value) {

@@ -152,26 +152,7 @@ impl Inner {
         probe: &mut Probe,
         status: u16,
     ) -> Result<CloudCompletion, CloudError> {
-        let mut body = Vec::new();
-        loop {
-            match reader.next().await? {
-                Next::Data(bytes) => body.extend_from_slice(&bytes),
-                Next::End => break,
-                Next::Stopped(reason) => return Err(stopped_error(reason, status)),
-                Next::Stalled(waited) => {
-                    return Err(CloudError::Stalled {
-                        waited,
-                        partial: String::new(),
-                    })
-                }
-                Next::Broken(detail) => {
-                    return Err(CloudError::Truncated {
-                        partial: String::new(),
-                        detail: Some(self.scrubber.scrub(&detail, MAX_DETAIL_CHARS)),
-                    })
-                }
-            }
-        }
+        let body = self.read_to_end(reader, status).await?;
         let text = std::str::from_utf8(&body).map_err(|_| CloudError::InvalidUtf8)?;
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| self.malformed(&e))?;
