@@ -715,7 +715,7 @@ impl ServeProcess {
     }
 
     /// A local-only server on `model` with 2 threads, plus `extra` flags.
-    fn local_only(model: &Path, extra: &[&str]) -> Self {
+    pub(crate) fn local_only(model: &Path, extra: &[&str]) -> Self {
         let model = model.to_str().unwrap();
         let mut args = vec!["--model", model, "--policy", "local-only", "--threads", "2"];
         args.extend_from_slice(extra);

@@ -9,20 +9,7 @@ use crate::support::real_model::smollm2;
 use serde_json::{json, Value};
 
 fn server() -> ServeProcess {
-    let model = smollm2().to_str().unwrap();
-    ServeProcess::start(
-        &[
-            "--model",
-            model,
-            "--policy",
-            "local-only",
-            "--threads",
-            "2",
-            "--parallel",
-            "1",
-        ],
-        &[],
-    )
+    ServeProcess::local_only(smollm2(), &["--parallel", "1"])
 }
 
 /// The `data:` payloads of an SSE body, parsed, `[DONE]` left out.

@@ -396,21 +396,9 @@ async fn the_binary_sends_a_routes_embeddings_to_the_cloud_and_the_rest_to_the_l
         )
         .as_bytes(),
     );
-    let model = tiny_model().to_str().unwrap();
-    let serve = ServeProcess::start(
-        &[
-            "--model",
-            model,
-            "--policy",
-            "local-only",
-            "--threads",
-            "2",
-            "--parallel",
-            "1",
-            "--config",
-            file.to_str().unwrap(),
-        ],
-        &[],
+    let serve = ServeProcess::local_only(
+        tiny_model(),
+        &["--parallel", "1", "--config", file.to_str().unwrap()],
     );
     let (status, cloud_out) = embed(&serve.url, json!({"model": "vec", "input": ["a", "b"]})).await;
     assert_eq!(status, 200, "{cloud_out}");
