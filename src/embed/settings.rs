@@ -59,6 +59,9 @@ pub struct Overrides {
     pub draft_max: Option<u32>,
     /// Fewest drafts verified.
     pub draft_min: Option<u32>,
+    /// Whether drafts keep greedy answers bit-exact (see
+    /// [`LocalConfig::spec_exact`]).
+    pub spec_exact: Option<bool>,
     /// Instances (runs served at once): `[pool] parallel`.
     pub parallel: Option<usize>,
 }
@@ -94,7 +97,7 @@ impl Overrides {
         if let Some(model) = &self.model {
             cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
         }
-        let local_settings: [(&'static str, bool); 10] = [
+        let local_settings: [(&'static str, bool); 11] = [
             ("probe", self.probe.is_some()),
             ("threads", self.threads.is_some()),
             ("thread_policy", self.thread_policy.is_some()),
@@ -105,6 +108,7 @@ impl Overrides {
             ("model_draft", self.model_draft.is_some()),
             ("draft_max", self.draft_max.is_some()),
             ("draft_min", self.draft_min.is_some()),
+            ("spec_exact", self.spec_exact.is_some()),
         ];
         match cfg.local.as_mut() {
             Some(local) => {
@@ -137,6 +141,9 @@ impl Overrides {
                 }
                 if let Some(n) = self.draft_min {
                     local.draft_min = n;
+                }
+                if let Some(exact) = self.spec_exact {
+                    local.spec_exact = exact;
                 }
             }
             None => {

@@ -132,6 +132,8 @@ pub(super) struct Engine<'m> {
     thread_control: Option<ThreadControl>,
     /// The count the context holds now.
     threads_applied: usize,
+    /// The most any step uses (the configured count).
+    max_threads: usize,
     /// Whether the free cores were looked at for the first step (once: a
     /// lane whose steps are all cut short by deadlines stays "fresh").
     start_hint_taken: bool,
@@ -160,6 +162,9 @@ pub(super) struct Speculation {
     /// A draft row's cost, fixed (`LocalConfig::draft_row_cost`), else
     /// measured.
     pub(super) row_cost: Option<f64>,
+    /// Drafts only where every row keeps its attention kernel
+    /// (`LocalConfig::spec_exact`; see `Engine::add_drafts`).
+    pub(super) exact: bool,
 }
 
 impl Speculation {
@@ -171,6 +176,7 @@ impl Speculation {
                 draft_max,
                 draft_min,
                 row_cost: None,
+                exact: true,
             }),
         }
     }
@@ -178,6 +184,12 @@ impl Speculation {
     /// With a fixed draft row cost (`None`: measured).
     pub(super) fn with_row_cost(mut self, cost: Option<f32>) -> Self {
         self.row_cost = cost.map(f64::from);
+        self
+    }
+
+    /// Bit-exact drafting (`true`) or drafting on every step.
+    pub(super) fn exact(mut self, exact: bool) -> Self {
+        self.exact = exact;
         self
     }
 }
@@ -308,6 +320,7 @@ impl<'m> Engine<'m> {
             governor,
             thread_control,
             threads_applied: threads,
+            max_threads: threads,
             start_hint_taken: false,
             spec: None,
             history: Vec::new(),
@@ -895,24 +908,28 @@ impl<'m> Engine<'m> {
     /// Drafts of two lanes in one step would leave the first one's
     /// rejected cells below the second one's kept ones.
     ///
-    /// And no more drafts than keep every row on the attention kernel it
-    /// takes without them (see [`TILED_ROWS`]): a step under 64 rows stays
-    /// under 64; a lone row (the lane decoding alone, as a run without
-    /// drafts decodes every token) drafts only while its tokens and the
-    /// drafts' stay within the cells where a lone row is not split. So a
-    /// lone lane drafts in its first 256 cells only: past them llama.cpp
-    /// would sum the run without drafts in another order.
+    /// And, when exact (`LocalConfig::spec_exact`, the default), no more
+    /// drafts than keep every row on the attention kernel it takes without
+    /// them (see [`TILED_ROWS`]): a step under 64 rows stays under 64; a
+    /// lone row (the lane decoding alone, as a run without drafts decodes
+    /// every token) drafts only while its tokens and the drafts' stay
+    /// within the cells where a lone row is not split, unless every step
+    /// runs on one thread: the split kernel's one chunk is then summed in
+    /// the order of the other (its partials are combined with a factor of
+    /// exactly 1). So on several threads a lone lane drafts in its first
+    /// 256 cells only: past them llama.cpp would sum the run without
+    /// drafts in another order. Not exact: drafts on every step.
     fn add_drafts(&mut self, entries: &mut [Entry]) {
-        if self.spec.is_none() {
+        let Some(spec) = self.spec else {
             return;
-        }
+        };
         let rows = usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX);
-        let mut most = if rows < TILED_ROWS {
+        let mut most = if rows < TILED_ROWS && spec.exact {
             TILED_ROWS - 1 - rows
         } else {
             usize::MAX
         };
-        if rows == 1 {
+        if rows == 1 && spec.exact && self.max_threads > 1 {
             most = most.min(SPLIT_KV_USED.saturating_sub(self.cells_in_use() + rows));
         }
         let n = self.seqs.len();

@@ -197,6 +197,18 @@ pub struct LocalConfig {
     /// Fewest drafts worth verifying: a shorter proposal is not decoded
     /// (llama-server's `--draft-min`; default 0).
     pub draft_min: u32,
+    /// Whether drafts keep a greedy answer the same to the last bit
+    /// (`true`, the default) or may be verified on any step, as
+    /// llama-server's are (`false`). llama.cpp's CPU attention sums a lone
+    /// token over more than 256 cells in use with its own kernel (split
+    /// across the threads), which a verify step of several rows never
+    /// takes, and a step of 64 rows or more with another: the exact mode
+    /// drafts only on steps whose rows keep their kernel (a pool's steps,
+    /// a lone sequence in its first 256 cells, or on one thread, where the
+    /// split kernel sums as the other), the other mode everywhere, so its
+    /// greedy answer may part from the one without drafts where two tokens
+    /// are within that rounding of each other.
+    pub spec_exact: bool,
     /// How [`LocalLane::embed`] pools an input's token vectors into one
     /// (llama-server's `--pooling`); `None` (the default) takes the GGUF's
     /// `pooling_type`, and `mean` for a model that names none. `none` and
@@ -241,6 +253,7 @@ impl Default for LocalConfig {
             spec_type: SpecType::Off,
             draft_max: 16,
             draft_min: 0,
+            spec_exact: true,
             pooling: None,
             embed_batch: 512,
             draft_row_cost: None,
@@ -311,6 +324,9 @@ pub struct LocalInfo {
     pub draft_max: u32,
     /// Fewest drafts verified ([`LocalConfig::draft_min`]).
     pub draft_min: u32,
+    /// Whether drafts keep greedy answers bit-exact
+    /// ([`LocalConfig::spec_exact`]).
+    pub spec_exact: bool,
     /// How the model is asked for tool calls: `hermes (template)` (its
     /// template renders tools and `<tool_call>`), `llama3 (template)`, or
     /// `hermes (system prompt)` (the template has no tool syntax; the tools

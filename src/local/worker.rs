@@ -201,6 +201,7 @@ fn run_worker(
         },
         draft_max: config.draft_max,
         draft_min: config.draft_min,
+        spec_exact: config.spec_exact,
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
@@ -267,7 +268,8 @@ fn take(work: Work, engine: &mut Engine<'_>, embedder: &mut Embedder<'_>) {
 /// models), which verifying drafts needs.
 fn speculation(config: &LocalConfig, model: &LlamaModel) -> Option<Speculation> {
     let spec = Speculation::of(config.spec_type, config.draft_max, config.draft_min)?
-        .with_row_cost(config.draft_row_cost);
+        .with_row_cost(config.draft_row_cost)
+        .exact(config.spec_exact);
     if model.is_recurrent() || model.is_hybrid() {
         tracing::warn!(
             "speculative decoding is off: this model's memory (recurrent or hybrid) \

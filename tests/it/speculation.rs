@@ -463,6 +463,72 @@ fn batched_lanes_draft_in_one_step_and_answer_as_off_alone() {
     );
 }
 
+/// A copy-heavy prompt of more than 256 tokens: every draft of its
+/// answer is made past the cells where a lone row keeps its attention
+/// kernel on several threads.
+fn long_copy_prompt() -> String {
+    format!(
+        "Here are notes from four visits.\n\n{PARAGRAPH}\n\n{}\n\n{}\n\n\
+         Repeat this last text exactly, word for word:\n\n{PARAGRAPH}",
+        PARAGRAPH.replace("1862", "1871").replace("Margaret", "Ann"),
+        PARAGRAPH
+            .replace("whale oil", "coal gas")
+            .replace("1987", "1990"),
+    )
+}
+
+/// On one thread llama.cpp's split attention kernel sums a lone row as
+/// the kernel of a verify step does, so an exact lane drafts past 256
+/// cells too, and its answer is off's bit for bit (this fails if the
+/// lane kept the several-thread bound, or if the kernels parted).
+#[test]
+fn a_lone_lane_on_one_thread_drafts_past_256_cells_and_answers_as_off() {
+    let one = |spec_type| LocalConfig {
+        threads: Some(1),
+        ..config(smollm2(), spec_type)
+    };
+    let prompt = long_copy_prompt();
+    let off = LocalLane::start(one(SpecType::Off)).unwrap();
+    let on = LocalLane::start(one(SpecType::Ngram)).unwrap();
+    assert!(on.info().spec_exact, "exact is the default");
+    let a = off.generate(job(&prompt, greedy(64))).unwrap();
+    let b = on.generate(job(&prompt, greedy(64))).unwrap();
+    assert!(
+        a.prompt_tokens > 256,
+        "the test's bound: {}",
+        a.prompt_tokens
+    );
+    assert_same(&a, &b, "one thread, past 256 cells");
+    assert!(b.timings.draft_n_accepted > 0, "{:?}", b.timings);
+}
+
+/// On two threads an exact lone lane drafts nothing past 256 cells (its
+/// answer is off's bit for bit); with `spec_exact = false` it drafts
+/// there, as llama-server does.
+#[test]
+fn past_256_cells_on_two_threads_only_an_inexact_lane_drafts() {
+    let prompt = long_copy_prompt();
+    let off = LocalLane::start(config(smollm2(), SpecType::Off)).unwrap();
+    let exact = LocalLane::start(config(smollm2(), SpecType::Ngram)).unwrap();
+    let inexact = LocalLane::start(LocalConfig {
+        spec_exact: false,
+        ..config(smollm2(), SpecType::Ngram)
+    })
+    .unwrap();
+    assert!(!inexact.info().spec_exact);
+    let a = off.generate(job(&prompt, greedy(64))).unwrap();
+    let b = exact.generate(job(&prompt, greedy(64))).unwrap();
+    let c = inexact.generate(job(&prompt, greedy(64))).unwrap();
+    assert!(
+        a.prompt_tokens > 256,
+        "the test's bound: {}",
+        a.prompt_tokens
+    );
+    assert_same(&a, &b, "exact, two threads, past 256 cells");
+    assert_eq!(b.timings.draft_n, 0, "{:?}", b.timings);
+    assert!(c.timings.draft_n_accepted > 0, "{:?}", c.timings);
+}
+
 /// The binary with no `EDGECLOUD_*` variable inherited.
 fn edgecloud() -> std::process::Command {
     let mut cmd = std::process::Command::new(crate::support::cli::bin());
@@ -494,6 +560,32 @@ fn the_settings_come_from_flags_variables_and_the_file_and_are_reported() {
     assert_eq!(v["config"]["local"]["draft_min"], 0);
     assert_eq!(v["sources"]["local.spec_type"], "env EDGECLOUD_SPEC_TYPE");
     assert_eq!(v["sources"]["local.draft_max"], "flag --draft-max");
+    assert_eq!(v["config"]["local"]["spec_exact"], true);
+
+    // Not exact: the flag and its variable, `config show` says which.
+    for (flag, env) in [(Some("false"), None), (None, Some("false"))] {
+        let mut cmd = edgecloud();
+        cmd.args(["config", "show", "--json", "--model", &model]);
+        if let Some(value) = flag {
+            cmd.args(["--spec-exact", value]);
+        }
+        if let Some(value) = env {
+            cmd.env("EDGECLOUD_SPEC_EXACT", value);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v = crate::support::cli::json_of(&out);
+        assert_eq!(
+            v["config"]["local"]["spec_exact"], false,
+            "{flag:?} {env:?}"
+        );
+        let source = if flag.is_some() {
+            "flag --spec-exact"
+        } else {
+            "env EDGECLOUD_SPEC_EXACT"
+        };
+        assert_eq!(v["sources"]["local.spec_exact"], source);
+    }
 
     // The draft model through run's flags: `config show` names it, and a
     // run with `--spec-type draft` (refused without a draft model) answers

@@ -52,6 +52,7 @@ const FLAG_KEYS: &[(&str, &str, &str)] = &[
     ("model_draft", "--model-draft", "local.model_draft"),
     ("draft_max", "--draft-max", "local.draft_max"),
     ("draft_min", "--draft-min", "local.draft_min"),
+    ("spec_exact", "--spec-exact", "local.spec_exact"),
     ("probe", "--probe", "local.probe"),
     ("base_url", "--base-url", "cloud.base_url"),
     ("cloud_model", "--cloud-model", "cloud.model"),
@@ -239,6 +240,7 @@ fn local_value(l: &LocalConfig) -> Value {
         "model_draft": l.model_draft.as_ref().map(|p| p.display().to_string()),
         "draft_max": l.draft_max,
         "draft_min": l.draft_min,
+        "spec_exact": l.spec_exact,
     })
 }
 

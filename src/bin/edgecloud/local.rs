@@ -67,6 +67,13 @@ pub(crate) struct LocalArgs {
     #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MIN",
           default_value_t = LocalConfig::default().draft_min)]
     draft_min: u32,
+    /// true: drafts keep a greedy answer the same to the last bit (a lone
+    /// sequence on several threads drafts in its first 256 cells only);
+    /// false: drafts on every step, as llama-server does.
+    #[arg(long, value_name = "BOOL", env = "EDGECLOUD_SPEC_EXACT",
+          default_value_t = LocalConfig::default().spec_exact,
+          action = clap::ArgAction::Set)]
+    spec_exact: bool,
     /// Sampling seed, for reproducible output.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
@@ -127,6 +134,7 @@ pub(crate) fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         spec_type: args.spec_type,
         draft_max: args.draft_max,
         draft_min: args.draft_min,
+        spec_exact: args.spec_exact,
         model_draft: args.model_draft.clone(),
         context_size: args.context_size,
         batch_size: args.batch_size,
@@ -220,6 +228,7 @@ fn report(
             "thread_policy": info.thread_policy,
             "decode_threads": t.decode_threads,
             "spec_type": info.spec_type,
+            "spec_exact": info.spec_exact,
             "draft_n": t.draft_n,
             "draft_n_accepted": t.draft_n_accepted,
             "context_size": info.context_size,

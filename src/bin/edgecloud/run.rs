@@ -112,6 +112,13 @@ pub(crate) struct HarnessArgs {
     /// Fewest drafts worth verifying (default 0).
     #[arg(long, value_name = "N", env = "EDGECLOUD_DRAFT_MIN")]
     pub(crate) draft_min: Option<u32>,
+    /// true (the default): drafts keep a greedy answer the same to the
+    /// last bit, so a lone sequence on several threads drafts in its first
+    /// 256 cells only; false: drafts on every step, as llama-server does
+    /// (an answer may part where two tokens are within rounding).
+    #[arg(long, value_name = "BOOL", env = "EDGECLOUD_SPEC_EXACT",
+          action = clap::ArgAction::Set)]
+    pub(crate) spec_exact: Option<bool>,
 }
 
 /// The OpenAI SDKs' base URL variable, when set and not empty.
@@ -147,6 +154,7 @@ impl HarnessArgs {
         o.model_draft = self.model_draft.clone();
         o.draft_max = self.draft_max;
         o.draft_min = self.draft_min;
+        o.spec_exact = self.spec_exact;
         o
     }
 
