@@ -175,6 +175,13 @@ pub struct LaneReport {
     /// When it was `unavailable`: how long until its backend tries again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<f64>,
+    /// Tokens its speculative decoding drafted and verified, when it
+    /// drafted (the local lane with `spec_type` on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u32>,
+    /// Of those, the tokens kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u32>,
 }
 
 impl LaneReport {
@@ -200,6 +207,8 @@ impl LaneReport {
             tool_calls: Vec::new(),
             rejected: None,
             retry_in_ms: None,
+            draft_n: None,
+            draft_n_accepted: None,
         }
     }
 }

@@ -264,6 +264,35 @@ pub(crate) struct LaneSummary {
     /// When `unavailable`: until the lane is tried again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) retry_in_ms: Option<f64>,
+    /// Speculative decoding's drafted tokens, and those kept, when the
+    /// lane drafted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) draft_n: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) draft_n_accepted: Option<u32>,
+}
+
+#[cfg(test)]
+impl LaneSummary {
+    /// A lane that reported nothing but its status (tests).
+    pub(crate) fn empty(lane: Lane, status: LaneStatus) -> Self {
+        Self {
+            lane,
+            status,
+            ttft_ms: None,
+            total_ms: None,
+            finish_reason: None,
+            score: None,
+            error: None,
+            error_kind: None,
+            tokens: Tokens::default(),
+            note: None,
+            rejected: None,
+            retry_in_ms: None,
+            draft_n: None,
+            draft_n_accepted: None,
+        }
+    }
 }
 
 /// The settled run, compact: what the `edgecloud` response field carries,

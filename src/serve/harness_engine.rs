@@ -215,6 +215,8 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
             note: r.note.clone(),
             rejected: r.rejected.clone(),
             retry_in_ms: r.retry_in_ms,
+            draft_n: r.draft_n,
+            draft_n_accepted: r.draft_n_accepted,
         })
         .collect();
     Summary {

@@ -82,6 +82,9 @@ struct LaneMetrics {
     /// failed (any error status).
     embeddings: u64,
     embedding_failures: u64,
+    /// Speculative decoding's drafted tokens, and those kept.
+    drafted: u64,
+    draft_accepted: u64,
 }
 
 #[derive(Debug, Default)]
@@ -180,6 +183,8 @@ impl Metrics {
             m.prompt_local += t.local_prompt.unwrap_or(0);
             m.completion_provider += t.provider_completion.unwrap_or(0);
             m.completion_local += t.local_completion.unwrap_or(0);
+            m.drafted += u64::from(l.draft_n.unwrap_or(0));
+            m.draft_accepted += u64::from(l.draft_n_accepted.unwrap_or(0));
             if let Some(ms) = l.ttft_ms {
                 m.ttft.observe(ms / 1e3);
             }
@@ -489,6 +494,18 @@ const FAMILIES: &[Family] = &[
         Samples::PerLane(|m| m.embedding_failures),
     ),
     family(
+        "edgecloud_lane_draft_tokens_total",
+        COUNTER,
+        "Tokens speculative decoding drafted and verified (--spec-type).",
+        Samples::PerLane(|m| m.drafted),
+    ),
+    family(
+        "edgecloud_lane_draft_accepted_tokens_total",
+        COUNTER,
+        "Drafted tokens kept (the answer's own tokens).",
+        Samples::PerLane(|m| m.draft_accepted),
+    ),
+    family(
         "edgecloud_lane_failures_total",
         COUNTER,
         "Lane errors by kind.",
@@ -650,20 +667,7 @@ mod tests {
     use super::*;
 
     fn lane(lane: Lane, status: LaneStatus) -> LaneSummary {
-        LaneSummary {
-            lane,
-            status,
-            ttft_ms: None,
-            total_ms: None,
-            finish_reason: None,
-            score: None,
-            error: None,
-            error_kind: None,
-            tokens: Tokens::default(),
-            note: None,
-            rejected: None,
-            retry_in_ms: None,
-        }
+        LaneSummary::empty(lane, status)
     }
 
     fn summary(status: Status, lanes: Vec<LaneSummary>) -> Summary {
@@ -893,6 +897,8 @@ mod tests {
         };
         local.ttft_ms = Some(4.0);
         local.total_ms = Some(30.0);
+        local.draft_n = Some(4);
+        local.draft_n_accepted = Some(3);
         let mut cloud = lane(Lane::Cloud, LaneStatus::Failed);
         cloud.error_kind = Some(LaneErrorKind::HttpStatus);
         cloud.tokens.provider_prompt = Some(7);

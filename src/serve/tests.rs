@@ -51,20 +51,7 @@ struct Fake {
 }
 
 fn lane(lane: Lane, status: LaneStatus) -> LaneSummary {
-    LaneSummary {
-        lane,
-        status,
-        ttft_ms: None,
-        total_ms: None,
-        finish_reason: None,
-        score: None,
-        error: None,
-        error_kind: None,
-        tokens: Tokens::default(),
-        note: None,
-        rejected: None,
-        retry_in_ms: None,
-    }
+    LaneSummary::empty(lane, status)
 }
 
 impl Fake {

@@ -748,3 +748,41 @@ fn a_draft_model_with_another_vocabulary_is_refused() {
     let missing = LocalLane::start(config(smollm2(), SpecType::Draft)).unwrap_err();
     assert_eq!(missing.kind(), "invalid_setting", "{missing}");
 }
+
+/// serve reports what speculation did: each run's `draft_n` and
+/// `draft_n_accepted` in the response's `edgecloud.lanes`, and the lane's
+/// totals in `/metrics` (the same figures).
+#[test]
+fn serve_reports_each_runs_drafts_and_their_totals_in_metrics() {
+    use crate::serve::{metric, metrics_text, post_to, ServeProcess};
+    let model = smollm2().to_str().unwrap().to_string();
+    // A draft row as cheap as on a GPU, fixed, as in `config`: drafting
+    // does not follow this machine's timing.
+    let file = crate::support::models::write_temp(
+        "spec-serve.toml",
+        format!(
+            "[local]\nmodel = {model:?}\nthreads = 2\nthread_policy = \"fixed\"\n\
+             spec_type = \"ngram\"\ndraft_row_cost = 0.1\n\
+             [harness]\npolicy = \"local-only\"\ndeadline_ms = 120000\n"
+        )
+        .as_bytes(),
+    );
+    let server = ServeProcess::start(&["--config", file.to_str().unwrap()], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let body = json!({"model": "edgecloud", "max_tokens": 64, "temperature": 0,
+        "messages": [{"role": "user", "content": copy_prompt()}]});
+    let (status, _, text) = rt.block_on(post_to(&server.url, "/chat/completions", body, &[]));
+    assert_eq!(status, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let lane = &v["edgecloud"]["lanes"][0];
+    assert_eq!(lane["lane"], "local", "{v}");
+    let drafted = lane["draft_n"].as_u64().expect("draft_n");
+    let kept = lane["draft_n_accepted"].as_u64().expect("draft_n_accepted");
+    assert!(drafted > 0 && kept > 0 && kept <= drafted, "{lane}");
+    let metrics = rt.block_on(metrics_text(&server.url));
+    let series = |name: &str| metric(&metrics, &format!("{name}{{lane=\"local\"}}")) as u64;
+    assert_eq!(series("edgecloud_lane_draft_tokens_total"), drafted);
+    assert_eq!(series("edgecloud_lane_draft_accepted_tokens_total"), kept);
+    let (ok, err) = server.stop("-TERM");
+    assert!(ok, "{err}");
+}

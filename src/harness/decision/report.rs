@@ -159,6 +159,8 @@ impl Core {
             if rep.ttft_ms.is_none() {
                 rep.ttft_ms = c.timings.ttft.map(to_ms);
             }
+            rep.draft_n = c.timings.draft_n;
+            rep.draft_n_accepted = c.timings.draft_n_accepted;
         }
         rep.tokens.compressor_before = r.compressed.0;
         rep.tokens.compressor_after = r.compressed.1;
