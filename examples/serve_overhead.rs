@@ -22,12 +22,15 @@
 //!   keep-alive connections the client opens as needed). The server's open
 //!   loop is driven from a process of its own (this example started again
 //!   with `--drive`, one thread, reqwest over loopback TCP), as a real
-//!   client is: on the server's runtime (`--generator runtime`, how it
-//!   was measured before) the generator's ticks, request tasks and client
-//!   connections queue on the server's two workers and their scheduling
-//!   lands in the server's p99. The direct calls' open loop stays in this
-//!   process (it calls the harness). `--endpoints` picks the rows and their
-//!   order.
+//!   client is; `--generator runtime` drives it from the server's own
+//!   runtime (how it was measured before), where the generator's ticks,
+//!   request tasks and client connections share the server's two workers.
+//!   The direct calls' open loop stays in this process (it calls the
+//!   harness). `--endpoints` picks the rows and their order. The last
+//!   column is the share of the machine's CPU time the hypervisor stole
+//!   during the server's open loop (`/proc/stat`): on a shared VM, seconds
+//!   with a high steal stall every thread for milliseconds, and the p99
+//!   follows them whatever the server does.
 //!
 //! Two backends: the real local lane on the model (`--model`, default
 //! `models/tiny.gguf`), and an instant backend (pure overhead).
@@ -494,6 +497,36 @@ fn median(mut v: Vec<Duration>) -> Duration {
     pct(&v, 0.5)
 }
 
+/// This machine's CPU time so far (`/proc/stat`, all CPUs): the total
+/// and the part stolen by the hypervisor (time a virtual CPU wanted to
+/// run and the host ran something else), in clock ticks.
+fn cpu_times() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // user nice system idle iowait irq softirq steal (guest time is
+    // already in user and nice).
+    let total = fields.iter().take(8).sum();
+    (total, fields.get(7).copied().unwrap_or(0))
+}
+
+/// The share of CPU time stolen between two `cpu_times` readings, in
+/// percent (NaN where /proc/stat says nothing).
+fn steal_pct(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.0.saturating_sub(before.0);
+    if total == 0 {
+        return f64::NAN;
+    }
+    100.0 * after.1.saturating_sub(before.1) as f64 / total as f64
+}
+
 /// The open-loop rate of `/v1/embeddings` (see `per_endpoint`).
 const EMBED_RATE: u32 = 100;
 
@@ -512,7 +545,7 @@ async fn per_endpoint(t: Arc<Target>, a: &Args) {
         }
     );
     println!(
-        "  {:<28} {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} {:>7}",
+        "  {:<28} {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} {:>7} {:>7}",
         "endpoint",
         "direct",
         "server",
@@ -521,7 +554,8 @@ async fn per_endpoint(t: Arc<Target>, a: &Args) {
         "dir p99",
         "srv p50",
         "srv p99",
-        "failed"
+        "failed",
+        "steal"
     );
     for &e in &a.endpoints {
         for _ in 0..50 {
@@ -556,6 +590,7 @@ async fn per_endpoint(t: Arc<Target>, a: &Args) {
             async move { t.direct(e).await }
         })
         .await;
+        let steal_before = cpu_times();
         let (os, fs) = match a.generator {
             Generator::Process => drive_in_child(&t.base, e, rate, seconds, t.max_tokens).await,
             Generator::Runtime => {
@@ -568,7 +603,7 @@ async fn per_endpoint(t: Arc<Target>, a: &Args) {
             }
         };
         println!(
-            "  {:<28} {:>6.3} ms {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms {:>7}{}",
+            "  {:<28} {:>6.3} ms {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms {:>7} {:>6.1}%{}",
             e.label(),
             ms(d),
             ms(s),
@@ -578,6 +613,7 @@ async fn per_endpoint(t: Arc<Target>, a: &Args) {
             ms(pct(&os, 0.5)),
             ms(pct(&os, 0.99)),
             fd + fs,
+            steal_pct(steal_before, cpu_times()),
             if rate == base_rate {
                 String::new()
             } else {
