@@ -19,13 +19,25 @@
 //!   direct call and of the server when driven open loop at a fixed rate
 //!   (`--rate`, default 1,000 requests/s, for `--seconds`, default 5, each;
 //!   a request starts on its tick whatever the earlier ones do, over
-//!   keep-alive connections the client opens as needed).
+//!   keep-alive connections the client opens as needed). The server's open
+//!   loop is driven from a process of its own (this example started again
+//!   with `--drive`, one thread, reqwest over loopback TCP), as a real
+//!   client is; `--generator runtime` drives it from the server's own
+//!   runtime (how it was measured before), where the generator's ticks,
+//!   request tasks and client connections share the server's two workers.
+//!   The direct calls' open loop stays in this process (it calls the
+//!   harness). `--endpoints` picks the rows and their order. The last
+//!   column is the share of the machine's CPU time the hypervisor stole
+//!   during the server's open loop (`/proc/stat`): on a shared VM, seconds
+//!   with a high steal stall every thread for milliseconds, and the p99
+//!   follows them whatever the server does.
 //!
 //! Two backends: the real local lane on the model (`--model`, default
 //! `models/tiny.gguf`), and an instant backend (pure overhead).
 //!
 //! Usage: serve_overhead [--model PATH] [--requests N] [--max-tokens N]
-//! [--rate N] [--seconds S] [--only-endpoints]
+//! [--rate N] [--seconds S] [--only-endpoints] [--generator process|runtime]
+//! [--endpoints chat,chat-stream,completions,responses,embeddings,health]
 
 use edgecloud::harness::{
     Backend, BackendFuture, BackendInfo, Candidate, Harness, LocalBackend, RunOptions,
@@ -57,6 +69,25 @@ struct Args {
     rate: u32,
     seconds: f64,
     only_endpoints: bool,
+    /// Where the per-endpoint open loop's HTTP client runs.
+    generator: Generator,
+    /// The per-endpoint table's rows, in this order.
+    endpoints: Vec<Endpoint>,
+    /// Set in the child the parent starts (`--generator process`): drive
+    /// this server (`http://ADDR`) and print the latencies.
+    drive: Option<String>,
+}
+
+/// Where the per-endpoint open loop's load generator (the HTTP client)
+/// runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Generator {
+    /// In a process of its own (this example started again, on a
+    /// one-thread runtime), as a real client is: the server's runtime
+    /// serves and does nothing else.
+    Process,
+    /// On the server's own runtime, tasks among the server's tasks.
+    Runtime,
 }
 
 fn args() -> Args {
@@ -67,6 +98,9 @@ fn args() -> Args {
         rate: 1000,
         seconds: 5.0,
         only_endpoints: false,
+        generator: Generator::Process,
+        endpoints: Endpoint::ALL.to_vec(),
+        drive: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,6 +115,20 @@ fn args() -> Args {
             "--max-tokens" => a.max_tokens = value.parse().expect("--max-tokens N"),
             "--rate" => a.rate = value.parse().expect("--rate N"),
             "--seconds" => a.seconds = value.parse().expect("--seconds S"),
+            "--generator" => {
+                a.generator = match value.as_str() {
+                    "process" => Generator::Process,
+                    "runtime" => Generator::Runtime,
+                    _ => panic!("--generator process|runtime"),
+                }
+            }
+            "--endpoints" => {
+                a.endpoints = value
+                    .split(',')
+                    .map(|n| Endpoint::from_name(n).unwrap_or_else(|| panic!("no endpoint {n}")))
+                    .collect();
+            }
+            "--drive" => a.drive = Some(value),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -293,6 +341,22 @@ impl Endpoint {
         Endpoint::Health,
     ];
 
+    /// The name `--endpoints` and the child's `--endpoint` take.
+    fn name(self) -> &'static str {
+        match self {
+            Endpoint::ChatWhole => "chat",
+            Endpoint::ChatStream => "chat-stream",
+            Endpoint::Completions => "completions",
+            Endpoint::Responses => "responses",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Health => "health",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Endpoint> {
+        Endpoint::ALL.into_iter().find(|e| e.name() == name)
+    }
+
     fn label(self) -> &'static str {
         match self {
             Endpoint::ChatWhole => "POST /v1/chat/completions",
@@ -348,47 +412,51 @@ impl Target {
 
     /// The same through the server; `true` on a 200 with its whole body.
     async fn http(&self, e: Endpoint) -> bool {
-        let m = self.max_tokens;
-        let (path, body) = match e {
-            Endpoint::Health => ("/health", None),
-            Endpoint::ChatWhole | Endpoint::ChatStream => (
-                "/v1/chat/completions",
-                Some(serde_json::json!({
-                    "model": "edgecloud", "messages": [{"role": "user", "content": PROMPT}],
-                    "max_tokens": m, "seed": 7,
-                    "stream": matches!(e, Endpoint::ChatStream),
-                })),
-            ),
-            Endpoint::Completions => (
-                "/v1/completions",
-                Some(serde_json::json!({
-                    "model": "edgecloud", "prompt": PROMPT, "max_tokens": m, "seed": 7,
-                })),
-            ),
-            Endpoint::Responses => (
-                "/v1/responses",
-                Some(serde_json::json!({
-                    "model": "edgecloud", "input": PROMPT, "max_output_tokens": m,
-                })),
-            ),
-            Endpoint::Embeddings => (
-                "/v1/embeddings",
-                Some(serde_json::json!({"model": "edgecloud", "input": PROMPT})),
-            ),
-        };
-        let url = format!("{}{path}", self.base);
-        let req = match body {
-            None => self.client.get(url),
-            Some(b) => self
-                .client
-                .post(url)
-                .header("content-type", "application/json")
-                .body(b.to_string()),
-        };
-        match req.send().await {
-            Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
-            Err(_) => false,
-        }
+        call_server(&self.client, &self.base, self.max_tokens, e).await
+    }
+}
+
+/// One request to endpoint `e` of the server at `base` (`http://ADDR`);
+/// `true` on a 200 with its whole body.
+async fn call_server(client: &reqwest::Client, base: &str, m: u32, e: Endpoint) -> bool {
+    let (path, body) = match e {
+        Endpoint::Health => ("/health", None),
+        Endpoint::ChatWhole | Endpoint::ChatStream => (
+            "/v1/chat/completions",
+            Some(serde_json::json!({
+                "model": "edgecloud", "messages": [{"role": "user", "content": PROMPT}],
+                "max_tokens": m, "seed": 7,
+                "stream": matches!(e, Endpoint::ChatStream),
+            })),
+        ),
+        Endpoint::Completions => (
+            "/v1/completions",
+            Some(serde_json::json!({
+                "model": "edgecloud", "prompt": PROMPT, "max_tokens": m, "seed": 7,
+            })),
+        ),
+        Endpoint::Responses => (
+            "/v1/responses",
+            Some(serde_json::json!({
+                "model": "edgecloud", "input": PROMPT, "max_output_tokens": m,
+            })),
+        ),
+        Endpoint::Embeddings => (
+            "/v1/embeddings",
+            Some(serde_json::json!({"model": "edgecloud", "input": PROMPT})),
+        ),
+    };
+    let url = format!("{base}{path}");
+    let req = match body {
+        None => client.get(url),
+        Some(b) => client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(b.to_string()),
+    };
+    match req.send().await {
+        Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
+        Err(_) => false,
     }
 }
 
@@ -429,19 +497,55 @@ fn median(mut v: Vec<Duration>) -> Duration {
     pct(&v, 0.5)
 }
 
+/// This machine's CPU time so far (`/proc/stat`, all CPUs): the total
+/// and the part stolen by the hypervisor (time a virtual CPU wanted to
+/// run and the host ran something else), in clock ticks.
+fn cpu_times() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // user nice system idle iowait irq softirq steal (guest time is
+    // already in user and nice).
+    let total = fields.iter().take(8).sum();
+    (total, fields.get(7).copied().unwrap_or(0))
+}
+
+/// The share of CPU time stolen between two `cpu_times` readings, in
+/// percent (NaN where /proc/stat says nothing).
+fn steal_pct(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.0.saturating_sub(before.0);
+    if total == 0 {
+        return f64::NAN;
+    }
+    100.0 * after.1.saturating_sub(before.1) as f64 / total as f64
+}
+
 /// The open-loop rate of `/v1/embeddings` (see `per_endpoint`).
 const EMBED_RATE: u32 = 100;
 
 /// The per-endpoint table: added median one at a time, then open loop.
-async fn per_endpoint(t: Arc<Target>, requests: usize, base_rate: u32, seconds: f64) {
+async fn per_endpoint(t: Arc<Target>, a: &Args) {
+    let (requests, base_rate, seconds) = (a.requests, a.rate, a.seconds);
     let rate = base_rate;
     println!(
         "per endpoint: instant backend on {} instances (embeddings: the model's own lane); \
-         one at a time {requests} per path, then open loop at {rate} requests/s for {seconds} s per path",
-        t.harness.instances().len()
+         one at a time {requests} per path, then open loop at {rate} requests/s for {seconds} s per path; \
+         the open loop's HTTP client {}",
+        t.harness.instances().len(),
+        match a.generator {
+            Generator::Process => "in a process of its own (one thread)",
+            Generator::Runtime => "on the server's runtime",
+        }
     );
     println!(
-        "  {:<28} {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} {:>7}",
+        "  {:<28} {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} {:>7} {:>7}",
         "endpoint",
         "direct",
         "server",
@@ -450,9 +554,10 @@ async fn per_endpoint(t: Arc<Target>, requests: usize, base_rate: u32, seconds: 
         "dir p99",
         "srv p50",
         "srv p99",
-        "failed"
+        "failed",
+        "steal"
     );
-    for e in Endpoint::ALL {
+    for &e in &a.endpoints {
         for _ in 0..50 {
             assert!(t.direct(e).await, "{e:?} direct warm-up");
             assert!(t.http(e).await, "{e:?} server warm-up");
@@ -485,14 +590,20 @@ async fn per_endpoint(t: Arc<Target>, requests: usize, base_rate: u32, seconds: 
             async move { t.direct(e).await }
         })
         .await;
-        let ts = t.clone();
-        let (os, fs) = open_loop(rate, seconds, move || {
-            let t = ts.clone();
-            async move { t.http(e).await }
-        })
-        .await;
+        let steal_before = cpu_times();
+        let (os, fs) = match a.generator {
+            Generator::Process => drive_in_child(&t.base, e, rate, seconds, t.max_tokens).await,
+            Generator::Runtime => {
+                let ts = t.clone();
+                open_loop(rate, seconds, move || {
+                    let t = ts.clone();
+                    async move { t.http(e).await }
+                })
+                .await
+            }
+        };
         println!(
-            "  {:<28} {:>6.3} ms {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms {:>7}{}",
+            "  {:<28} {:>6.3} ms {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms | {:>6.3} ms {:>6.3} ms {:>7} {:>6.1}%{}",
             e.label(),
             ms(d),
             ms(s),
@@ -502,6 +613,7 @@ async fn per_endpoint(t: Arc<Target>, requests: usize, base_rate: u32, seconds: 
             ms(pct(&os, 0.5)),
             ms(pct(&os, 0.99)),
             fd + fs,
+            steal_pct(steal_before, cpu_times()),
             if rate == base_rate {
                 String::new()
             } else {
@@ -511,9 +623,100 @@ async fn per_endpoint(t: Arc<Target>, requests: usize, base_rate: u32, seconds: 
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
     let a = args();
+    if let Some(base) = a.drive.clone() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the generator's runtime");
+        rt.block_on(drive(&base, &a));
+        return;
+    }
+    // As `edgecloud serve` runs on two cores: two workers.
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(run(a));
+}
+
+/// The child's part (`--drive`): warm a connection, drive the server's
+/// endpoint open loop, then print how many failed and each latency (ns),
+/// a line each, once the loop is over.
+async fn drive(base: &str, a: &Args) {
+    let e = a.endpoints[0];
+    let client = reqwest::Client::new();
+    for _ in 0..50 {
+        assert!(
+            call_server(&client, base, a.max_tokens, e).await,
+            "{e:?} warm-up"
+        );
+    }
+    let (base, m) = (Arc::new(base.to_string()), a.max_tokens);
+    let (lat, failed) = open_loop(a.rate, a.seconds, move || {
+        let (client, base) = (client.clone(), base.clone());
+        async move { call_server(&client, &base, m, e).await }
+    })
+    .await;
+    let mut out = format!("failed {failed}\n");
+    for d in lat {
+        out.push_str(&format!("{}\n", d.as_nanos()));
+    }
+    print!("{out}");
+}
+
+/// The server's open loop from a child process (this example again, with
+/// `--drive`): its latencies, sorted, and how many failed.
+async fn drive_in_child(
+    base: &str,
+    e: Endpoint,
+    rate: u32,
+    seconds: f64,
+    max_tokens: u32,
+) -> (Vec<Duration>, usize) {
+    let exe = std::env::current_exe().expect("this example's path");
+    let args: Vec<String> = [
+        "--drive",
+        base,
+        "--endpoints",
+        e.name(),
+        "--rate",
+        &rate.to_string(),
+        "--seconds",
+        &seconds.to_string(),
+        "--max-tokens",
+        &max_tokens.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    // The wait is a blocking read of the child's output: off the workers.
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(exe)
+            .args(args)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("start the generator");
+    assert!(out.status.success(), "the generator failed: {}", out.status);
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let mut lines = text.lines();
+    let failed = lines
+        .next()
+        .and_then(|l| l.strip_prefix("failed "))
+        .and_then(|n| n.parse().ok())
+        .expect("the generator's first line");
+    let mut lat: Vec<Duration> = lines
+        .map(|l| Duration::from_nanos(l.parse().expect("a latency")))
+        .collect();
+    lat.sort();
+    (lat, failed)
+}
+
+async fn run(a: Args) {
     let rss_start = rss_mib();
 
     let local = LocalBackend::start(LocalConfig::new(&a.model)).expect("load the model");
@@ -557,7 +760,7 @@ async fn main() {
         base: format!("http://{}", server.local_addr()),
         max_tokens: a.max_tokens,
     });
-    per_endpoint(target, a.requests, a.rate, a.seconds).await;
+    per_endpoint(target, &a).await;
     server.shutdown().await;
 }
 
