@@ -1022,6 +1022,80 @@ async fn a_body_that_stops_arriving_gets_408() {
     server.shutdown().await;
 }
 
+/// Sends `GET /health` on a raw keep-alive connection and reads the whole
+/// answer (headers, then `Content-Length` bytes); its status line.
+async fn health_on(conn: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "closed before the answer: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&got).to_string();
+            let Some(end) = text.find("\r\n\r\n") else {
+                continue;
+            };
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().unwrap())
+                })
+                .expect("a content-length");
+            if got.len() >= end + 4 + length {
+                return text.lines().next().unwrap().to_string();
+            }
+        }
+    };
+    tokio::time::timeout(HANG, read).await.expect("an answer")
+}
+
+/// At the connection cap a new client is served at once: the connection
+/// idle the longest between requests is closed to make room. Without
+/// that, idle keep-alive connections hold every slot until the 30 s
+/// header-read timeout closes them, so the new client waits 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_cap_the_longest_idle_connection_makes_room() {
+    use tokio::io::AsyncReadExt;
+    let config = ServeConfig {
+        max_connections: 2,
+        ..ServeConfig::default()
+    };
+    let (server, _fake) = start(config).await;
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut conn = tokio::net::TcpStream::connect(server.local_addr())
+            .await
+            .unwrap();
+        assert_eq!(health_on(&mut conn).await, "HTTP/1.1 200 OK");
+        idle.push(conn);
+    }
+    // Well under the header-read timeout the idle slots would take.
+    let third = raw(&server, reqwest::Method::GET, "/health", &[], None);
+    let (status, _, _) = tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .expect("served without waiting for an idle connection to time out");
+    assert_eq!(status, 200);
+    // The first one (idle the longest) was closed; the second still serves.
+    let mut buf = [0u8; 64];
+    let eof = tokio::time::timeout(HANG, idle[0].read(&mut buf))
+        .await
+        .expect("the oldest idle connection is closed");
+    assert_eq!(eof.unwrap(), 0);
+    assert_eq!(health_on(&mut idle[1]).await, "HTTP/1.1 200 OK");
+    server.shutdown().await;
+}
+
 /// What serve writes, whole and streamed, reads back through the cloud
 /// lane's own parser unchanged: the same text, finish reason, usage and
 /// model name either way.
