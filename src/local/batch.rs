@@ -69,7 +69,7 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
-use super::draft::{self, Drafter, RowCost, SpecType};
+use super::draft::{self, Drafter, RowCost, Source, SpecType};
 use super::draftmodel::DraftModel;
 use super::ffi::{AbortSignal, ThreadControl};
 use super::finish::{self, Ended};
@@ -714,22 +714,36 @@ impl<'m> Engine<'m> {
             .saturating_sub(br.out.completion_tokens + 1)
             .min(self.seq_context.saturating_sub(br.len + 3))
             .min(most);
-        // The cost model first: most steps of a sequence whose drafts fail
-        // look nothing up.
-        let k = drafter.wanted(room, self.row_cost.alpha());
-        if k == 0 {
+        // A paused sequence looks nothing up.
+        let most = drafter.room(room);
+        if most == 0 {
             return drafts;
         }
+        let alpha = self.row_cost.alpha();
         self.history.clear();
         self.history.extend_from_slice(&s.cached);
         self.history.push(token);
         match self.draft_model.as_mut() {
             Some(model) => {
+                // The cost model first: the draft model's proposals cost
+                // its own steps.
+                let k = drafter.count(Source::Model, most, alpha);
+                if k == 0 {
+                    return drafts;
+                }
                 let started = Instant::now();
                 model.propose(&self.history, k, &mut drafts);
                 self.drafting_secs += started.elapsed().as_secs_f64();
             }
-            None => draft::lookup(&self.history, k, &mut drafts),
+            None => {
+                let n = draft::lookup(&self.history, most, &mut drafts);
+                let k = if n == 0 {
+                    0
+                } else {
+                    drafter.count(Source::Match(n), drafts.len(), alpha)
+                };
+                drafts.truncate(k);
+            }
         }
         if drafts.len() < drafter.draft_min().max(1) {
             drafts.clear();
@@ -802,6 +816,13 @@ impl<'m> Engine<'m> {
         {
             br.out.drafts_verified(drafts.len(), accepted);
             if let Some(drafter) = br.drafter.as_mut() {
+                tracing::trace!(
+                    target: "edgecloud::local::draft",
+                    class = drafter.last_class(),
+                    drafted = drafts.len(),
+                    accepted,
+                    "drafts verified"
+                );
                 drafter.verified(drafts.len(), accepted, self.row_cost.alpha());
             }
         }

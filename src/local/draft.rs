@@ -4,23 +4,33 @@
 //! propose next), and the per-sequence back-off that stops proposing when
 //! proposals keep failing.
 //!
-//! Prompt lookup, as llama.cpp's lookup decoding: the last n tokens of
-//! what the sequence holds (prompt and answer so far, n from
-//! [`NGRAM_MAX`] down to [`NGRAM_MIN`]) are looked for earlier in the same tokens, the
-//! most recent occurrence first, and the tokens that followed it are the
-//! draft. Answers that copy spans of their prompt (an extraction, a
-//! rewrite, a JSON object naming the prompt's fields) repeat runs the
-//! lookup finds.
+//! Prompt lookup, as llama.cpp's lookup decoding: the earlier place in
+//! what the sequence holds (prompt and answer so far) whose tokens match
+//! the most of its last tokens (at least [`NGRAM_MIN`], counted up to
+//! [`NGRAM_MAX`]; the most recent of equal matches) gives the draft: the
+//! tokens that followed it. Answers that copy spans of their prompt (an
+//! extraction, a rewrite, a JSON object naming the prompt's fields)
+//! repeat runs the lookup finds.
 //!
-//! When to draft, and how many (a cost model, per sequence): a verify
-//! step's extra rows are not free. On a CPU they are compute like any
+//! How sure a proposal is depends on where it comes from ([`Source`]): a
+//! match of two or three tokens is often wrong in plain text, one of
+//! eight or more rarely is (llama-server's `ngram-simple` proposes only
+//! after a 12-token match). So each sequence keeps one acceptance rate
+//! per class of source (short, medium and long matches, a draft model),
+//! each from its own prior, and the cost model below reads the rate of
+//! the class at hand: a long match is drafted where a short one would
+//! not pay.
+//!
+//! When to draft, and how many (a cost model, per sequence and class): a
+//! verify step's extra rows are not free. On a CPU they are compute like any
 //! other row (measured on SmolLM2 Q4_1, one thread, quiet: one row about
 //! 16 ms, 17 rows about 160 ms, so a draft row costs about 0.56 of a
 //! plain step); on a GPU they are nearly free. The decode loop measures
 //! it ([`RowCost`]: its plain steps' time and its verify steps' extra
 //! time per draft row, as `alpha`, a share of a plain step), and each
-//! sequence keeps its drafts' acceptance rate `p` (per position tried,
-//! a moving average starting at [`PRIOR_ACCEPT`]). With drafts kept as a
+//! sequence keeps its drafts' acceptance rate `p` per class (per
+//! position tried, a moving average starting at the class's prior,
+//! [`PRIOR_ACCEPT`]). With drafts kept as a
 //! run while each is the pick, k drafts are expected to add
 //! `E(k) = p + p^2 + ... + p^k` tokens to a step that costs `1 + alpha k`
 //! plain steps, so a proposal has the k in 1..=cap that maximises
@@ -29,10 +39,11 @@
 //! drafting as soon as its rate shows it.
 //!
 //! Back-off: a step whose kept drafts did not pay for their rows (none,
-//! or fewer than `alpha k`) is a miss; two misses in a row, or a rate
-//! that makes no k worth it, pause drafting (8 steps, then 16, ... 256; a
-//! step that paid halves the next pause). After a pause the rate starts
-//! again from the prior, so a sequence that begins to copy (a quoted
+//! or fewer than `alpha k`) is a miss; two misses in a row pause drafting
+//! (8 steps, then 16, ... 256; a step that paid halves the next pause). A
+//! proposal whose class's rate makes no k worth it is not drafted (the
+//! lookup is cheap: microseconds against a step's milliseconds). After a
+//! pause the rates start again from at least their priors, so a sequence that begins to copy (a quoted
 //! span late in an answer) is found again, while one whose tries mostly
 //! fail (plain chat, where two-token matches are sometimes right) pauses
 //! ever longer: its tries cost a few per cent of its steps at most. The cap on k also follows the last step (it
@@ -47,10 +58,40 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Longest n-gram looked up (then shorter ones, down to [`NGRAM_MIN`]).
-pub(super) const NGRAM_MAX: usize = 3;
-/// Shortest n-gram looked up.
+/// The longest match counted (a longer one counts as this long).
+pub(super) const NGRAM_MAX: usize = 16;
+/// The shortest match that proposes anything.
 pub(super) const NGRAM_MIN: usize = 2;
+
+/// Where a proposal comes from, which says how sure it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// Prompt lookup, with a match of this many tokens.
+    Match(usize),
+    /// The draft model.
+    Model,
+}
+
+/// The classes of [`Source`]: matches up to this many tokens are short.
+const SHORT_MATCH: usize = 3;
+/// ... and up to this many medium; longer ones are long.
+const MEDIUM_MATCH: usize = 7;
+/// Classes: short, medium and long matches, the draft model.
+const CLASSES: usize = 4;
+
+impl Source {
+    fn class(self) -> usize {
+        match self {
+            Self::Match(n) if n <= SHORT_MATCH => 0,
+            Self::Match(n) if n <= MEDIUM_MATCH => 1,
+            Self::Match(_) => 2,
+            Self::Model => 3,
+        }
+    }
+}
+
+/// The classes' names, for traces.
+const CLASS_NAMES: [&str; CLASSES] = ["short", "medium", "long", "model"];
 
 /// Misses (steps whose kept drafts did not pay for their rows) in a row
 /// after which a sequence stops drafting for a while.
@@ -64,9 +105,12 @@ const MAX_PAUSE: u32 = 256;
 const MIN_CAP: usize = 2;
 /// The most drafts a sequence's first proposal has.
 const FIRST_CAP: usize = 4;
-/// The acceptance rate a sequence starts with (and starts again with
-/// after a pause): optimistic, so that drafting is tried.
-pub(super) const PRIOR_ACCEPT: f64 = 0.8;
+/// The acceptance rate a sequence starts with per class (and starts
+/// again from after a pause), by [`Source`] class: short, medium and long
+/// matches, a draft model. Optimistic enough that drafting is tried
+/// where a row is cheap; a short match is tried only where rows are
+/// nearly free.
+pub(super) const PRIOR_ACCEPT: [f64; CLASSES] = [0.6, 0.75, 0.9, 0.8];
 /// How much one tried position moves the acceptance rate.
 const ACCEPT_WEIGHT: f64 = 0.2;
 /// The least expected gain (tokens per plain step's time, as a share)
@@ -158,30 +202,42 @@ pub fn check_settings(draft_max: u32, draft_min: u32) -> Result<(), SpecSettingE
     Ok(())
 }
 
-/// The tokens that followed the most recent earlier occurrence of the
-/// last n tokens of `history` (n from [`NGRAM_MAX`] down to [`NGRAM_MIN`], the
-/// longest match found wins), at most `max` of them, into `out` (cleared
-/// first). Nothing when no suffix occurs earlier.
-pub(super) fn lookup<T: PartialEq + Copy>(history: &[T], max: usize, out: &mut Vec<T>) {
+/// The tokens that followed the earlier place in `history` matching the
+/// most of its last tokens (at least [`NGRAM_MIN`]; matches longer than
+/// [`NGRAM_MAX`] count as that long; the most recent of equal matches),
+/// at most `max` of them, into `out` (cleared first); the match's length,
+/// 0 (and nothing) when no place matches [`NGRAM_MIN`] tokens.
+pub(super) fn lookup<T: PartialEq + Copy>(history: &[T], max: usize, out: &mut Vec<T>) -> usize {
     out.clear();
-    if max == 0 {
-        return;
-    }
     let len = history.len();
-    for n in (NGRAM_MIN..=NGRAM_MAX).rev() {
-        if len <= n {
+    if max == 0 || len <= NGRAM_MIN {
+        return 0;
+    }
+    let last = history[len - 1];
+    // (match length, where the match ends): an earlier match ends at
+    // `end` (exclusive), before the suffix's own end at `len`.
+    let mut best = (0, 0);
+    for end in (1..len).rev() {
+        if history[end - 1] != last {
             continue;
         }
-        let suffix = &history[len - n..];
-        // Earlier occurrences only: the suffix itself starts at len - n.
-        let found = (0..len - n).rev().find(|&i| &history[i..i + n] == suffix);
-        if let Some(i) = found {
-            let from = i + n;
-            let to = (from + max).min(len);
-            out.extend_from_slice(&history[from..to]);
-            return;
+        let mut n = 1;
+        while n < NGRAM_MAX && n < end && history[end - 1 - n] == history[len - 1 - n] {
+            n += 1;
+        }
+        if n > best.0 {
+            best = (n, end);
+            if n == NGRAM_MAX {
+                break;
+            }
         }
     }
+    let (n, from) = best;
+    if n < NGRAM_MIN {
+        return 0;
+    }
+    out.extend_from_slice(&history[from..(from + max).min(len)]);
+    n
 }
 
 /// The expected speed of a verify step of `k` drafts against a plain
@@ -279,8 +335,12 @@ pub(super) struct Drafter {
     /// How many drafts the next proposal may have (it follows how many
     /// were accepted lately).
     cap: usize,
-    /// The drafts' acceptance rate per position tried.
-    accept: f64,
+    /// The drafts' acceptance rate per position tried, per class of
+    /// [`Source`].
+    accept: [f64; CLASSES],
+    /// The class of the proposal last counted (its verification updates
+    /// that class's rate).
+    last: usize,
     /// Misses in a row.
     misses: u32,
     /// Steps left without drafting, and the next pause's length.
@@ -296,20 +356,23 @@ impl Drafter {
             draft_min: draft_min as usize,
             cap: FIRST_CAP.min(draft_max),
             accept: PRIOR_ACCEPT,
+            last: 0,
             misses: 0,
             paused: 0,
             next_pause: FIRST_PAUSE,
         }
     }
 
-    /// How many drafts a proposal may have now, at most `room`, when a
-    /// draft row costs `alpha` of a plain step: 0 while paused or when no
-    /// count pays (which starts a pause).
-    pub(super) fn wanted(&mut self, room: usize, alpha: f64) -> usize {
+    /// How many drafts a proposal may have now, at most `room`: 0 while
+    /// paused (each call is one step of the pause) or when fewer than
+    /// `draft_min` would fit.
+    pub(super) fn room(&mut self, room: usize) -> usize {
         if self.paused > 0 {
             self.paused -= 1;
             if self.paused == 0 {
-                self.accept = self.accept.max(PRIOR_ACCEPT);
+                for (rate, prior) in self.accept.iter_mut().zip(PRIOR_ACCEPT) {
+                    *rate = rate.max(prior);
+                }
             }
             return 0;
         }
@@ -317,12 +380,18 @@ impl Drafter {
         if cap < self.draft_min.max(1) {
             return 0;
         }
-        match best_count(self.accept, alpha, cap) {
-            Some(k) => k.max(self.draft_min),
-            None => {
-                self.pause();
-                0
-            }
+        cap
+    }
+
+    /// How many of `found` drafts from `source` to verify when a draft
+    /// row costs `alpha` of a plain step: the count that pays best at the
+    /// source's class's rate, at least `draft_min`; 0 when none pays.
+    pub(super) fn count(&mut self, source: Source, found: usize, alpha: f64) -> usize {
+        let class = source.class();
+        self.last = class;
+        match best_count(self.accept[class], alpha, found) {
+            Some(k) if found >= self.draft_min => k.max(self.draft_min),
+            _ => 0,
         }
     }
 
@@ -338,15 +407,22 @@ impl Drafter {
         alpha: f64,
         out: &mut Vec<T>,
     ) {
-        out.clear();
-        let k = self.wanted(room, alpha);
-        if k == 0 {
-            return;
-        }
-        lookup(history, k, out);
+        let most = self.room(room);
+        let n = lookup(history, most, out);
+        let k = if n == 0 {
+            0
+        } else {
+            self.count(Source::Match(n), out.len(), alpha)
+        };
+        out.truncate(k);
         if out.len() < self.draft_min.max(1) {
             out.clear();
         }
+    }
+
+    /// The class of the proposal last counted, by name (for traces).
+    pub(super) fn last_class(&self) -> &'static str {
+        CLASS_NAMES[self.last]
     }
 
     /// The fewest drafts worth verifying (`--draft-min`).
@@ -368,11 +444,12 @@ impl Drafter {
             return;
         }
         // Positions tried: the kept ones, and the first one not kept.
+        let rate = &mut self.accept[self.last];
         for _ in 0..accepted {
-            self.accept += ACCEPT_WEIGHT * (1.0 - self.accept);
+            *rate += ACCEPT_WEIGHT * (1.0 - *rate);
         }
         if accepted < drafted {
-            self.accept -= ACCEPT_WEIGHT * self.accept;
+            *rate -= ACCEPT_WEIGHT * *rate;
         }
         self.cap = if accepted == drafted {
             (self.cap * 2).min(self.draft_max)
@@ -471,7 +548,7 @@ mod tests {
         assert_eq!(best_count(0.95, 0.001, 16), Some(16));
         // A row at 0.6 of a step (one CPU core): few, and none at a low
         // rate.
-        assert_eq!(best_count(PRIOR_ACCEPT, PRIOR_ALPHA, 16), Some(1));
+        assert_eq!(best_count(0.8, PRIOR_ALPHA, 16), Some(1));
         let k = best_count(0.95, PRIOR_ALPHA, 16).unwrap();
         assert!((3..=5).contains(&k), "{k}");
         assert_eq!(best_count(0.6, PRIOR_ALPHA, 16), None);
@@ -498,15 +575,23 @@ mod tests {
         assert_eq!(c.alpha(), 0.1, "a fixed cost is not measured");
     }
 
+    /// Ten tokens, then the same ten: the last ten match the first ten.
+    fn long_match() -> Vec<u32> {
+        (0..10).chain(0..10).collect()
+    }
+
     #[test]
-    fn a_low_rate_pauses_drafting_for_longer_each_time() {
-        let history = [1, 2, 3, 1, 2];
+    fn two_misses_pause_drafting_for_longer_each_time() {
+        let history = long_match();
         let mut out = Vec::new();
         let mut d = Drafter::new(16, 0);
         let mut pauses = Vec::new();
+        d.propose(&history, 16, PRIOR_ALPHA, &mut out);
+        assert!(!out.is_empty(), "a long match is drafted");
         for _ in 0..3 {
+            d.verified(out.len(), 0, PRIOR_ALPHA);
             d.propose(&history, 16, PRIOR_ALPHA, &mut out);
-            assert_eq!(out.len(), 1, "a try after a pause is one draft");
+            assert!(!out.is_empty(), "one miss does not pause");
             d.verified(out.len(), 0, PRIOR_ALPHA);
             let mut paused = 0;
             loop {
@@ -518,26 +603,63 @@ mod tests {
             }
             pauses.push(paused);
         }
-        // The first pause also counts the step that found no count paid.
-        assert_eq!(
-            pauses,
-            [FIRST_PAUSE + 1, FIRST_PAUSE * 2 + 1, FIRST_PAUSE * 4 + 1]
-        );
+        assert_eq!(pauses, [FIRST_PAUSE, FIRST_PAUSE * 2, FIRST_PAUSE * 4]);
         // A step that paid halves the next pause.
         d.verified(1, 1, PRIOR_ALPHA);
         assert_eq!(d.next_pause, FIRST_PAUSE * 4);
     }
 
     #[test]
+    fn the_match_length_is_returned_and_counted_up_to_the_longest() {
+        let mut out = Vec::new();
+        assert_eq!(lookup(&long_match(), 3, &mut out), 10);
+        assert_eq!(out, [0, 1, 2]);
+        let run = vec![7u32; 40];
+        assert_eq!(lookup(&run, 3, &mut out), NGRAM_MAX);
+        assert_eq!(out, [7]);
+        assert_eq!(lookup(&[1, 2, 9, 1, 2], 3, &mut out), 2);
+        assert_eq!(lookup(&[1, 2, 3], 3, &mut out), 0);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn each_class_of_match_keeps_its_own_rate() {
+        // Rows at the CPU's cost: a two-token match does not pay at its
+        // prior, a ten-token one does.
+        let mut out = Vec::new();
+        let mut d = Drafter::new(16, 0);
+        d.propose(&[1, 2, 3, 4, 5, 1, 2], 16, PRIOR_ALPHA, &mut out);
+        assert!(out.is_empty(), "a short match at its prior does not pay");
+        d.propose(&long_match(), 16, PRIOR_ALPHA, &mut out);
+        assert!(!out.is_empty(), "a long match does");
+        assert_eq!(d.last_class(), "long");
+        // A failed long proposal lowers the long class's rate only.
+        d.verified(out.len(), 0, PRIOR_ALPHA);
+        assert!(d.accept[2] < PRIOR_ACCEPT[2]);
+        assert_eq!(d.accept[0], PRIOR_ACCEPT[0]);
+        assert_eq!(d.accept[1], PRIOR_ACCEPT[1]);
+        assert_eq!(d.accept[3], PRIOR_ACCEPT[3]);
+        // Where rows are nearly free, a short match is worth a try.
+        let mut d = Drafter::new(16, 0);
+        d.propose(&[1, 2, 3, 4, 5, 1, 2], 16, CHEAP, &mut out);
+        assert_eq!(out, [3, 4, 5, 1]);
+        assert_eq!(d.last_class(), "short");
+        assert_eq!(Source::Match(SHORT_MATCH).class(), 0);
+        assert_eq!(Source::Match(MEDIUM_MATCH).class(), 1);
+        assert_eq!(Source::Match(MEDIUM_MATCH + 1).class(), 2);
+        assert_eq!(Source::Model.class(), 3);
+    }
+
+    #[test]
     fn the_rate_follows_the_positions_tried() {
         let mut d = Drafter::new(16, 0);
         d.verified(4, 4, CHEAP);
-        assert!(d.accept > PRIOR_ACCEPT);
-        let high = d.accept;
+        assert!(d.accept[0] > PRIOR_ACCEPT[0]);
+        let high = d.accept[0];
         d.verified(4, 1, CHEAP);
         // One kept (up), one not (down by a fifth).
         let expected = (high + ACCEPT_WEIGHT * (1.0 - high)) * (1.0 - ACCEPT_WEIGHT);
-        assert!((d.accept - expected).abs() < 1e-12);
+        assert!((d.accept[0] - expected).abs() < 1e-12);
     }
 
     #[test]
