@@ -719,7 +719,6 @@ impl<'m> Engine<'m> {
         if most == 0 {
             return drafts;
         }
-        let alpha = self.row_cost.alpha();
         self.history.clear();
         self.history.extend_from_slice(&s.cached);
         self.history.push(token);
@@ -727,7 +726,7 @@ impl<'m> Engine<'m> {
             Some(model) => {
                 // The cost model first: the draft model's proposals cost
                 // its own steps.
-                let k = drafter.count(Source::Model, most, alpha);
+                let k = drafter.count(Source::Model, most, &self.row_cost);
                 if k == 0 {
                     return drafts;
                 }
@@ -740,7 +739,7 @@ impl<'m> Engine<'m> {
                 let k = if n == 0 {
                     0
                 } else {
-                    drafter.count(Source::Match(n), drafts.len(), alpha)
+                    drafter.count(Source::Match(n), drafts.len(), &self.row_cost)
                 };
                 drafts.truncate(k);
             }
@@ -823,7 +822,7 @@ impl<'m> Engine<'m> {
                     accepted,
                     "drafts verified"
                 );
-                drafter.verified(drafts.len(), accepted, self.row_cost.alpha());
+                drafter.verified(drafts.len(), accepted, self.row_cost.alpha(drafts.len()));
             }
         }
         if accepted < drafts.len() {

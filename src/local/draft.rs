@@ -25,18 +25,26 @@
 //! verify step's extra rows are not free. On a CPU they are compute like any
 //! other row (measured on SmolLM2 Q4_1, one thread, quiet: one row about
 //! 16 ms, 17 rows about 160 ms, so a draft row costs about 0.56 of a
-//! plain step); on a GPU they are nearly free. The decode loop measures
-//! it ([`RowCost`]: its plain steps' time and its verify steps' extra
-//! time per draft row, as `alpha`, a share of a plain step), and each
+//! plain step); on a GPU they are nearly free. What a row costs also
+//! depends on how many there are: ggml's CPU kernels take a batch of rows
+//! in blocks (Qwen2.5-Coder-1.5B Q4_K_M on two threads: a draft row costs
+//! 0.71 of a step with one draft, 0.58 with three, 0.61 with four to six,
+//! 0.92 with seven, 0.62-0.80 beyond). So the decode loop measures it per
+//! draft count ([`RowCost`]: its plain steps' time and its verify steps'
+//! extra time per draft row, as `alpha(k)`, a share of a plain step; a
+//! count not measured yet takes the mean over all counts), and each
 //! sequence keeps its drafts' acceptance rate `p` per class (per
 //! position tried, a moving average starting at the class's prior,
 //! [`PRIOR_ACCEPT`]). With drafts kept as a
 //! run while each is the pick, k drafts are expected to add
-//! `E(k) = p + p^2 + ... + p^k` tokens to a step that costs `1 + alpha k`
-//! plain steps, so a proposal has the k in 1..=cap that maximises
-//! `(1 + E(k)) / (1 + alpha k)`, and there is none unless that beats a
-//! plain step by [`MIN_GAIN`]: a workload with nothing to copy stops
-//! drafting as soon as its rate shows it.
+//! `E(k) = p + p^2 + ... + p^k` tokens to a step that costs `1 + alpha(k)
+//! k` plain steps, so a proposal has the k in 1..=cap that maximises
+//! `(1 + E(k)) / (1 + alpha(k) k)`, and there is none unless that beats a
+//! plain step by [`MIN_GAIN`] (10%: the rate and the cost are estimates,
+//! and a verify step that just breaks even in the model lost in
+//! measurement): a workload with nothing to copy stops drafting as soon
+//! as its rate shows it, and where a row costs nearly a step (a 1.5B model
+//! on one CPU core: 0.9) nothing is drafted.
 //!
 //! Back-off: a step whose kept drafts did not pay for their rows (none,
 //! or fewer than `alpha k`) is a miss; two misses in a row pause drafting
@@ -115,7 +123,7 @@ pub(super) const PRIOR_ACCEPT: [f64; CLASSES] = [0.6, 0.75, 0.9, 0.8];
 const ACCEPT_WEIGHT: f64 = 0.2;
 /// The least expected gain (tokens per plain step's time, as a share)
 /// worth a verify step.
-const MIN_GAIN: f64 = 0.05;
+const MIN_GAIN: f64 = 0.10;
 /// A draft row's cost as a share of a plain step before any is measured
 /// (the CPU figure above).
 pub(super) const PRIOR_ALPHA: f64 = 0.6;
@@ -242,7 +250,8 @@ pub(super) fn lookup<T: PartialEq + Copy>(history: &[T], max: usize, out: &mut V
 
 /// The expected speed of a verify step of `k` drafts against a plain
 /// step (tokens per unit of time, as a ratio): `(1 + E(k)) / (1 + alpha
-/// k)`, `E(k) = p + ... + p^k` (see the module docs).
+/// k)`, `E(k) = p + ... + p^k` (see the module docs), where a draft row
+/// costs `alpha` of a plain step.
 pub(super) fn expected_speedup(p: f64, alpha: f64, k: usize) -> f64 {
     let mut kept = 0.0;
     let mut run = 1.0;
@@ -254,33 +263,38 @@ pub(super) fn expected_speedup(p: f64, alpha: f64, k: usize) -> f64 {
 }
 
 /// The number of drafts in 1..=cap with the best expected speedup, when
-/// it beats a plain step by [`MIN_GAIN`].
-pub(super) fn best_count(p: f64, alpha: f64, cap: usize) -> Option<usize> {
-    let (k, speedup) =
-        (1..=cap)
-            .map(|k| (k, expected_speedup(p, alpha, k)))
-            .fold(
-                (0, 1.0),
-                |best, this| if this.1 > best.1 { this } else { best },
-            );
+/// it beats a plain step by [`MIN_GAIN`]; a draft row of a step with k
+/// drafts costs `alpha(k)` of a plain step.
+pub(super) fn best_count(p: f64, alpha: impl Fn(usize) -> f64, cap: usize) -> Option<usize> {
+    let (k, speedup) = (1..=cap)
+        .map(|k| (k, expected_speedup(p, alpha(k), k)))
+        .fold(
+            (0, 1.0),
+            |best, this| if this.1 > best.1 { this } else { best },
+        );
     (k > 0 && speedup >= 1.0 + MIN_GAIN).then_some(k)
 }
 
 /// What a draft row costs, as a share of a plain step, measured by the
-/// decode loop on its own steps (moving averages: the machine's load
-/// moves it).
+/// decode loop on its own steps, per draft count (moving averages: the
+/// machine's load moves them).
 #[derive(Debug, Clone)]
 pub(super) struct RowCost {
     /// Seconds of a plain generation step (no drafts).
     plain: Option<f64>,
-    /// The share, once a verify step was measured after a plain one.
+    /// The share over verify steps of every count, once one was measured
+    /// after a plain step (a count not measured yet takes it).
     alpha: Option<f64>,
+    /// The share per draft count (index: count - 1).
+    by_count: Vec<Option<f64>>,
     /// A fixed share (`LocalConfig::draft_row_cost`): nothing measured.
     fixed: Option<f64>,
 }
 
 /// How much one step moves [`RowCost`]'s averages.
 const COST_WEIGHT: f64 = 0.1;
+/// ... and a count's own average, which sees fewer steps.
+const COUNT_WEIGHT: f64 = 0.25;
 
 impl Default for RowCost {
     fn default() -> Self {
@@ -294,6 +308,7 @@ impl RowCost {
         Self {
             plain: None,
             alpha: None,
+            by_count: vec![None; DRAFT_MAX_LIMIT as usize],
             fixed: fixed.map(|f| f.clamp(0.0, 2.0)),
         }
     }
@@ -319,11 +334,24 @@ impl RowCost {
             None => share,
             Some(a) => a + COST_WEIGHT * (share - a),
         });
+        if let Some(slot) = self.by_count.get_mut(drafts - 1) {
+            *slot = Some(match *slot {
+                None => share,
+                Some(a) => a + COUNT_WEIGHT * (share - a),
+            });
+        }
     }
 
-    /// The share in effect.
-    pub(super) fn alpha(&self) -> f64 {
-        self.fixed.or(self.alpha).unwrap_or(PRIOR_ALPHA)
+    /// The share in effect for a step of `drafts` drafts.
+    pub(super) fn alpha(&self, drafts: usize) -> f64 {
+        self.fixed
+            .or_else(|| {
+                drafts
+                    .checked_sub(1)
+                    .and_then(|i| self.by_count.get(i).copied().flatten())
+            })
+            .or(self.alpha)
+            .unwrap_or(PRIOR_ALPHA)
     }
 }
 
@@ -383,13 +411,13 @@ impl Drafter {
         cap
     }
 
-    /// How many of `found` drafts from `source` to verify when a draft
-    /// row costs `alpha` of a plain step: the count that pays best at the
-    /// source's class's rate, at least `draft_min`; 0 when none pays.
-    pub(super) fn count(&mut self, source: Source, found: usize, alpha: f64) -> usize {
+    /// How many of `found` drafts from `source` to verify at what a
+    /// draft row costs (`cost`): the count that pays best at the source's
+    /// class's rate, at least `draft_min`; 0 when none pays.
+    pub(super) fn count(&mut self, source: Source, found: usize, cost: &RowCost) -> usize {
         let class = source.class();
         self.last = class;
-        match best_count(self.accept[class], alpha, found) {
+        match best_count(self.accept[class], |k| cost.alpha(k), found) {
             Some(k) if found >= self.draft_min => k.max(self.draft_min),
             _ => 0,
         }
@@ -397,7 +425,8 @@ impl Drafter {
 
     /// The drafts to verify after the sequence's `history` (prompt,
     /// answer so far and its next token), at most `room` of them, into
-    /// `out`; none while paused, when no count pays at `alpha` or when
+    /// `out`; none while paused, when no count pays at a draft row's
+    /// cost `alpha` (a share of a plain step, whatever the count) or when
     /// fewer than `draft_min` are found.
     #[cfg(test)]
     pub(super) fn propose<T: PartialEq + Copy>(
@@ -412,7 +441,7 @@ impl Drafter {
         let k = if n == 0 {
             0
         } else {
-            self.count(Source::Match(n), out.len(), alpha)
+            self.count(Source::Match(n), out.len(), &RowCost::new(Some(alpha)))
         };
         out.truncate(k);
         if out.len() < self.draft_min.max(1) {
@@ -545,34 +574,47 @@ mod tests {
     #[test]
     fn the_count_follows_the_cost_of_a_row_and_the_rate() {
         // Rows nearly free: the more the better.
-        assert_eq!(best_count(0.95, 0.001, 16), Some(16));
+        assert_eq!(best_count(0.95, |_| 0.001, 16), Some(16));
         // A row at 0.6 of a step (one CPU core): few, and none at a low
         // rate.
-        assert_eq!(best_count(0.8, PRIOR_ALPHA, 16), Some(1));
-        let k = best_count(0.95, PRIOR_ALPHA, 16).unwrap();
+        assert_eq!(best_count(0.8, |_| PRIOR_ALPHA, 16), Some(1));
+        let k = best_count(0.95, |_| PRIOR_ALPHA, 16).unwrap();
         assert!((3..=5).contains(&k), "{k}");
-        assert_eq!(best_count(0.6, PRIOR_ALPHA, 16), None);
+        assert_eq!(best_count(0.7, |_| PRIOR_ALPHA, 16), None);
+        // A row at 0.9 of a step (a 1.5B model on one core): nothing pays
+        // even at a high rate.
+        assert_eq!(best_count(0.97, |_| 0.9, 16), None);
         // A row dearer than a step never pays.
-        assert_eq!(best_count(0.99, 1.0, 16), None);
+        assert_eq!(best_count(0.99, |_| 1.0, 16), None);
+        // The count follows what each count costs: three drafts when their
+        // rows are cheap, even where one or two would not pay.
+        let blocks = |k: usize| if k == 3 { 0.3 } else { 0.95 };
+        assert_eq!(best_count(0.95, blocks, 16), Some(3));
         assert!((expected_speedup(1.0, 0.5, 2) - 1.5).abs() < 1e-12);
         assert!((expected_speedup(0.0, 0.5, 2) - 0.5).abs() < 1e-12);
     }
 
     #[test]
-    fn the_row_cost_is_measured_against_plain_steps() {
+    fn the_row_cost_is_measured_against_plain_steps_per_count() {
         let mut c = RowCost::default();
-        assert_eq!(c.alpha(), PRIOR_ALPHA);
+        assert_eq!(c.alpha(4), PRIOR_ALPHA);
         c.verified(0.2, 4);
-        assert_eq!(c.alpha(), PRIOR_ALPHA, "no plain step to compare with yet");
+        assert_eq!(c.alpha(4), PRIOR_ALPHA, "no plain step to compare with yet");
         c.plain(0.01);
         c.verified(0.03, 4);
-        assert!((c.alpha() - 0.5).abs() < 1e-9, "{}", c.alpha());
+        assert!((c.alpha(4) - 0.5).abs() < 1e-9, "{}", c.alpha(4));
+        // A count not measured yet takes the mean over all counts.
+        assert!((c.alpha(2) - 0.5).abs() < 1e-9, "{}", c.alpha(2));
+        c.verified(0.02, 1);
+        assert!((c.alpha(1) - 1.0).abs() < 1e-9, "{}", c.alpha(1));
+        assert!((c.alpha(4) - 0.5).abs() < 1e-9, "each count its own");
+        assert!((c.alpha(2) - 0.55).abs() < 1e-9, "{}", c.alpha(2));
         c.verified(0.01, 4);
-        assert!((c.alpha() - 0.45).abs() < 1e-9, "{}", c.alpha());
+        assert!((c.alpha(4) - 0.375).abs() < 1e-9, "{}", c.alpha(4));
         let mut c = RowCost::new(Some(0.1));
         c.plain(0.01);
         c.verified(0.05, 1);
-        assert_eq!(c.alpha(), 0.1, "a fixed cost is not measured");
+        assert_eq!(c.alpha(1), 0.1, "a fixed cost is not measured");
     }
 
     /// Ten tokens, then the same ten: the last ten match the first ten.
@@ -582,20 +624,22 @@ mod tests {
 
     #[test]
     fn two_misses_pause_drafting_for_longer_each_time() {
+        // Rows at 0.3 of a step: a long match still pays after one miss.
+        const ROW: f64 = 0.3;
         let history = long_match();
         let mut out = Vec::new();
         let mut d = Drafter::new(16, 0);
         let mut pauses = Vec::new();
-        d.propose(&history, 16, PRIOR_ALPHA, &mut out);
+        d.propose(&history, 16, ROW, &mut out);
         assert!(!out.is_empty(), "a long match is drafted");
         for _ in 0..3 {
-            d.verified(out.len(), 0, PRIOR_ALPHA);
-            d.propose(&history, 16, PRIOR_ALPHA, &mut out);
+            d.verified(out.len(), 0, ROW);
+            d.propose(&history, 16, ROW, &mut out);
             assert!(!out.is_empty(), "one miss does not pause");
-            d.verified(out.len(), 0, PRIOR_ALPHA);
+            d.verified(out.len(), 0, ROW);
             let mut paused = 0;
             loop {
-                d.propose(&history, 16, PRIOR_ALPHA, &mut out);
+                d.propose(&history, 16, ROW, &mut out);
                 if !out.is_empty() {
                     break;
                 }
@@ -605,7 +649,7 @@ mod tests {
         }
         assert_eq!(pauses, [FIRST_PAUSE, FIRST_PAUSE * 2, FIRST_PAUSE * 4]);
         // A step that paid halves the next pause.
-        d.verified(1, 1, PRIOR_ALPHA);
+        d.verified(1, 1, ROW);
         assert_eq!(d.next_pause, FIRST_PAUSE * 4);
     }
 

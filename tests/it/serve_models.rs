@@ -415,7 +415,8 @@ async fn serve_settings_come_from_the_config_file_and_the_flags_win() {
         stderr.contains("loading them now; keep-alive -1 (never), at most 1 loaded"),
         "{stderr}"
     );
-    // The flags win over the file.
+    // The flags win over the file: two fit, and loaded on first use
+    // (`--preload false` turns off the file's `preload = true`).
     let flagged = server(
         &models,
         &[
@@ -425,17 +426,26 @@ async fn serve_settings_come_from_the_config_file_and_the_flags_win() {
             "2",
             "--keep-alive",
             "30s",
+            "--preload",
+            "false",
         ],
     );
     let url = flagged.url.clone();
-    assert_eq!(health_of(&url, "a").await["loaded"], true);
-    assert_eq!(health_of(&url, "b").await["loaded"], true);
+    assert_eq!(health_of(&url, "a").await["loaded"], false);
+    assert_eq!(health_of(&url, "b").await["loaded"], false);
     let (ok, stderr) = flagged.stop("-TERM");
     assert!(ok, "{stderr}");
     assert!(
-        stderr.contains("keep-alive 30s, at most 2 loaded"),
+        stderr.contains("each loaded on its first request; keep-alive 30s, at most 2 loaded"),
         "{stderr}"
     );
+    // A bare `--preload` turns it on.
+    let preloaded = server(&models, &["--max-loaded", "2", "--preload"]);
+    let url = preloaded.url.clone();
+    assert_eq!(health_of(&url, "a").await["loaded"], true);
+    assert_eq!(health_of(&url, "b").await["loaded"], true);
+    let (ok, stderr) = preloaded.stop("-TERM");
+    assert!(ok, "{stderr}");
     // A value that is neither is refused, naming the key.
     let bad = write_temp(
         "serve-settings-bad.toml",

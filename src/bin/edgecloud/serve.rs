@@ -117,13 +117,18 @@ pub(crate) struct ServeArgs {
     max_loaded: Option<MaxLoaded>,
     /// With several models: load every one at start (within --max-loaded)
     /// instead of on its first request; one that fails to load fails the
-    /// start. Also on with `preload = true` in `[serve]` of --config.
+    /// start. `--preload false` turns off `preload = true` in `[serve]`
+    /// of --config.
     #[arg(
         long,
         env = "EDGECLOUD_PRELOAD",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = false,
+        default_missing_value = "true",
         value_parser = clap::builder::BoolishValueParser::new()
     )]
-    preload: bool,
+    preload: Option<bool>,
     /// `max_tokens` for requests that do not set it.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
@@ -477,7 +482,7 @@ fn models_of(
             .map_err(|e| usage(format!("[serve] max_loaded: {e}")))?,
         (None, None) => MaxLoaded::DEFAULT,
     };
-    let preload = args.preload || cfg.serve.preload == Some(true);
+    let preload = args.preload.or(cfg.serve.preload).unwrap_or(false);
     if !crate::quiet() {
         let names: Vec<&str> = list.iter().map(|m| m.name.as_str()).collect();
         eprintln!(
