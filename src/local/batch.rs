@@ -696,7 +696,9 @@ impl<'m> Engine<'m> {
     /// cells ends the answer, as `sample` says).
     fn draft(&mut self, seq: usize, most: usize) -> Vec<LlamaToken> {
         let mut drafts = Vec::new();
-        if most == 0 {
+        // No drafts on a step that measures what a plain step costs (the
+        // baseline a draft row's cost is a share of).
+        if most == 0 || self.row_cost.wants_plain() {
             return drafts;
         }
         let s = &mut self.seqs[seq];
@@ -731,8 +733,9 @@ impl<'m> Engine<'m> {
                     return drafts;
                 }
                 let started = Instant::now();
-                model.propose(&self.history, k, &mut drafts);
-                self.drafting_secs += started.elapsed().as_secs_f64();
+                let first = drafter.first_proposal();
+                let fill = model.propose(&self.history, k, &mut drafts, first);
+                self.drafting_secs += started.elapsed().saturating_sub(fill).as_secs_f64();
             }
             None => {
                 let n = draft::lookup(&self.history, most, &mut drafts);
@@ -820,6 +823,7 @@ impl<'m> Engine<'m> {
                     class = drafter.last_class(),
                     drafted = drafts.len(),
                     accepted,
+                    row_cost = self.row_cost.alpha(drafts.len()),
                     "drafts verified"
                 );
                 drafter.verified(drafts.len(), accepted, self.row_cost.alpha(drafts.len()));

@@ -289,7 +289,14 @@ pub(super) struct RowCost {
     by_count: Vec<Option<f64>>,
     /// A fixed share (`LocalConfig::draft_row_cost`): nothing measured.
     fixed: Option<f64>,
+    /// Verify steps since the last plain one.
+    since_plain: u32,
 }
+
+/// Verify steps after which a plain step is taken again, to keep the
+/// baseline current (a sequence that drafts on every step, as one with a
+/// draft model does, would otherwise never measure one).
+const PLAIN_EVERY: u32 = 32;
 
 /// How much one step moves [`RowCost`]'s averages.
 const COST_WEIGHT: f64 = 0.1;
@@ -310,11 +317,22 @@ impl RowCost {
             alpha: None,
             by_count: vec![None; DRAFT_MAX_LIMIT as usize],
             fixed: fixed.map(|f| f.clamp(0.0, 2.0)),
+            since_plain: 0,
         }
+    }
+
+    /// Whether the next generation step should be a plain one: no plain
+    /// step measured yet, or none for [`PLAIN_EVERY`] verify steps (never
+    /// with a fixed cost). Without a baseline a row's cost stays the prior,
+    /// and drafts that cost more than they give go on (measured: a draft
+    /// model drafting from its sequence's first token at 0.8x).
+    pub(super) fn wants_plain(&self) -> bool {
+        self.fixed.is_none() && (self.plain.is_none() || self.since_plain >= PLAIN_EVERY)
     }
 
     /// A generation step without drafts took `seconds`.
     pub(super) fn plain(&mut self, seconds: f64) {
+        self.since_plain = 0;
         self.plain = Some(match self.plain {
             None => seconds,
             Some(m) => m + COST_WEIGHT * (seconds - m),
@@ -329,6 +347,7 @@ impl RowCost {
         if drafts == 0 {
             return;
         }
+        self.since_plain = self.since_plain.saturating_add(1);
         let share = ((seconds - plain) / plain / drafts as f64).clamp(0.0, 2.0);
         self.alpha = Some(match self.alpha {
             None => share,
@@ -369,6 +388,8 @@ pub(super) struct Drafter {
     /// The class of the proposal last counted (its verification updates
     /// that class's rate).
     last: usize,
+    /// Whether a draft model has proposed for this sequence yet.
+    proposed: bool,
     /// Misses in a row.
     misses: u32,
     /// Steps left without drafting, and the next pause's length.
@@ -385,6 +406,7 @@ impl Drafter {
             cap: FIRST_CAP.min(draft_max),
             accept: PRIOR_ACCEPT,
             last: 0,
+            proposed: false,
             misses: 0,
             paused: 0,
             next_pause: FIRST_PAUSE,
@@ -447,6 +469,12 @@ impl Drafter {
         if out.len() < self.draft_min.max(1) {
             out.clear();
         }
+    }
+
+    /// True on the sequence's first call only (a draft model's first
+    /// proposal also brings its context to the prompt).
+    pub(super) fn first_proposal(&mut self) -> bool {
+        !std::mem::replace(&mut self.proposed, true)
     }
 
     /// The class of the proposal last counted, by name (for traces).
@@ -615,6 +643,25 @@ mod tests {
         c.plain(0.01);
         c.verified(0.05, 1);
         assert_eq!(c.alpha(1), 0.1, "a fixed cost is not measured");
+    }
+
+    #[test]
+    fn a_plain_step_is_wanted_first_and_then_every_so_often() {
+        let mut c = RowCost::default();
+        assert!(c.wants_plain(), "no baseline yet");
+        c.plain(0.01);
+        assert!(!c.wants_plain());
+        for _ in 0..PLAIN_EVERY {
+            assert!(!c.wants_plain());
+            c.verified(0.02, 1);
+        }
+        assert!(c.wants_plain(), "the baseline is refreshed");
+        c.plain(0.01);
+        assert!(!c.wants_plain());
+        assert!(
+            !RowCost::new(Some(0.5)).wants_plain(),
+            "a fixed cost needs none"
+        );
     }
 
     /// Ten tokens, then the same ten: the last ten match the first ten.

@@ -53,15 +53,32 @@ impl<'m> DraftModel<'m> {
 
     /// Up to `k` greedy drafts following `history` into `out` (cleared
     /// first); none when `history` does not fit the draft context or a
-    /// decode fails (drafting is only ever a guess).
-    pub(super) fn propose(&mut self, history: &[LlamaToken], k: usize, out: &mut Vec<LlamaToken>) {
+    /// decode fails (drafting is only ever a guess). On a sequence's
+    /// `first` proposal, returns the time spent bringing the draft context
+    /// to its prompt: a one-time entry cost, not what its drafts cost (the
+    /// caller leaves it out of a draft row's measured cost; catching up on
+    /// tokens kept since the last proposal stays in).
+    pub(super) fn propose(
+        &mut self,
+        history: &[LlamaToken],
+        k: usize,
+        out: &mut Vec<LlamaToken>,
+        first: bool,
+    ) -> std::time::Duration {
         out.clear();
+        let started = std::time::Instant::now();
         if k == 0 || history.is_empty() || history.len() + k >= self.n_ctx {
-            return;
+            return std::time::Duration::ZERO;
         }
-        if self.sync(history).is_none() {
+        let synced = self.sync(history);
+        let fill = if first {
+            started.elapsed()
+        } else {
+            std::time::Duration::ZERO
+        };
+        if synced.is_none() {
             self.forget();
-            return;
+            return fill;
         }
         let mut logits_row = self.batch.n_tokens() - 1;
         for i in 0..k {
@@ -80,11 +97,12 @@ impl<'m> DraftModel<'m> {
                 || self.ctx.decode(&mut self.batch).is_err()
             {
                 self.forget();
-                return;
+                return fill;
             }
             self.cached.push(LlamaToken(pick as i32));
             logits_row = 0;
         }
+        fill
     }
 
     /// Makes the context hold `history`, the last token's logits in the
