@@ -69,7 +69,7 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
-use super::draft::{self, Drafter, RowCost, Source, SpecType};
+use super::draft::{Drafter, RowCost, Source, SpecType};
 use super::draftmodel::DraftModel;
 use super::ffi::{AbortSignal, ThreadControl};
 use super::finish::{self, Ended};
@@ -737,15 +737,7 @@ impl<'m> Engine<'m> {
                 let fill = model.propose(&self.history, k, &mut drafts, first);
                 self.drafting_secs += started.elapsed().saturating_sub(fill).as_secs_f64();
             }
-            None => {
-                let n = draft::lookup(&self.history, most, &mut drafts);
-                let k = if n == 0 {
-                    0
-                } else {
-                    drafter.count(Source::Match(n), drafts.len(), &self.row_cost)
-                };
-                drafts.truncate(k);
-            }
+            None => drafter.lookup(&self.history, most, &self.row_cost, &mut drafts),
         }
         if drafts.len() < drafter.draft_min().max(1) {
             drafts.clear();
@@ -818,15 +810,16 @@ impl<'m> Engine<'m> {
         {
             br.out.drafts_verified(drafts.len(), accepted);
             if let Some(drafter) = br.drafter.as_mut() {
+                let row_cost = self.row_cost.alpha(drafts.len());
                 tracing::trace!(
                     target: "edgecloud::local::draft",
                     class = drafter.last_class(),
                     drafted = drafts.len(),
                     accepted,
-                    row_cost = self.row_cost.alpha(drafts.len()),
+                    row_cost,
                     "drafts verified"
                 );
-                drafter.verified(drafts.len(), accepted, self.row_cost.alpha(drafts.len()));
+                drafter.verified(drafts.len(), accepted, row_cost);
             }
         }
         if accepted < drafts.len() {

@@ -459,16 +459,29 @@ impl Drafter {
         out: &mut Vec<T>,
     ) {
         let most = self.room(room);
+        self.lookup(history, most, &RowCost::new(Some(alpha)), out);
+        if out.len() < self.draft_min.max(1) {
+            out.clear();
+        }
+    }
+
+    /// Prompt lookup's drafts after `history`, at most `most`, into `out`:
+    /// as many of the match's continuation as pay at its class's rate and
+    /// what a row costs (`cost`); none without a match.
+    pub(super) fn lookup<T: PartialEq + Copy>(
+        &mut self,
+        history: &[T],
+        most: usize,
+        cost: &RowCost,
+        out: &mut Vec<T>,
+    ) {
         let n = lookup(history, most, out);
         let k = if n == 0 {
             0
         } else {
-            self.count(Source::Match(n), out.len(), &RowCost::new(Some(alpha)))
+            self.count(Source::Match(n), out.len(), cost)
         };
         out.truncate(k);
-        if out.len() < self.draft_min.max(1) {
-            out.clear();
-        }
     }
 
     /// True on the sequence's first call only (a draft model's first
