@@ -430,10 +430,7 @@ impl<'m> Engine<'m> {
             }
         }
         let threads = self.apply_threads(kind);
-        let scale = match kind {
-            StepKind::Generate => 1.0,
-            StepKind::Prompt => (tokens - drafted) as f64,
-        };
+        let scale = kind.units(tokens - drafted);
         let waited_before = signal.waited_ns();
         let started = Instant::now();
         let budget = self

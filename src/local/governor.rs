@@ -103,6 +103,27 @@ impl StepKind {
         }
     }
 
+    /// How many cost units a step of this kind with `tokens` tokens is:
+    /// a prompt step one per token; a generation step `tokens ^
+    /// GENERATE_ROW_EXPONENT` (a pool's step carries one row per generating
+    /// sequence, perhaps a short prompt tail, and a row more costs less
+    /// than the first: the weights are read once for all of them).
+    ///
+    /// Comparing arms on raw step times would compare batch widths, not
+    /// thread counts: in a pool of 4 (SmolLM2, the project's 2-core VM) a
+    /// step of 4 rows took 23 ms with two threads and a step of 1 row 12
+    /// ms with one, so a probe of one thread that met the pool's last
+    /// lone sequence "won", and a probe of two threads that met a 14-token
+    /// prompt tail (52 ms) "lost"; the pool spent half its steps on one
+    /// thread (34.8 ms against 23.2 ms for 4 rows).
+    pub(crate) fn units(self, tokens: usize) -> f64 {
+        let tokens = tokens.max(1) as f64;
+        match self {
+            Self::Generate => tokens.powf(GENERATE_ROW_EXPONENT),
+            Self::Prompt => tokens,
+        }
+    }
+
     fn index(self) -> usize {
         match self {
             Self::Generate => 0,
@@ -110,6 +131,16 @@ impl StepKind {
         }
     }
 }
+
+/// A generation step of r rows costs about r to this power times a step of
+/// one row. Measured on the project's 2-core VM (step times by rows, from
+/// the decode loop's trace): SmolLM2-135M 0.56-0.68 with two threads and
+/// 0.70-0.76 with one (rows 4, 13, 16); Qwen2.5-Coder-1.5B 0.73-0.87 (its
+/// draft rows' costs, `draft::RowCost`). The arms' own ratio (1.3-1.9x
+/// between one and two threads) is larger than what the middle value
+/// gets wrong across those widths, so a probe that meets other widths
+/// than the steps it is judged against is still judged on threads.
+const GENERATE_ROW_EXPONENT: f64 = 0.7;
 
 /// Recent steps kept for the current arm; the mean of their costs is its
 /// figure (the mean, not the median: under contention a few steps take
@@ -169,7 +200,8 @@ impl StepFigure {
 /// One measured decode step.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StepFigure {
-    /// Seconds per step for generation, per token for prompts.
+    /// Seconds per cost unit ([`StepKind::units`]): per step of one row
+    /// for generation, per token for prompts.
     pub(crate) cost: f64,
     /// The share of the step's wall time the decode thread spent waiting
     /// for a CPU while runnable: other programs hold cores.
@@ -640,6 +672,51 @@ mod tests {
             quiet,
         );
         assert_eq!(current(&g, StepKind::Generate), 2);
+    }
+
+    #[test]
+    fn a_pool_whose_batches_change_width_keeps_every_thread() {
+        // A quiet pool of 4 (SmolLM2, the 2-core VM's step times by rows):
+        // 4 rows most steps, a prompt tail now and then (15 rows), and a
+        // lone sequence (1 row) while the others wait for their clients.
+        // Two threads are faster at every width.
+        let took = |n: usize, rows: usize| {
+            let rows = rows as f64;
+            if n == 2 {
+                0.0094 * rows.powf(0.62)
+            } else {
+                0.0124 * rows.powf(0.74)
+            }
+        };
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        let mut used = [0usize; 3];
+        for step in 0..20_000 {
+            let phase = step % 200;
+            let rows = match phase {
+                0 => 14,
+                140.. => 1,
+                p if p % 23 == 22 => 15,
+                _ => 4,
+            };
+            let n = g.threads(StepKind::Generate);
+            used[n] += 1;
+            let kind = StepKind::of_batch(rows);
+            // A step past its budget is abandoned (and decoded again).
+            let cost = took(n, rows) / kind.units(rows);
+            let budget = g.budget(kind).unwrap_or(f64::INFINITY);
+            g.record(
+                kind,
+                n,
+                StepFigure {
+                    cost: cost.min(budget),
+                    wait_share: 0.0,
+                    overran: cost > budget,
+                },
+            );
+        }
+        assert_eq!(current(&g, StepKind::Generate), 2);
+        // Probes only, as on a quiet machine with one width.
+        assert!(used[1] <= 20_000 / 100, "one-thread steps: {}", used[1]);
     }
 
     #[test]
