@@ -93,12 +93,7 @@ impl PromptFormat {
         let Some(job) = ToolJob::of(tools, sampling, messages) else {
             return Ok((self.render(model, messages)?, None));
         };
-        let eos = {
-            let mut piece = Vec::new();
-            let vocab = model.vocab();
-            vocab.token_to_piece_into(vocab.eos(), &mut piece, true, None);
-            String::from_utf8_lossy(&piece).into_owned()
-        };
+        let eos = eos_text(model);
         let prompt = match toolcall::render(tools, self.jinja_text(), messages, sampling, &eos)? {
             Ok(text) => text,
             Err(generic) => self.render(model, &generic)?,
@@ -113,11 +108,29 @@ impl PromptFormat {
         }
     }
 
+    /// A conversation without tools as a prompt: through the template's
+    /// Jinja text when it has one, as Hugging Face and llama-server render
+    /// it (so a template's default system message is there when the
+    /// conversation has none: SmolLM2's and Qwen2.5's answers are then the
+    /// ones llama-server gives); else, or when the Jinja text cannot
+    /// render it, through llama.cpp's template matcher (which recognises a
+    /// template by its text and writes its roles, not its defaults).
     pub(super) fn render(
         &self,
         model: &LlamaModel,
         messages: &[ChatMessage],
     ) -> Result<String, LocalError> {
+        if let Some(text) = self.jinja_text() {
+            match toolcall::render_jinja(text, messages, &[], &eos_text(model)) {
+                Ok(prompt) => return Ok(prompt),
+                Err(detail) => tracing::debug!(
+                    target: "edgecloud::local",
+                    %detail,
+                    "the chat template's Jinja could not render this conversation; \
+                     llama.cpp's template matcher renders it"
+                ),
+            }
+        }
         match self {
             PromptFormat::Template { template, .. } => {
                 let chat = messages
@@ -150,6 +163,14 @@ impl PromptFormat {
             }
         }
     }
+}
+
+/// The model's end-of-sequence token as text (templates write it).
+fn eos_text(model: &LlamaModel) -> String {
+    let mut piece = Vec::new();
+    let vocab = model.vocab();
+    vocab.token_to_piece_into(vocab.eos(), &mut piece, true, None);
+    String::from_utf8_lossy(&piece).into_owned()
 }
 
 /// The format of a model without a template: its architecture's or its

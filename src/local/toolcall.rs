@@ -188,6 +188,22 @@ pub(super) fn render(
     let Some(text) = jinja_text else {
         return Ok(Err(messages));
     };
+    render_jinja(text, &messages, &tools, eos_token)
+        .map(Ok)
+        .map_err(|detail| LocalError::ChatTemplate {
+            detail: format!("the model's template could not render this conversation: {detail}"),
+        })
+}
+
+/// A conversation (and the tools it offers, perhaps none) rendered by a
+/// Jinja chat template with the context Hugging Face's
+/// `apply_chat_template` gives it, ending with the assistant's turn.
+pub(super) fn render_jinja(
+    template: &str,
+    messages: &[ChatMessage],
+    tools: &[Tool],
+    eos_token: &str,
+) -> Result<String, String> {
     let context = json!({
         "messages": messages.iter().map(message_json).collect::<Vec<_>>(),
         "tools": if tools.is_empty() { Value::Null } else { json!(tools) },
@@ -197,11 +213,7 @@ pub(super) fn render(
         "bos_token": "",
         "eos_token": eos_token,
     });
-    jinja::render(text, &context)
-        .map(Ok)
-        .map_err(|detail| LocalError::ChatTemplate {
-            detail: format!("the model's template could not render this conversation: {detail}"),
-        })
+    jinja::render(template, &context)
 }
 
 /// A message as chat templates read it: a call's arguments as an object

@@ -11,7 +11,7 @@ use edgecloud::{ChatMessage, LaneJob, Sampling};
 use edgecloud::gguf::{write_model, Preset};
 
 use crate::support::models::fresh_path;
-use crate::support::real_model::smollm2;
+use crate::support::real_model::{asked, smollm2};
 
 fn config() -> LocalConfig {
     LocalConfig {
@@ -172,7 +172,7 @@ fn an_input_over_the_embedding_context_is_refused_and_the_lane_goes_on() {
     // The lane still generates and embeds.
     let done = lane
         .generate(LaneJob::new(
-            vec![ChatMessage::user("What is the capital of France?")],
+            asked("What is the capital of France?"),
             Sampling {
                 max_tokens: 12,
                 temperature: 0.0,

@@ -11,7 +11,7 @@ use edgecloud::{CancellationToken, ChatMessage, FinishReason, LaneJob, Sampling}
 
 use crate::support::cli::{bin, json_of};
 use crate::support::models::RawGguf;
-use crate::support::real_model::{cache_dir, smollm2};
+use crate::support::real_model::{asked, cache_dir, smollm2};
 
 #[test]
 fn the_fetched_model_is_cached_and_a_second_fetch_does_nothing() {
@@ -90,12 +90,8 @@ fn greedy(max_tokens: u32) -> Sampling {
 }
 
 fn ask(lane: &LocalLane, question: &str, max_tokens: u32) -> LocalCompletion {
-    lane.generate(LaneJob::new(
-        vec![ChatMessage::user(question)],
-        greedy(max_tokens),
-        far(),
-    ))
-    .unwrap_or_else(|e| panic!("{question}: {}", edgecloud::error_chain(&e)))
+    lane.generate(LaneJob::new(asked(question), greedy(max_tokens), far()))
+        .unwrap_or_else(|e| panic!("{question}: {}", edgecloud::error_chain(&e)))
 }
 
 #[test]
@@ -125,20 +121,46 @@ fn the_chat_template_is_applied_with_control_tokens() {
     assert_eq!(lane.info().chat_template, "model");
     let question = "What is the capital of France?";
     let done = ask(lane, question, 4);
-    // `<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n`: the
-    // three markers are one control token each (written out as text they
-    // take several tokens each), plus `user`, `assistant`, three newlines
-    // and at most a BOS token the vocabulary may add.
+    // `<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{question}
+    // <|im_end|>\n<|im_start|>assistant\n`: the five markers are one control
+    // token each (written out as text they take several tokens each), plus
+    // `system`, `user`, `assistant`, five newlines and at most a BOS token
+    // the vocabulary may add.
     let as_text = lane.count_tokens("<|im_start|>") as u32;
     assert!(as_text >= 3, "the marker as plain text is several tokens");
-    let question_tokens = lane.count_tokens(question) as u32;
-    let overhead = done.prompt_tokens - question_tokens;
+    let system = &asked(question)[0].content;
+    let text_tokens = (lane.count_tokens(question) + lane.count_tokens(system)) as u32;
+    let overhead = done.prompt_tokens - text_tokens;
     assert!(
-        (8..=9).contains(&overhead),
-        "the prompt should be ChatML with control tokens: {overhead} tokens around the question \
+        (13..=14).contains(&overhead),
+        "the prompt should be ChatML with control tokens: {overhead} tokens around the texts \
          (with the markers as text it would be over {})",
-        3 * as_text + 5
+        5 * as_text + 8
     );
+    // Without a system message, the template's own default one is written
+    // (the model's Jinja renders the conversation, as Hugging Face and
+    // llama-server do): the prompt is the one with that message given.
+    let bare = lane
+        .generate(LaneJob::new(
+            vec![ChatMessage::user(question)],
+            greedy(1),
+            far(),
+        ))
+        .unwrap();
+    let with_default = lane
+        .generate(LaneJob::new(
+            vec![
+                ChatMessage::system(
+                    "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+                ),
+                ChatMessage::user(question),
+            ],
+            greedy(1),
+            far(),
+        ))
+        .unwrap();
+    assert_eq!(bare.prompt_tokens, with_default.prompt_tokens);
+    assert!(bare.prompt_tokens > done.prompt_tokens, "{bare:?}");
 
     // From the command line the choice is reported.
     let out = Command::new(bin())

@@ -34,6 +34,18 @@ pub fn qwen05() -> &'static Path {
     PATH.get_or_init(|| fetch("qwen2.5-coder-0.5b-instruct"))
 }
 
+/// A question as an app asks it: a system message, then the question.
+/// Without a system message SmolLM2's template writes its own default one
+/// ("You are a helpful AI assistant named SmolLM, trained by Hugging
+/// Face"), after which the tiny model answers some capitals with French
+/// fragments; with this one it answers them.
+pub fn asked(question: &str) -> Vec<edgecloud::ChatMessage> {
+    vec![
+        edgecloud::ChatMessage::system("You are a helpful AI assistant."),
+        edgecloud::ChatMessage::user(question),
+    ]
+}
+
 /// `edgecloud model fetch NAME --dir <cache>`: the verified file's path.
 fn fetch(name: &str) -> PathBuf {
     let out = Command::new(super::cli::bin())
