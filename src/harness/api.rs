@@ -12,7 +12,9 @@
 //! A request takes an idle instance: one that runs nothing and whose lanes
 //! the policy uses are free (a late worker keeps its instance out), else
 //! one that runs nothing and has the policy's first lane free (the other
-//! lane is then reported `busy`). When none can take it,
+//! lane is then reported `busy`). Among the idle ones it prefers the
+//! instance whose last conversation shares most of this one (`affinity`:
+//! its prompt is cached there), else the lowest-numbered one. When none can take it,
 //! [`Harness::start`] refuses at once with [`HarnessError::PoolBusy`];
 //! [`Harness::start_within`] waits up to a bound (counted inside the
 //! request's own deadline) for one to free up. A harness of one instance
@@ -22,6 +24,7 @@
 //! This module picks instances and owns the runtime it made; it must not
 //! run anything itself (the instance starts the run) nor block in `Drop`.
 
+use super::affinity::Affinity;
 use super::backend::{BackendInfo, Candidate};
 use super::claim::{Claim, Claims};
 use super::error::HarnessError;
@@ -34,7 +37,7 @@ use super::registry::{HarnessStats, ShutdownReport};
 use crate::lane::Lane;
 use crate::request::Request;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, Runtime};
@@ -101,8 +104,9 @@ struct Inner {
     /// on a harness of one instance, where every request goes to it and
     /// its run reports a busy lane as `busy`.
     claims: Arc<Claims>,
-    /// Where the next search for an instance starts (spreads the load).
-    next: AtomicUsize,
+    /// Each instance's last conversation: a request prefers the idle
+    /// instance that shares most of it (its prompt is cached there).
+    affinity: Affinity,
     rejected: AtomicU64,
     waiting: AtomicU64,
     waited_total: AtomicU64,
@@ -175,8 +179,8 @@ impl Harness {
         Self {
             inner: Arc::new(Inner {
                 claims: Arc::new(Claims::new(instances.len())),
+                affinity: Affinity::new(instances.len()),
                 instances,
-                next: AtomicUsize::new(0),
                 rejected: AtomicU64::new(0),
                 waiting: AtomicU64::new(0),
                 waited_total: AtomicU64::new(0),
@@ -191,7 +195,7 @@ impl Harness {
     /// deadline is fixed now: the request's own deadline, else the
     /// route's.
     pub fn start(&self, request: Request, options: RunOptions) -> Result<RunHandle, HarnessError> {
-        match self.try_claim(&options)? {
+        match self.try_claim(&options, &request)? {
             Some(claim) => self.start_on(claim, request, options, false),
             None => Err(self.refuse()),
         }
@@ -216,7 +220,7 @@ impl Harness {
         let mut counted = false;
         let claim = loop {
             let released = self.inner.claims.released();
-            if let Some(claim) = self.try_claim(&options)? {
+            if let Some(claim) = self.try_claim(&options, &request)? {
                 break claim;
             }
             let now = Instant::now();
@@ -299,7 +303,7 @@ impl Harness {
             Lane::Cloud => Policy::CloudOnly,
         };
         let options = RunOptions::new().policy(policy);
-        let Some(claim) = self.try_claim(&options)? else {
+        let Some(claim) = self.try_claim(&options, &request)? else {
             return Err(HarnessError::LaneBusy { lane });
         };
         let outcome = self.start_on(claim, request, options, true)?.wait()?;
@@ -440,6 +444,9 @@ impl Harness {
         diagnostic: bool,
     ) -> Result<RunHandle, HarnessError> {
         let index = claim.index();
+        if self.inner.instances.len() > 1 {
+            self.inner.affinity.record(index, &request.messages);
+        }
         let mut handle = self.inner.instances[index].start(request, options, diagnostic)?;
         handle.instance = index;
         handle.claim = Some(claim);
@@ -448,8 +455,14 @@ impl Harness {
 
     /// Claims an instance for a run with these options: first one whose
     /// lanes the policy may use are all free, else one whose first lane
-    /// is. Errors only for a route or policy the instances reject.
-    fn try_claim(&self, options: &RunOptions) -> Result<Option<Claim>, HarnessError> {
+    /// is; among those, the one whose last conversation shares most of
+    /// this request's (`affinity`), else the lowest-numbered one. Errors only for
+    /// a route or policy the instances reject.
+    fn try_claim(
+        &self,
+        options: &RunOptions,
+        request: &Request,
+    ) -> Result<Option<Claim>, HarnessError> {
         let inner = &self.inner;
         let n = inner.instances.len();
         if n == 1 {
@@ -459,16 +472,18 @@ impl Harness {
             return Ok(Some(inner.claims.add(0)));
         }
         let needs = inner.instances[0].lane_needs(options)?;
-        let from = inner.next.fetch_add(1, Ordering::Relaxed);
         let free = |h: &Instance, lane: Lane| !needs.uses[lane] || !h.is_busy(lane);
         let whole = |h: &Instance| free(h, Lane::Local) && free(h, Lane::Cloud);
         let first = |h: &Instance| needs.first.iter().any(|&lane| !h.is_busy(lane));
         for fits in [&whole as &dyn Fn(&Instance) -> bool, &first] {
-            for k in 0..n {
-                let i = (from + k) % n;
-                if !fits(&inner.instances[i]) {
-                    continue;
-                }
+            // In index order: the lowest free instance first, so that a
+            // pool's busy sequences keep neighbouring ids (llama.cpp splits
+            // a step into one micro-batch per run of consecutive sequence
+            // ids).
+            let mut candidates: Vec<usize> =
+                (0..n).filter(|&i| fits(&inner.instances[i])).collect();
+            inner.affinity.prefer(&mut candidates, &request.messages);
+            for i in candidates {
                 if let Some(claim) = inner.claims.try_take(i) {
                     return Ok(Some(claim));
                 }

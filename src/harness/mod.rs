@@ -73,6 +73,7 @@
 //! ```
 
 mod adapters;
+mod affinity;
 mod api;
 mod arbitration;
 mod availability;

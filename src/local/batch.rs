@@ -24,8 +24,9 @@
 //!
 //! A job that asks for a consensus of k samples (self-consistency) decodes
 //! its prompt once on its sequence; then the prompt's cells are shared with
-//! k - 1 more sequence ids (`llama_memory_seq_cp`: in the unified cache the
-//! cells gain the other ids, nothing is copied), every sample takes its
+//! k - 1 more sequence ids (`llama_memory_seq_cp`: each id has a KV stream
+//! of its own, and the prompt's stream is copied whole into the samples'
+//! streams before the next step), every sample takes its
 //! first token from the prompt's one row of logits with its own sampler
 //! (seed + i), and the k samples decode side by side in the same batch,
 //! each one row per step, until every one has ended. The samples then vote
@@ -272,11 +273,15 @@ struct Entry {
 }
 
 /// The sequence ids of a context: one per lane, and `max_samples - 1`
-/// more per lane for the samples of a consensus.
+/// more per lane for the samples of a consensus; each may use `context`
+/// cells (the configured context size: llama.cpp rounds each sequence's
+/// stream up to a multiple of 256 cells, and the lane keeps to what was
+/// asked).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SeqIds {
     pub(super) lanes: usize,
     pub(super) max_samples: usize,
+    pub(super) context: usize,
 }
 
 /// How a sampled token left the job.
@@ -300,9 +305,11 @@ impl<'m> Engine<'m> {
         let batch_size = batch_size.max(1) as usize;
         let sequences = ids.lanes.max(1);
         let max_samples = ids.max_samples.max(1);
-        // What llama.cpp made of the requested size (it may round up),
-        // shared out: each sequence id may use its part.
-        let seq_context = (ctx.n_ctx() as usize / (sequences * max_samples)).max(1);
+        // What was asked, within what llama.cpp made of it (each id's
+        // stream; it may round up).
+        let seq_context = (ctx.n_ctx() as usize / (sequences * max_samples))
+            .min(ids.context)
+            .max(1);
         Self {
             model,
             ctx,
@@ -1059,8 +1066,11 @@ impl<'m> Engine<'m> {
         for &id in &ids {
             // Nothing of an earlier job may be left on these ids.
             let _ = self.ctx.kv_cache_seq_rm(id, None, None);
+            // Each id has a stream of its own, and llama.cpp copies
+            // between streams whole: the source's stream holds the prompt
+            // and nothing else (a reused prefix's tail was cut before it).
             self.ctx
-                .kv_cache_seq_cp(seq as i32, id, Some(0), Some(cached as u32))
+                .kv_cache_seq_cp(seq as i32, id, None, None)
                 .map_err(|e| LocalError::Decode {
                     detail: format!("sharing the prompt's cells with a sample: {e}"),
                 })?;

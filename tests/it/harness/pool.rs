@@ -207,3 +207,42 @@ fn tokio_block<F: std::future::Future>(f: F) -> F::Output {
         .unwrap()
         .block_on(f)
 }
+
+/// A request goes back to the idle instance whose last conversation it
+/// continues (its local sequence has that prompt cached), not merely to the
+/// lowest-numbered idle one; a request that continues none takes the
+/// lowest-numbered idle instance.
+#[test]
+fn p13_a_conversation_goes_back_to_the_instance_that_has_its_prompt() {
+    let (pool, locals) = pool_of(3, Scripted::new);
+    // Two conversations at once: instances 0 and 1.
+    let first = pool
+        .start(req("Tell me about owls."), RunOptions::new())
+        .unwrap();
+    let second = pool
+        .start(req("Tell me about bees."), RunOptions::new())
+        .unwrap();
+    assert_eq!((first.instance(), second.instance()), (0, 1));
+    locals[0].next_task().complete("Owls hunt at night.");
+    locals[1].next_task().complete("Bees make honey.");
+    tokio_block(first.outcome()).unwrap();
+    tokio_block(second.outcome()).unwrap();
+    // The bees conversation's next turn: instance 1, though 0 is free.
+    let next_turn = Request {
+        messages: vec![
+            ChatMessage::user("Tell me about bees."),
+            ChatMessage::assistant("Bees make honey."),
+            ChatMessage::user("How?"),
+        ],
+        ..req("unused")
+    };
+    let run = pool.start(next_turn, RunOptions::new()).unwrap();
+    assert_eq!(run.instance(), 1);
+    locals[1].next_task().complete("From nectar.");
+    tokio_block(run.outcome()).unwrap();
+    // Something new: the lowest-numbered idle instance.
+    let other = pool.start(req("What is rain?"), RunOptions::new()).unwrap();
+    assert_eq!(other.instance(), 0);
+    locals[0].next_task().complete("Water.");
+    tokio_block(other.outcome()).unwrap();
+}
