@@ -393,7 +393,12 @@ fn load(
         .max(1);
     let context_size = config
         .context_size
-        .unwrap_or_else(|| model.n_ctx_train().clamp(1, 4096));
+        // The model's own length, at most 4096; a model that declares none
+        // (0, refused by the validator unless probed) gets 4096.
+        .unwrap_or_else(|| match model.n_ctx_train() {
+            0 => 4096,
+            n => n.min(4096),
+        });
     // Sequence ids: every lane's own, and its samples' (see `batch`).
     let ids = (sequences * samples_of(config)) as u32;
     // A step holds one token of each generating sample besides up to
