@@ -21,7 +21,9 @@
 //! abort callback and decoded again), or when the mean step time rises well above what
 //! it was; and otherwise every `interval` steps, an interval that doubles
 //! each time a probe confirms the current arm (so on a steady machine
-//! probing costs well under 1%) and starts again short after a switch. More
+//! probing costs well under 1%) and starts again short after a switch
+//! (shortest after a switch down that one abandoned step caused: a
+//! passing program is gone by then). More
 //! threads are only tried while the steps are not contended (with no free
 //! core they would be the slowest steps of all), and a probe wins only by
 //! a clear margin, so noise does not flap the count.
@@ -184,6 +186,15 @@ const PROBE_OVERRUN_FACTOR: f64 = 3.0;
 const OVERRUN_SLACK_S: f64 = 0.005;
 /// The first gap after fewer threads lost a contention probe.
 const CONTENTION_GAP: u32 = 8;
+/// Steps before looking up again after one abandoned step moved the arm
+/// down. One step that waited for a CPU may be a passing program (a
+/// shell, a kernel thread): seen on a quiet 2-core VM every half minute or
+/// so, each time followed by a whole `BASE_INTERVAL` of steps at half
+/// speed (a lone SmolLM2 lane: 52 one-thread steps of 12 ms against 7-8
+/// ms). A load that stays makes the look up lose (or never happen: an arm
+/// whose steps wait does not look up), and the interval grows from
+/// `BASE_INTERVAL` as before.
+const AFTER_ABANDON_INTERVAL: u32 = 8;
 /// A step is contended when the decode thread waited for a CPU (runnable,
 /// not running) for more than this share of the step's wall time.
 const CONTENDED_SHARE: f64 = 0.15;
@@ -258,6 +269,8 @@ struct Probe {
     /// window, or, when the machine just changed (a contended or overrun
     /// step started the probe), over the steps that show the change.
     baseline: f64,
+    /// An abandoned step started it: if it wins, look up again soon.
+    after_abandon: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,6 +421,9 @@ impl Governor {
             if s.current > 0 {
                 s.up_won = false;
                 s.start_probe(Direction::Down, step.cost, CONTENDED_WIN_MARGIN);
+                if let Some(p) = s.probe.as_mut() {
+                    p.after_abandon = true;
+                }
             }
             return;
         }
@@ -483,6 +499,7 @@ impl KindState {
             costs: Vec::with_capacity(PROBE_STEPS),
             margin,
             baseline,
+            after_abandon: false,
         });
     }
 
@@ -508,7 +525,11 @@ impl KindState {
                 })
                 .collect();
             self.reference = Some(theirs);
-            self.interval = BASE_INTERVAL;
+            self.interval = if went_down && probe.after_abandon {
+                AFTER_ABANDON_INTERVAL
+            } else {
+                BASE_INTERVAL
+            };
             self.contention_gap = if went_up { CONTENTION_GAP } else { 1 };
         } else {
             self.reference = Some(ours);
@@ -717,6 +738,32 @@ mod tests {
         assert_eq!(current(&g, StepKind::Generate), 2);
         // Probes only, as on a quiet machine with one width.
         assert!(used[1] <= 20_000 / 100, "one-thread steps: {}", used[1]);
+    }
+
+    #[test]
+    fn one_abandoned_step_on_a_quiet_machine_costs_a_few_steps() {
+        // A lone lane, quiet but for one program that held a core through
+        // one step (abandoned for waiting) now and then.
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive(&mut g, 200, quiet);
+        for round in 0..10 {
+            g.record(
+                StepKind::Generate,
+                g.threads(StepKind::Generate),
+                StepFigure {
+                    cost: f64::INFINITY,
+                    wait_share: 1.0,
+                    overran: true,
+                },
+            );
+            // The probe of one thread (a warm-up step and its steps), the
+            // wait before looking up, the look up: back on two threads,
+            // not a whole interval later.
+            let back = 2 * (PROBE_STEPS + 1) + AFTER_ABANDON_INTERVAL as usize + 1;
+            drive(&mut g, back, quiet);
+            assert_eq!(current(&g, StepKind::Generate), 2, "round {round}");
+            drive(&mut g, 500, quiet);
+        }
     }
 
     #[test]
