@@ -17,7 +17,8 @@
 //! its prompt is cached there), else the lowest-numbered one. When none can take it,
 //! [`Harness::start`] refuses at once with [`HarnessError::PoolBusy`];
 //! [`Harness::start_within`] waits up to a bound (counted inside the
-//! request's own deadline) for one to free up. A harness of one instance
+//! request's own deadline) for one to free up, in order of arrival
+//! (`queue`: a newcomer never takes an instance a waiter is owed). A harness of one instance
 //! gives every request to that instance, whose own lane admission decides
 //! (a busy lane is reported `busy` in the outcome, never `PoolBusy`).
 //!
@@ -32,6 +33,7 @@ use super::handle::{ensure_blocking_allowed, RunHandle, RunOptions};
 use super::instance::Instance;
 use super::outcome::{LaneReport, LaneStatus, Outcome, RunStatus};
 use super::policy::Policy;
+use super::queue::WaitQueue;
 use super::reaper::reap_when_idle;
 use super::registry::{HarnessStats, ShutdownReport};
 use crate::lane::Lane;
@@ -108,7 +110,8 @@ struct Inner {
     /// instance that shares most of it (its prompt is cached there).
     affinity: Affinity,
     rejected: AtomicU64,
-    waiting: AtomicU64,
+    /// Requests waiting for an instance, in order of arrival.
+    queue: WaitQueue,
     waited_total: AtomicU64,
     /// The runtime every instance's runs are spawned on.
     handle: Handle,
@@ -182,7 +185,7 @@ impl Harness {
                 affinity: Affinity::new(instances.len()),
                 instances,
                 rejected: AtomicU64::new(0),
-                waiting: AtomicU64::new(0),
+                queue: WaitQueue::default(),
                 waited_total: AtomicU64::new(0),
                 handle,
                 runtime: Mutex::new(runtime),
@@ -217,31 +220,34 @@ impl Harness {
             None => self.inner.instances[0].route_deadline(&options)?,
         };
         let give_up = arrived + max_wait.min(budget);
-        let mut counted = false;
+        // A newcomer claims at once only when nobody waits; otherwise it
+        // takes its place in the queue (first come, first served: `queue`).
+        if self.inner.queue.is_empty() {
+            if let Some(claim) = self.try_claim(&options, &request)? {
+                return self.start_on(claim, request, options, false);
+            }
+        }
+        let wake_waiters = || self.inner.claims.wake_waiters();
+        let place = self.inner.queue.join(&wake_waiters);
         let claim = loop {
             let released = self.inner.claims.released();
-            if let Some(claim) = self.try_claim(&options, &request)? {
-                break claim;
+            if place.is_first() {
+                if let Some(claim) = self.try_claim(&options, &request)? {
+                    break claim;
+                }
             }
             let now = Instant::now();
             if now >= give_up {
-                if counted {
-                    self.inner.waiting.fetch_sub(1, Ordering::Relaxed);
-                }
+                drop(place);
                 return Err(self.refuse());
-            }
-            if !counted {
-                counted = true;
-                self.inner.waiting.fetch_add(1, Ordering::Relaxed);
             }
             let wake = give_up.min(now + WAIT_RECHECK);
             let _ = tokio::time::timeout_at(wake.into(), released).await;
         };
-        if counted {
-            self.inner.waiting.fetch_sub(1, Ordering::Relaxed);
-            self.inner.waited_total.fetch_add(1, Ordering::Relaxed);
-            request.deadline = Some(budget.saturating_sub(arrived.elapsed()));
-        }
+        // Leaving the queue lets the next waiter look at once.
+        drop(place);
+        self.inner.waited_total.fetch_add(1, Ordering::Relaxed);
+        request.deadline = Some(budget.saturating_sub(arrived.elapsed()));
         self.start_on(claim, request, options, false)
     }
 
@@ -385,7 +391,7 @@ impl Harness {
             instances: self.inner.instances.len(),
             busy: self.busy_instances(),
             rejected: self.inner.rejected.load(Ordering::Relaxed),
-            waiting: self.inner.waiting.load(Ordering::Relaxed),
+            waiting: self.inner.queue.len() as u64,
             waited: self.inner.waited_total.load(Ordering::Relaxed),
         }
     }

@@ -53,6 +53,12 @@ impl Claims {
             })
     }
 
+    /// Wakes whoever waits for a release (a waiter left the queue: the
+    /// next one may look now).
+    pub(crate) fn wake_waiters(&self) {
+        self.released.notify_waiters();
+    }
+
     /// Resolves when a claim is released after this call (register it
     /// before looking for a free instance, so no release is missed).
     pub(crate) fn released(&self) -> tokio::sync::futures::Notified<'_> {

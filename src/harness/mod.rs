@@ -91,6 +91,7 @@ mod instant;
 mod observer;
 mod outcome;
 mod policy;
+mod queue;
 mod reaper;
 mod registry;
 mod route;

@@ -246,3 +246,43 @@ fn p13_a_conversation_goes_back_to_the_instance_that_has_its_prompt() {
     locals[0].next_task().complete("Water.");
     tokio_block(other.outcome()).unwrap();
 }
+
+/// Bounded waits are served in order of arrival: the first waiter gets the
+/// first instance that frees up (both waiters are woken by the release;
+/// without the queue either could take it).
+#[test]
+fn p13_waiters_get_instances_in_order_of_arrival() {
+    let (pool, locals) = pool_of(2, Scripted::new);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let a = pool.start(req("a"), RunOptions::new()).unwrap();
+    let b = pool.start(req("b"), RunOptions::new()).unwrap();
+    let (ta, tb) = (locals[0].next_task(), locals[1].next_task());
+    let wait = |text: &'static str| {
+        let pool = pool.clone();
+        rt.spawn(async move { pool.start_within(req(text), RunOptions::new(), LONG).await })
+    };
+    let first = wait("first");
+    while pool.pool_stats().waiting < 1 {
+        std::thread::yield_now();
+    }
+    let second = wait("second");
+    while pool.pool_stats().waiting < 2 {
+        std::thread::yield_now();
+    }
+    // One instance frees up: the first waiter's, whoever looks first.
+    ta.complete("a");
+    tokio_block(a.outcome()).unwrap();
+    let first = rt.block_on(first).unwrap().unwrap();
+    assert_eq!(first.instance(), 0);
+    assert_eq!(pool.pool_stats().waiting, 1, "the second still waits");
+    // The next instance to free up is the second waiter's.
+    tb.complete("b");
+    tokio_block(b.outcome()).unwrap();
+    let second = rt.block_on(second).unwrap().unwrap();
+    assert_eq!(second.instance(), 1);
+    locals[0].next_task().complete("one");
+    locals[1].next_task().complete("two");
+    tokio_block(first.outcome()).unwrap();
+    tokio_block(second.outcome()).unwrap();
+    assert_eq!(pool.pool_stats().waiting, 0);
+}
