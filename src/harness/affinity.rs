@@ -45,18 +45,12 @@ impl Affinity {
         if candidates.len() < 2 {
             return;
         }
-        let shared: Vec<usize> = candidates
-            .iter()
-            .map(|&i| {
-                self.last.get(i).map_or(0, |last| {
-                    shared_bytes(&last.lock().unwrap_or_else(|p| p.into_inner()), messages)
-                })
-            })
-            .collect();
-        let mut order: Vec<usize> = (0..candidates.len()).collect();
-        order.sort_by_key(|&k| std::cmp::Reverse(shared[k]));
-        let sorted: Vec<usize> = order.iter().map(|&k| candidates[k]).collect();
-        candidates.copy_from_slice(&sorted);
+        // Stable: equal shares keep the harness's order.
+        candidates.sort_by_cached_key(|&i| {
+            std::cmp::Reverse(self.last.get(i).map_or(0, |last| {
+                shared_bytes(&last.lock().unwrap_or_else(|p| p.into_inner()), messages)
+            }))
+        });
     }
 }
 

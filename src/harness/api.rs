@@ -238,7 +238,6 @@ impl Harness {
             }
             let now = Instant::now();
             if now >= give_up {
-                drop(place);
                 return Err(self.refuse());
             }
             let wake = give_up.min(now + WAIT_RECHECK);
@@ -450,9 +449,6 @@ impl Harness {
         diagnostic: bool,
     ) -> Result<RunHandle, HarnessError> {
         let index = claim.index();
-        if self.inner.instances.len() > 1 {
-            self.inner.affinity.record(index, &request.messages);
-        }
         let mut handle = self.inner.instances[index].start(request, options, diagnostic)?;
         handle.instance = index;
         handle.claim = Some(claim);
@@ -488,9 +484,17 @@ impl Harness {
             // ids).
             let mut candidates: Vec<usize> =
                 (0..n).filter(|&i| fits(&inner.instances[i])).collect();
-            inner.affinity.prefer(&mut candidates, &request.messages);
+            // Only the local lane keeps a conversation (its KV cache): a
+            // run without it neither looks at nor leaves one.
+            let local = needs.uses[Lane::Local];
+            if local {
+                inner.affinity.prefer(&mut candidates, &request.messages);
+            }
             for i in candidates {
                 if let Some(claim) = inner.claims.try_take(i) {
+                    if local {
+                        inner.affinity.record(i, &request.messages);
+                    }
                     return Ok(Some(claim));
                 }
             }
