@@ -51,8 +51,9 @@ pub(crate) struct AbortSignal {
     token_checked_ns: AtomicU64,
     epoch: Instant,
     cancel: Mutex<Vec<CancellationToken>>,
-    /// The decode thread's run-queue wait (set once, on that thread).
-    run_queue: OnceLock<crate::sched::RunQueueWait>,
+    /// The decode thread's run-queue wait (set on that thread, again for
+    /// each busy period's thread: see `worker`).
+    run_queue: Mutex<Option<crate::sched::RunQueueWait>>,
     /// Whether this step is watched for contention (more than the fewest
     /// threads), and from what wait and time.
     watch: AtomicBool,
@@ -61,6 +62,37 @@ pub(crate) struct AbortSignal {
     watch_checked_ns: AtomicU64,
     /// The watch stopped the step.
     contended: AtomicBool,
+}
+
+/// Runs `work` on `state` on a new thread named `name` and waits for that
+/// thread to end; the error is the thread's failure to start (`state`
+/// untouched), the inner one a panic of `work`. For the local lane's own
+/// state (its llama.cpp context, batch, samplers, grammar, and the
+/// receiver of its channel), which is `!Send` only because it holds raw
+/// pointers to objects that any thread may use, one at a time.
+pub(super) fn lend_to_thread<T, R: Send>(
+    name: &str,
+    state: &mut T,
+    work: fn(&mut T) -> R,
+) -> std::io::Result<std::thread::Result<R>> {
+    struct Lent<'a, T>(&'a mut T);
+    // SAFETY: this thread waits in `join`, inside the scope, until the
+    // borrowing thread has ended, so exactly one thread at a time uses
+    // `state`, and its thread-agnostic objects (see the function's docs)
+    // carry no thread-bound state (no lock guards, no thread locals).
+    unsafe impl<T> Send for Lent<'_, T> {}
+    impl<'a, T> Lent<'a, T> {
+        fn into_inner(self) -> &'a mut T {
+            self.0
+        }
+    }
+    let lent = Lent(state);
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn_scoped(scope, move || work(lent.into_inner()))
+            .map(|thread| thread.join())
+    })
 }
 
 /// How often the abort callback looks at the cancellation token at most.
@@ -82,7 +114,7 @@ impl Default for AbortSignal {
             token_checked_ns: AtomicU64::new(0),
             epoch: Instant::now(),
             cancel: Mutex::new(Vec::new()),
-            run_queue: OnceLock::new(),
+            run_queue: Mutex::new(None),
             watch: AtomicBool::new(false),
             watch_from_wait_ns: AtomicU64::new(0),
             watch_from_ns: AtomicU64::new(0),
@@ -98,18 +130,22 @@ impl AbortSignal {
     }
 
     /// Binds the signal to the calling thread's run-queue wait: call it
-    /// on the decode thread, once (later calls are ignored).
+    /// on the thread that decodes, before it decodes (a later call binds
+    /// the later thread).
     pub(crate) fn bind_decode_thread(&self) {
-        let _ = self
-            .run_queue
-            .set(crate::sched::RunQueueWait::for_current_thread());
+        *self.run_queue.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(crate::sched::RunQueueWait::for_current_thread());
     }
 
     /// How long the decode thread has waited for a CPU so far, in
     /// nanoseconds; `None` before `bind_decode_thread` or where the kernel
     /// keeps no figure.
     pub(crate) fn waited_ns(&self) -> Option<u64> {
-        self.run_queue.get()?.waited_ns()
+        self.run_queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()?
+            .waited_ns()
     }
 
     /// Arms the signal for the jobs of one batch: it fires when any of

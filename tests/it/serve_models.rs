@@ -4,7 +4,8 @@
 //! on its first request and is listed loaded or not, two models answer at
 //! once, an unknown name is a 404 listing the names, a model that fails
 //! to load names its error while the others keep serving, embeddings go
-//! to the named model, routes of the config run on their model, the
+//! to the named model, idle models keep no compute threads, routes of the
+//! config run on their model, the
 //! budget unloads the least recently used idle model, and loading and
 //! unloading many times leaks neither file descriptors nor memory.
 
@@ -143,6 +144,54 @@ async fn models_are_picked_by_name_loaded_on_first_use_and_listed() {
         ),
         0.0
     );
+    let (ok, _) = server.stop("-TERM");
+    assert!(ok);
+}
+
+/// Threads of a process named `name` (Linux: a thread's compute threads
+/// inherit its name).
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+/// libgomp counts the OpenMP compute threads of every thread that ever
+/// decoded, idle or not, and once the count passes the CPUs every lane's
+/// barriers stop spinning (src/local/worker.rs: SmolLM2 a quarter slower
+/// after the other model answered once). Once both models have answered
+/// and are idle, the server keeps their two idle workers and no compute
+/// threads. Without the busy period's own thread each model's compute
+/// thread stays for good (4 threads of that name, not 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_that_are_idle_keep_no_compute_threads() {
+    if !Path::new("/proc/self/task").exists() {
+        return;
+    }
+    let server = server(
+        &[arg("smol", smollm2()), arg("tiny", tiny_model())],
+        &["--keep-alive", "-1"],
+    );
+    let url = server.url.clone();
+    for model in ["smol", "tiny", "smol"] {
+        let (status, v) = chat(&url, model).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    // Wait for the clock: an idle lane's thread lingers a while first.
+    let until = std::time::Instant::now() + HANG;
+    loop {
+        let lane_threads = threads_named(server.pid(), "edgecloud-local");
+        if lane_threads == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{lane_threads} threads named edgecloud-local with both models idle, not their 2 workers"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (ok, _) = server.stop("-TERM");
     assert!(ok);
 }
