@@ -23,7 +23,9 @@
 //! each time a probe confirms the current arm (so on a steady machine
 //! probing costs well under 1%) and starts again short after a switch
 //! (shortest after a switch down that one abandoned step caused: a
-//! passing program is gone by then). More
+//! passing program is gone by then; for prompt steps, one a job in a lone
+//! lane, the step decoded again is the probe and the next one looks up).
+//! More
 //! threads are only tried while the steps are not contended (with no free
 //! core they would be the slowest steps of all), and a probe wins only by
 //! a clear margin, so noise does not flap the count.
@@ -159,6 +161,13 @@ const PROBE_STEPS: usize = 3;
 /// Steps between periodic probes just after a change, and at most.
 const BASE_INTERVAL: u32 = 48;
 const MAX_INTERVAL: u32 = 512;
+/// The same for prompt steps while they run on fewer threads than
+/// configured. A prompt step takes as long as 10-20 generation steps (128
+/// tokens: 60-120 ms against 6-12 ms on the 2-core VM) and a lone lane
+/// takes one a job, so generation's counts would keep a prompt arm that
+/// went down there for 48-512 jobs; these are about the same time.
+const PROMPT_LOOK_UP_INTERVAL: u32 = 4;
+const PROMPT_MAX_INTERVAL: u32 = 64;
 /// The current arm's figure over its reference by this factor is "load
 /// arrived": probe fewer threads at once.
 const SLOWDOWN: f64 = 1.4;
@@ -233,6 +242,9 @@ pub(crate) struct Governor {
 
 #[derive(Debug)]
 struct KindState {
+    kind: StepKind,
+    /// Index of the configured count in the ladder.
+    top: usize,
     /// Index into the ladder of the arm in use.
     current: usize,
     /// The current arm's recent steps.
@@ -262,6 +274,8 @@ struct Probe {
     arm: usize,
     /// The warm-up step has been taken.
     warmed: bool,
+    /// Steps it is judged on.
+    steps: usize,
     costs: Vec<f64>,
     /// Wins when the probe's mean is under `baseline` times this.
     margin: f64,
@@ -294,7 +308,9 @@ impl Governor {
         }
         ladder.reverse();
         let top = ladder.len() - 1;
-        let state = || KindState {
+        let state = |kind| KindState {
+            kind,
+            top,
             current: top,
             recent: VecDeque::with_capacity(WINDOW),
             reference: None,
@@ -308,7 +324,7 @@ impl Governor {
         Self {
             ladder,
             adaptive: policy == ThreadPolicy::Adaptive && top > 0,
-            kinds: [state(), state()],
+            kinds: [state(StepKind::Generate), state(StepKind::Prompt)],
         }
     }
 
@@ -405,7 +421,7 @@ impl Governor {
                     // already lost the probe.
                     probe.costs.push(f64::INFINITY);
                     s.conclude_probe();
-                } else if probe.costs.len() >= PROBE_STEPS {
+                } else if probe.costs.len() >= probe.steps {
                     s.conclude_probe();
                 }
             }
@@ -421,8 +437,18 @@ impl Governor {
             if s.current > 0 {
                 s.up_won = false;
                 s.start_probe(Direction::Down, step.cost, CONTENDED_WIN_MARGIN);
+                let few_steps = s.kind == StepKind::Prompt;
                 if let Some(p) = s.probe.as_mut() {
                     p.after_abandon = true;
+                    if few_steps {
+                        // A prompt step is long (several generation steps'
+                        // time) and a lone lane takes one a job: the step
+                        // decoded again with fewer threads is the probe
+                        // (going down wakes nothing), and the next one
+                        // looks up (`conclude_probe`).
+                        p.warmed = true;
+                        p.steps = 1;
+                    }
                 }
             }
             return;
@@ -487,6 +513,16 @@ impl KindState {
         mean(self.recent.iter().map(|f| f.cost))
     }
 
+    /// The periodic probes' first interval after a change, and the
+    /// longest, for the arm in use.
+    fn intervals(&self) -> (u32, u32) {
+        if self.kind == StepKind::Prompt && self.current < self.top {
+            (PROMPT_LOOK_UP_INTERVAL, PROMPT_MAX_INTERVAL)
+        } else {
+            (BASE_INTERVAL, MAX_INTERVAL)
+        }
+    }
+
     fn start_probe(&mut self, direction: Direction, baseline: f64, margin: f64) {
         let arm = match direction {
             Direction::Down => self.current - 1,
@@ -496,6 +532,7 @@ impl KindState {
         self.probe = Some(Probe {
             arm,
             warmed: false,
+            steps: PROBE_STEPS,
             costs: Vec::with_capacity(PROBE_STEPS),
             margin,
             baseline,
@@ -526,14 +563,28 @@ impl KindState {
                 .collect();
             self.reference = Some(theirs);
             self.interval = if went_down && probe.after_abandon {
-                AFTER_ABANDON_INTERVAL
+                AFTER_ABANDON_INTERVAL.min(self.intervals().0)
             } else {
-                BASE_INTERVAL
+                self.intervals().0
             };
             self.contention_gap = if went_up { CONTENTION_GAP } else { 1 };
+            if went_down && probe.after_abandon && self.kind == StepKind::Prompt {
+                // Look up at once: under a passing program the next prompt
+                // steps are the configured count's again, and under a load
+                // that stays the look up's first step is abandoned too and
+                // loses (the interval then grows as usual). Before, by the
+                // generation steps' rules (a probe of a warm-up and 3
+                // steps, 8 steps' wait, a look up of 4), one abandoned
+                // prompt step kept 12 prompt steps on one thread: 12 jobs
+                // of `vs_llama_bench`'s 15 (a pp128 job is one prompt
+                // step), where prompt speed read 0.52-0.56x llama-bench in
+                // 2 runs of 7.
+                self.start_probe(Direction::Up, theirs, UP_WIN_MARGIN);
+            }
         } else {
             self.reference = Some(ours);
-            self.interval = (self.interval * 2).clamp(BASE_INTERVAL, MAX_INTERVAL);
+            let (base, max) = self.intervals();
+            self.interval = (self.interval * 2).clamp(base, max);
             if went_down {
                 self.contention_gap = (self.contention_gap * 2).clamp(CONTENTION_GAP, MAX_INTERVAL);
             }
@@ -559,20 +610,30 @@ mod tests {
     /// Runs `steps` generation steps where a step with `n` threads costs
     /// `cost(n)`; returns how many steps used each thread count (index =
     /// threads).
-    fn drive(g: &mut Governor, steps: usize, mut cost: impl FnMut(usize) -> Step) -> Vec<usize> {
+    fn drive(g: &mut Governor, steps: usize, cost: impl FnMut(usize) -> Step) -> Vec<usize> {
+        drive_kind(g, StepKind::Generate, steps, cost)
+    }
+
+    /// `drive` for steps of `kind` (costs per unit).
+    fn drive_kind(
+        g: &mut Governor,
+        kind: StepKind,
+        steps: usize,
+        mut cost: impl FnMut(usize) -> Step,
+    ) -> Vec<usize> {
         let mut used = vec![0; 17];
         for _ in 0..steps {
-            let n = g.threads(StepKind::Generate);
+            let n = g.threads(kind);
             used[n] += 1;
             let (cost, wait_share) = cost(n);
-            let overran = g.budget(StepKind::Generate).is_some_and(|b| cost > b);
+            let overran = g.budget(kind).is_some_and(|b| cost > b);
             let cost = if overran {
-                g.budget(StepKind::Generate).unwrap()
+                g.budget(kind).unwrap()
             } else {
                 cost
             };
             g.record(
-                StepKind::Generate,
+                kind,
                 n,
                 StepFigure {
                     cost,
@@ -764,6 +825,92 @@ mod tests {
             assert_eq!(current(&g, StepKind::Generate), 2, "round {round}");
             drive(&mut g, 500, quiet);
         }
+    }
+
+    /// A lone lane's prompt steps: one a job, so a rule counted in steps
+    /// is counted in jobs. One prompt step abandoned for waiting (a program
+    /// that held a core through it) costs that step's decoding again on
+    /// one thread, and the next steps are two threads' again; a load that
+    /// stays still moves the prompt steps to one thread.
+    #[test]
+    fn one_abandoned_prompt_step_costs_one_step_on_fewer_threads() {
+        // Per token: two threads 0.4 ms, one 0.75 ms.
+        let quiet_prompt = |n: usize| (if n == 2 { 0.0004 } else { 0.00075 }, 0.0);
+        let abandoned = StepFigure {
+            cost: f64::INFINITY,
+            wait_share: 1.0,
+            overran: true,
+        };
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive_kind(&mut g, StepKind::Prompt, 30, quiet_prompt);
+        for round in 0..5 {
+            g.record(StepKind::Prompt, 2, abandoned);
+            let used = drive_kind(&mut g, StepKind::Prompt, 15, quiet_prompt);
+            assert_eq!(
+                used[1], 1,
+                "round {round}: one-thread prompt steps {used:?}"
+            );
+            assert_eq!(current(&g, StepKind::Prompt), 2, "round {round}");
+            drive_kind(&mut g, StepKind::Prompt, 30, quiet_prompt);
+        }
+
+        // A busy loop per core from the abandoned step on: every look up's
+        // first step is abandoned too, and the prompt steps stay on one.
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive_kind(&mut g, StepKind::Prompt, 30, quiet_prompt);
+        g.record(StepKind::Prompt, 2, abandoned);
+        let mut two_thread_steps = 0;
+        for _ in 0..40 {
+            let n = g.threads(StepKind::Prompt);
+            let figure = if n == 2 {
+                two_thread_steps += 1;
+                abandoned
+            } else {
+                StepFigure {
+                    cost: 0.0009,
+                    wait_share: 0.1,
+                    overran: false,
+                }
+            };
+            g.record(StepKind::Prompt, n, figure);
+        }
+        // Looks up after 1, then 4, 8, 16 steps (at least a window's
+        // samples apart), each abandoned at its first step.
+        assert!(
+            (1..=5).contains(&two_thread_steps),
+            "two-thread steps in 40 under load: {two_thread_steps}"
+        );
+        assert_eq!(current(&g, StepKind::Prompt), 1);
+    }
+
+    /// Prompt steps (one a job in a lone lane) that went to one thread
+    /// under a load come back within a few dozen jobs once it goes, even
+    /// after looks up lost all through the load; not after generation's
+    /// 512 steps.
+    #[test]
+    fn prompt_steps_come_back_within_a_few_dozen_steps_when_the_load_goes() {
+        let quiet_prompt = |n: usize| (if n == 2 { 0.0004 } else { 0.00075 }, 0.0);
+        // One busy loop on two cores: one thread has a core to itself.
+        let loaded_prompt = |n: usize| {
+            if n == 2 {
+                (0.0016, 0.5)
+            } else {
+                (0.0009, 0.1)
+            }
+        };
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        drive_kind(&mut g, StepKind::Prompt, 20, quiet_prompt);
+        let used = drive_kind(&mut g, StepKind::Prompt, 1_000, loaded_prompt);
+        assert_eq!(current(&g, StepKind::Prompt), 1);
+        assert!(
+            used[2] <= 1_000 / 10,
+            "two-thread prompt steps under load: {used:?}"
+        );
+        // The longest prompt interval (64), a probe's warm-up and steps,
+        // and a window's samples after the load: 80 steps.
+        let back = 80;
+        drive_kind(&mut g, StepKind::Prompt, back, quiet_prompt);
+        assert_eq!(current(&g, StepKind::Prompt), 2);
     }
 
     #[test]
