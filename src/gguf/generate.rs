@@ -41,6 +41,12 @@ pub enum Preset {
     /// named in the GGUF, no output head and no chat template; all F32,
     /// about 0.6 MB.
     TinyBert,
+    /// An embedding model of llama.cpp's `nomic-bert` architecture (what
+    /// nomic-embed-text is): `tiny-bert`'s sizes, but rotary positions
+    /// instead of learned ones, fused Q/K/V projections without biases and
+    /// a SwiGLU feed-forward (gate, up, down) without biases, as the real
+    /// files hold them; `mean` pooling named in the GGUF; about 0.5 MB.
+    TinyNomicBert,
 }
 
 impl Preset {
@@ -51,12 +57,13 @@ impl Preset {
             Preset::Bench135m => "bench-135m",
             Preset::Bench135mVocab262k => "bench-135m-262k",
             Preset::TinyBert => "tiny-bert",
+            Preset::TinyNomicBert => "tiny-nomic-bert",
         }
     }
 
     fn shape(self) -> Shape {
         match self {
-            Preset::Tiny | Preset::TinyBert => Shape {
+            Preset::Tiny | Preset::TinyBert | Preset::TinyNomicBert => Shape {
                 n_embd: 64,
                 n_layer: 2,
                 n_head: 4,
@@ -94,11 +101,11 @@ impl fmt::Display for Preset {
     }
 }
 
-/// A preset name that is not `tiny`, `bench-135m`, `bench-135m-262k` or
-/// `tiny-bert`.
+/// A preset name that is not `tiny`, `bench-135m`, `bench-135m-262k`,
+/// `tiny-bert` or `tiny-nomic-bert`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "unknown model preset {0:?} (expected \"tiny\", \"bench-135m\", \"bench-135m-262k\" or \"tiny-bert\")"
+    "unknown model preset {0:?} (expected \"tiny\", \"bench-135m\", \"bench-135m-262k\", \"tiny-bert\" or \"tiny-nomic-bert\")"
 )]
 pub struct UnknownPreset(String);
 
@@ -111,6 +118,7 @@ impl FromStr for Preset {
             "bench-135m" => Ok(Preset::Bench135m),
             "bench-135m-262k" => Ok(Preset::Bench135mVocab262k),
             "tiny-bert" => Ok(Preset::TinyBert),
+            "tiny-nomic-bert" => Ok(Preset::TinyNomicBert),
             other => Err(UnknownPreset(other.to_string())),
         }
     }
@@ -219,7 +227,7 @@ fn write_tweaked_to<W: Write>(
     seed: u64,
     tweaks: &[Tweak],
 ) -> io::Result<()> {
-    if preset == Preset::TinyBert {
+    if matches!(preset, Preset::TinyBert | Preset::TinyNomicBert) {
         if !tweaks.is_empty() {
             return Err(invalid_tweak(
                 "tweaks apply to the llama presets only".to_string(),
@@ -380,14 +388,35 @@ fn write_tweaked_to<W: Write>(
 /// (tensor names and shapes from its `load_arch_tensors`): token, token
 /// type and position embeddings with a layer norm, then per layer Q/K/V
 /// and output projections with biases, a post-attention layer norm, a GELU
-/// feed-forward with biases and a post-FFN layer norm.
+/// feed-forward with biases and a post-FFN layer norm. `nomic-bert`
+/// (`llama_model_nomic_bert`): no position embeddings (rotary), one fused
+/// Q/K/V projection and the output projection without biases, a SwiGLU
+/// feed-forward (gate, up, down) without biases, the same layer norms.
 fn write_bert_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result<()> {
     let s = preset.shape();
+    let nomic = preset == Preset::TinyNomicBert;
+    let arch = if nomic { "nomic-bert" } else { "bert" };
     let n_ctx = 512u64;
     let vocab = vocab::build(s.n_vocab as usize);
     let u32v = |v: u64| Value::U32(u32::try_from(v).expect("preset dimensions fit in u32"));
+    let key = |name: &str| format!("{arch}.{name}");
+    let mut arch_metadata: Vec<(String, Value)> = vec![
+        (key("context_length"), u32v(n_ctx)),
+        (key("embedding_length"), u32v(s.n_embd)),
+        (key("block_count"), u32v(s.n_layer)),
+        (key("feed_forward_length"), u32v(s.n_ff)),
+        (key("attention.head_count"), u32v(s.n_head)),
+        (key("attention.layer_norm_epsilon"), Value::F32(1e-12)),
+        (key("attention.causal"), Value::Bool(false)),
+        // llama.cpp's LLAMA_POOLING_TYPE_CLS (bert, as bge-small) and
+        // LLAMA_POOLING_TYPE_MEAN (nomic-bert, as nomic-embed-text).
+        (key("pooling_type"), Value::U32(if nomic { 1 } else { 2 })),
+    ];
+    if nomic {
+        arch_metadata.push((key("rope.freq_base"), Value::F32(1000.0)));
+    }
     let mut metadata: Vec<(&str, Value)> = vec![
-        ("general.architecture", Value::Str("bert".into())),
+        ("general.architecture", Value::Str(arch.into())),
         (
             "general.name",
             Value::Str(format!("edgecloud {preset} (random weights)")),
@@ -397,16 +426,8 @@ fn write_bert_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result
             Value::U32(format::DEFAULT_ALIGNMENT as u32),
         ),
         ("general.file_type", Value::U32(0)),
-        ("bert.context_length", u32v(n_ctx)),
-        ("bert.embedding_length", u32v(s.n_embd)),
-        ("bert.block_count", u32v(s.n_layer)),
-        ("bert.feed_forward_length", u32v(s.n_ff)),
-        ("bert.attention.head_count", u32v(s.n_head)),
-        ("bert.attention.layer_norm_epsilon", Value::F32(1e-12)),
-        ("bert.attention.causal", Value::Bool(false)),
-        // llama.cpp's LLAMA_POOLING_TYPE_CLS.
-        ("bert.pooling_type", Value::U32(2)),
     ];
+    metadata.extend(arch_metadata.iter().map(|(k, v)| (k.as_str(), v.clone())));
     metadata.extend(tokenizer_metadata(vocab));
     metadata.extend([
         ("tokenizer.ggml.token_type_count", Value::U32(2)),
@@ -431,21 +452,34 @@ fn write_bert_to<W: Write>(out: &mut W, preset: Preset, seed: u64) -> io::Result
     let mut tensors = vec![
         t("token_embd.weight".into(), vec![e, s.n_vocab]),
         t("token_types.weight".into(), vec![e, 2]),
-        t("position_embd.weight".into(), vec![e, n_ctx]),
-        t("token_embd_norm.weight".into(), vec![e]),
-        t("token_embd_norm.bias".into(), vec![e]),
     ];
+    if !nomic {
+        tensors.push(t("position_embd.weight".into(), vec![e, n_ctx]));
+    }
+    tensors.push(t("token_embd_norm.weight".into(), vec![e]));
+    tensors.push(t("token_embd_norm.bias".into(), vec![e]));
     for i in 0..s.n_layer {
-        for part in ["attn_q", "attn_k", "attn_v", "attn_output"] {
-            tensors.push(t(format!("blk.{i}.{part}.weight"), vec![e, e]));
-            tensors.push(t(format!("blk.{i}.{part}.bias"), vec![e]));
+        if nomic {
+            tensors.push(t(format!("blk.{i}.attn_qkv.weight"), vec![e, 3 * e]));
+            tensors.push(t(format!("blk.{i}.attn_output.weight"), vec![e, e]));
+        } else {
+            for part in ["attn_q", "attn_k", "attn_v", "attn_output"] {
+                tensors.push(t(format!("blk.{i}.{part}.weight"), vec![e, e]));
+                tensors.push(t(format!("blk.{i}.{part}.bias"), vec![e]));
+            }
         }
         tensors.push(t(format!("blk.{i}.attn_output_norm.weight"), vec![e]));
         tensors.push(t(format!("blk.{i}.attn_output_norm.bias"), vec![e]));
         tensors.push(t(format!("blk.{i}.ffn_up.weight"), vec![e, f]));
-        tensors.push(t(format!("blk.{i}.ffn_up.bias"), vec![f]));
+        if nomic {
+            tensors.push(t(format!("blk.{i}.ffn_gate.weight"), vec![e, f]));
+        } else {
+            tensors.push(t(format!("blk.{i}.ffn_up.bias"), vec![f]));
+        }
         tensors.push(t(format!("blk.{i}.ffn_down.weight"), vec![f, e]));
-        tensors.push(t(format!("blk.{i}.ffn_down.bias"), vec![e]));
+        if !nomic {
+            tensors.push(t(format!("blk.{i}.ffn_down.bias"), vec![e]));
+        }
         tensors.push(t(format!("blk.{i}.layer_output_norm.weight"), vec![e]));
         tensors.push(t(format!("blk.{i}.layer_output_norm.bias"), vec![e]));
     }

@@ -293,15 +293,35 @@ fn a_bert_model_loads_as_a_model_of_its_own_and_embeds() {
     // A generated random-weight GGUF of llama.cpp's `bert` architecture
     // (no model hub here): bidirectional attention, `cls` pooling named in
     // the file, no output head.
-    let path = fresh_path("tiny-bert.gguf");
-    write_model(&path, Preset::TinyBert, 7).unwrap();
+    an_embedding_model_loads_as_a_model_of_its_own(Preset::TinyBert, "bert", Pooling::Cls);
+}
+
+#[test]
+fn a_nomic_bert_model_loads_as_a_model_of_its_own_and_embeds() {
+    // `nomic-bert` (nomic-embed-text's architecture), generated: rotary
+    // positions, fused Q/K/V, a SwiGLU feed-forward, `mean` pooling named
+    // in the file.
+    an_embedding_model_loads_as_a_model_of_its_own(
+        Preset::TinyNomicBert,
+        "nomic-bert",
+        Pooling::Mean,
+    );
+}
+
+fn an_embedding_model_loads_as_a_model_of_its_own(
+    preset: Preset,
+    architecture: &str,
+    pooling: Pooling,
+) {
+    let path = fresh_path(&format!("{preset}.gguf"));
+    write_model(&path, preset, 7).unwrap();
     let lane = LocalLane::start(LocalConfig {
         threads: Some(2),
         ..LocalConfig::new(&path)
     })
-    .expect("a bert model loads");
+    .expect("an embedding model loads");
     let info = lane.embedding_info();
-    assert_eq!(info.pooling, Pooling::Cls);
+    assert_eq!(info.pooling, pooling);
     assert_eq!(info.pooling_source, "model");
     assert_eq!(info.dimensions, 64);
     let items = ["The harbour at dawn.", "Quarterly revenue grew."];
@@ -311,8 +331,8 @@ fn a_bert_model_loads_as_a_model_of_its_own_and_embeds() {
         assert_eq!(v.len(), 64);
         assert!((norm(v) - 1.0).abs() < 1e-5);
     }
-    // Random weights: `[CLS]`'s vector moves little with the text, but
-    // it does move (attention is bidirectional).
+    // Random weights: the pooled vector moves little with the text, but
+    // it does move.
     assert_ne!(first.vectors[0], first.vectors[1]);
     let again = lane.embed(texts(&items)).unwrap();
     assert_eq!(again.vectors, first.vectors, "deterministic");
@@ -330,7 +350,7 @@ fn a_bert_model_loads_as_a_model_of_its_own_and_embeds() {
         ))
         .unwrap_err();
     assert!(
-        matches!(err, LocalError::NotGenerative { ref architecture } if architecture == "bert"),
+        matches!(err, LocalError::NotGenerative { architecture: ref a } if a == architecture),
         "{err}"
     );
     assert_eq!(err.kind(), "cannot_generate");

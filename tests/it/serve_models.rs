@@ -148,6 +148,44 @@ async fn models_are_picked_by_name_loaded_on_first_use_and_listed() {
     assert!(ok);
 }
 
+/// A retrieval app's pair in one server: a chat model and an embedding
+/// model of llama.cpp's `nomic-bert` architecture (nomic-embed-text's,
+/// generated with random weights), each a model of its own by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_model_and_a_nomic_bert_embedding_model_serve_side_by_side() {
+    let nomic = crate::support::models::fresh_path("serve-tiny-nomic-bert.gguf");
+    edgecloud::gguf::write_model(&nomic, edgecloud::gguf::Preset::TinyNomicBert, 5).unwrap();
+    let server = server(
+        &[arg("chat", smollm2()), arg("embed", &nomic)],
+        &["--keep-alive", "-1"],
+    );
+    let url = server.url.clone();
+    let body = json!({"model": "embed", "input": ["a harbour at dawn", "revenue grew"]});
+    let (status, _, text) = post_to(&url, "/embeddings", body, &[]).await;
+    assert_eq!(status, 200, "{text}");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    let vector = |i: usize| -> Vec<f64> {
+        out["data"][i]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (a, b) = (vector(0), vector(1));
+    assert_eq!(a.len(), 64, "the generated model's width");
+    let norm = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "normalised as OpenAI's: {norm}");
+    assert_ne!(a, b);
+    let (status, v) = chat(&url, "chat").await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = chat(&url, "embed").await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(health_of(&url, "embed").await["loaded"], true);
+    let (ok, _) = server.stop("-TERM");
+    assert!(ok);
+}
+
 /// Threads of a process named `name` (Linux: a thread's compute threads
 /// inherit its name).
 fn threads_named(pid: u32, name: &str) -> usize {
