@@ -311,6 +311,11 @@ pub struct LocalInfo {
     pub gpu_layers: u32,
     /// Model parameters, as llama.cpp counts them.
     pub parameters: u64,
+    /// What the lane holds in memory, about: the weights llama.cpp loaded
+    /// and its context's KV cache (K and V in f16 for every sequence's
+    /// stream of `context_size` cells, none for an encoder), the draft
+    /// model's too; not the compute buffers (tens of MB).
+    pub memory_bytes: u64,
     /// How the chat is turned into a prompt: `model` (its own
     /// `tokenizer.chat_template`), `configured` (the override), `NAME (by
     /// architecture)` (e.g. `gemma (by architecture)`), `NAME (by

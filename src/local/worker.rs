@@ -221,6 +221,10 @@ fn run_worker(
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),
+        memory_bytes: memory_bytes(&model, context_size, sequences * samples_of(&config))
+            + draft_model
+                .as_ref()
+                .map_or(0, |m| memory_bytes(m, context_size, 1)),
         chat_template,
         tool_calls,
         probe: super::probe::ProbeReport::not_run(),
@@ -445,6 +449,21 @@ fn draft_context<'m>(
             context_size,
             detail: format!("the draft model's context: {err}"),
         })
+}
+
+/// What a model and its context hold, about: the weights llama.cpp
+/// loaded, and a KV cache of `streams` streams of `context_size` cells
+/// (llama.cpp rounds a stream up to 256 cells), K and V in f16 per layer
+/// (none for an encoder: llama.cpp makes it no cache).
+fn memory_bytes(model: &LlamaModel, context_size: u32, streams: usize) -> u64 {
+    let weights = model.size();
+    if super::embedding::embedding_only(model).is_some() {
+        return weights;
+    }
+    let head_dim = u64::try_from(model.n_embd()).unwrap_or(0) / u64::from(model.n_head().max(1));
+    let per_cell_and_layer = 2 * u64::from(model.n_head_kv()) * head_dim * 2;
+    let cells = u64::from(context_size).div_ceil(256) * 256 * streams as u64;
+    weights + u64::from(model.n_layer()) * cells * per_cell_and_layer
 }
 
 /// Sequence ids per lane: [`LocalConfig::max_samples`] within its bounds.

@@ -146,7 +146,8 @@ pub(crate) struct ModelState {
     pub(crate) name: String,
     pub(crate) loaded: bool,
     pub(crate) loading: bool,
-    /// What it holds in memory when loaded: the model file's size.
+    /// What it holds in memory when loaded: the weights and the KV cache
+    /// of its lanes' context, about ([`crate::local::LocalInfo::memory_bytes`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) memory_bytes: Option<u64>,
     /// Runs and embeddings requests holding it now.

@@ -604,7 +604,7 @@ const FAMILIES: &[Family] = &[
     family(
         "edgecloud_model_memory_bytes",
         GAUGE,
-        "What the loaded model holds: its file's size (0 when unloaded).",
+        "What the loaded model holds, about: its weights and KV cache (0 when unloaded).",
         Samples::PerModel(|m| m.memory_bytes.unwrap_or(0).to_string()),
     ),
     family(

@@ -179,7 +179,8 @@ pub(crate) type Release = Box<dyn FnOnce() + Send + Sync>;
 
 /// What builds a model's engine from its name.
 pub(crate) trait Loader: Send + Sync + 'static {
-    /// What the model will hold once loaded (its file's size), for the
+    /// What the model will hold once loaded (its file's size: the KV cache
+    /// is known once it is loaded), for the
     /// byte budget before it is loaded.
     fn memory_estimate(&self, name: &str) -> u64;
     /// Loads it (seconds, perhaps: never on the runtime's own threads).

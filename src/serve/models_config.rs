@@ -59,7 +59,8 @@ impl LoadedModel {
         self
     }
 
-    /// What it holds in memory (its file's size), for `/health`, metrics
+    /// What it holds in memory (its weights and KV cache; 0: the file's
+    /// size), for `/health`, metrics
     /// and the byte budget.
     pub fn memory_bytes(mut self, bytes: u64) -> Self {
         self.memory_bytes = bytes;

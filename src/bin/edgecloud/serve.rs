@@ -525,7 +525,13 @@ fn models_of(
                 }
             }
         }
-        let mut model = LoadedModel::new(harness).memory_bytes(size);
+        // Weights and KV cache once loaded (the file's size before).
+        let memory = embedder
+            .as_ref()
+            .map(|lane| lane.info().memory_bytes)
+            .filter(|&b| b > 0)
+            .unwrap_or(size);
+        let mut model = LoadedModel::new(harness).memory_bytes(memory);
         if let Some(lane) = embedder {
             model = model.embeddings(lane);
         }
