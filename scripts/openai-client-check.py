@@ -246,7 +246,8 @@ def main():
     model = args.model
     if model is None:
         cache = os.path.join(target, "models")
-        model = subprocess.run([args.bin, "model", "fetch", "--dir", cache], check=True,
+        model = subprocess.run([args.bin, "model", "fetch", "smollm2-135m-instruct", "--dir", cache],
+                               check=True,
                                capture_output=True, text=True).stdout.strip()
     print(f"openai-client-check: openai {openai.__version__}, model {model}")
     proc, url = start_server(args.bin, model)
