@@ -433,6 +433,11 @@ impl<'m> Engine<'m> {
         if !self.start_hint_taken && self.governor.is_fresh() {
             self.start_hint_taken = true;
             if let Some(free) = crate::sched::free_cores() {
+                tracing::debug!(
+                    target: "edgecloud::local::threads",
+                    free,
+                    "the lane's first step: cores no other program runs on"
+                );
                 self.governor.start_on(free);
             }
         }
