@@ -62,6 +62,9 @@ pub(crate) struct AbortSignal {
     watch_from_wait_ns: AtomicU64,
     watch_from_ns: AtomicU64,
     watch_checked_ns: AtomicU64,
+    /// The wait the watched step must pass ([`WATCH_MIN_WAIT`], or
+    /// [`FIRST_STEP_MIN_WAIT`]).
+    watch_min_wait_ns: AtomicU64,
     /// The watch stopped the step.
     contended: AtomicBool,
 }
@@ -105,6 +108,13 @@ const WATCH_POLL_INTERVAL: Duration = Duration::from_millis(1);
 /// A watched step is stopped once the decode thread has waited for a CPU
 /// this long in it ...
 const WATCH_MIN_WAIT: Duration = Duration::from_millis(3);
+/// ... this long in the first step on a newly bound decode thread, which
+/// starts llama.cpp's compute threads: a new thread may first run on the
+/// decode thread's CPU (measured on the quiet 2-core VM: 3 ms of wait in
+/// the first 13 ms of a fresh process's first prompt step, in 4 of 8 runs,
+/// each then decoded again on one thread at half speed), while a step
+/// that collapses under other programs waits far longer ...
+const FIRST_STEP_MIN_WAIT: Duration = Duration::from_millis(15);
 /// ... and for more than this share of the step so far (a passing blip in
 /// a long quiet step is neither).
 const WATCH_SHARE: f64 = 0.25;
@@ -122,6 +132,7 @@ impl Default for AbortSignal {
             watch_from_wait_ns: AtomicU64::new(0),
             watch_from_ns: AtomicU64::new(0),
             watch_checked_ns: AtomicU64::new(0),
+            watch_min_wait_ns: AtomicU64::new(0),
             contended: AtomicBool::new(false),
         }
     }
@@ -158,12 +169,9 @@ impl AbortSignal {
     /// `watch_contention`, once the decode thread has waited for a CPU for
     /// a good part of the step (a step with more threads than the fewest
     /// that other programs' work makes wait: it is abandoned and decoded
-    /// again with fewer threads, see [`Self::stopped_by_contention`]).
-    /// The first step on a newly bound thread is not watched: it starts
-    /// llama.cpp's compute threads, and a new thread may first run on the
-    /// decode thread's CPU (measured on the quiet 2-core VM: 3 ms of wait in
-    /// the first 13 ms of a fresh process's first prompt step, in 4 of 8
-    /// runs, each then decoded again on one thread at half speed).
+    /// again with fewer threads, see [`Self::stopped_by_contention`]; the
+    /// first step on a newly bound thread only for a longer wait,
+    /// [`FIRST_STEP_MIN_WAIT`]).
     pub(crate) fn arm<'a>(
         &self,
         jobs: impl IntoIterator<Item = (&'a CancellationToken, Instant)>,
@@ -171,15 +179,20 @@ impl AbortSignal {
         watch_contention: bool,
     ) {
         let first_on_thread = self.fresh_thread.swap(false, Ordering::Relaxed);
-        let waited = self
-            .waited_ns()
-            .filter(|_| watch_contention && !first_on_thread);
+        let waited = self.waited_ns().filter(|_| watch_contention);
         self.contended.store(false, Ordering::Relaxed);
         if let Some(waited) = waited {
             let now = self.nanos(Instant::now());
             self.watch_from_wait_ns.store(waited, Ordering::Relaxed);
             self.watch_from_ns.store(now, Ordering::Relaxed);
             self.watch_checked_ns.store(now, Ordering::Relaxed);
+            let min_wait = if first_on_thread {
+                FIRST_STEP_MIN_WAIT
+            } else {
+                WATCH_MIN_WAIT
+            };
+            self.watch_min_wait_ns
+                .store(min_wait.as_nanos() as u64, Ordering::Relaxed);
         }
         self.watch.store(waited.is_some(), Ordering::Release);
         let mut earliest: Option<Instant> = budget;
@@ -248,15 +261,18 @@ impl AbortSignal {
         };
         let waited = waited.saturating_sub(self.watch_from_wait_ns.load(Ordering::Relaxed));
         let elapsed = now.saturating_sub(self.watch_from_ns.load(Ordering::Relaxed));
-        contention_over(waited, elapsed)
+        contention_over(
+            waited,
+            elapsed,
+            self.watch_min_wait_ns.load(Ordering::Relaxed),
+        )
     }
 }
 
 /// Whether `waited_ns` of run-queue wait in a step `elapsed_ns` old stops
 /// it: long (a blip is not contention) and a large share of the step.
-fn contention_over(waited_ns: u64, elapsed_ns: u64) -> bool {
-    waited_ns > WATCH_MIN_WAIT.as_nanos() as u64
-        && waited_ns as f64 > elapsed_ns as f64 * WATCH_SHARE
+fn contention_over(waited_ns: u64, elapsed_ns: u64, min_wait_ns: u64) -> bool {
+    waited_ns > min_wait_ns && waited_ns as f64 > elapsed_ns as f64 * WATCH_SHARE
 }
 
 unsafe extern "C" fn abort_trampoline(data: *mut c_void) -> bool {
@@ -584,17 +600,24 @@ mod tests {
     #[test]
     fn a_watched_step_stops_when_the_wait_is_both_long_and_large() {
         let ms = |n: u64| n * 1_000_000;
+        let min = WATCH_MIN_WAIT.as_nanos() as u64;
         assert!(
-            !contention_over(ms(2), ms(4)),
+            !contention_over(ms(2), ms(4), min),
             "2 ms is a blip, however large"
         );
-        assert!(contention_over(ms(4), ms(8)));
-        assert!(!contention_over(ms(4), ms(400)), "1% of a long step");
-        assert!(contention_over(ms(120), ms(400)));
+        assert!(contention_over(ms(4), ms(8), min));
+        assert!(!contention_over(ms(4), ms(400), min), "1% of a long step");
+        assert!(contention_over(ms(120), ms(400), min));
+        let first = FIRST_STEP_MIN_WAIT.as_nanos() as u64;
+        assert!(
+            !contention_over(ms(4), ms(13), first),
+            "a fresh thread's start"
+        );
+        assert!(contention_over(ms(40), ms(80), first), "a collapse");
     }
 
     #[test]
-    fn the_first_step_on_a_newly_bound_thread_is_not_watched() {
+    fn the_first_step_on_a_newly_bound_thread_needs_a_longer_wait() {
         let signal = AbortSignal::default();
         let token = CancellationToken::new();
         let far = Instant::now() + Duration::from_secs(3600);
@@ -602,16 +625,20 @@ mod tests {
         if signal.waited_ns().is_none() {
             return; // no run-queue figure on this kernel: nothing is watched
         }
+        let min_wait = |s: &AbortSignal| {
+            assert!(s.watch.load(Ordering::Relaxed), "watched");
+            Duration::from_nanos(s.watch_min_wait_ns.load(Ordering::Relaxed))
+        };
         signal.arm([(&token, far)], None, true);
-        assert!(!signal.watch.load(Ordering::Relaxed), "the first step");
+        assert_eq!(min_wait(&signal), FIRST_STEP_MIN_WAIT, "the first step");
         signal.disarm();
         signal.arm([(&token, far)], None, true);
-        assert!(signal.watch.load(Ordering::Relaxed), "the second step");
+        assert_eq!(min_wait(&signal), WATCH_MIN_WAIT, "the second step");
         signal.disarm();
         // A busy period's new thread binds again.
         signal.bind_decode_thread();
         signal.arm([(&token, far)], None, true);
-        assert!(!signal.watch.load(Ordering::Relaxed));
+        assert_eq!(min_wait(&signal), FIRST_STEP_MIN_WAIT);
         signal.disarm();
     }
 
