@@ -285,6 +285,8 @@ struct Probe {
     baseline: f64,
     /// An abandoned step started it: if it wins, look up again soon.
     after_abandon: bool,
+    /// ... at once (an abandoned prompt step's probe).
+    look_up_at_once: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -448,6 +450,7 @@ impl Governor {
                         // looks up (`conclude_probe`).
                         p.warmed = true;
                         p.steps = 1;
+                        p.look_up_at_once = true;
                     }
                 }
             }
@@ -537,6 +540,7 @@ impl KindState {
             margin,
             baseline,
             after_abandon: false,
+            look_up_at_once: false,
         });
     }
 
@@ -568,7 +572,7 @@ impl KindState {
                 self.intervals().0
             };
             self.contention_gap = if went_up { CONTENTION_GAP } else { 1 };
-            if went_down && probe.after_abandon && self.kind == StepKind::Prompt {
+            if went_down && probe.look_up_at_once {
                 // Look up at once: under a passing program the next prompt
                 // steps are the configured count's again, and under a load
                 // that stays the look up's first step is abandoned too and
