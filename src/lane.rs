@@ -198,10 +198,21 @@ pub type TokenSink = Box<dyn FnMut(&str) + Send + 'static>;
 /// samples it (see [`LaneJob::on_logprob`]).
 pub type LogprobSink = Box<dyn FnMut(f32) + Send + 'static>;
 
-/// Receives the mean log-probability of the prompt's own tokens once the
-/// prompt pass is done, before the first answer token (see
+/// Receives what the lane knows of the prompt before it generates (see
 /// [`LaneJob::on_prompt_score`]).
-pub type PromptScoreSink = Box<dyn FnOnce(f32) + Send + 'static>;
+pub type PromptScoreSink = Box<dyn FnOnce(PromptScore) + Send + 'static>;
+
+/// What a lane reports of a prompt before it generates: what a two-stage
+/// cascade's first stage reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PromptScore {
+    /// The prompt's length in tokens, chat template applied.
+    pub tokens: u32,
+    /// The mean log-probability of the prompt's own tokens, for a job
+    /// that scored its prompt ([`Sampling::score_prompt`]); `None`: the
+    /// report came before the prompt pass.
+    pub logprob: Option<f32>,
+}
 
 /// One request for one lane: what to generate, and until when.
 pub struct LaneJob {
@@ -222,12 +233,13 @@ pub struct LaneJob {
     /// does the local lane for a consensus job (its answer is known only
     /// at the end).
     pub on_logprob: Option<LogprobSink>,
-    /// Optional sink for the prompt's mean token log-probability
-    /// ([`Sampling::score_prompt`]), called once when the prompt pass is
-    /// done and before the first answer token is sampled: how a two-stage
-    /// cascade routes before the local lane generates. Only a lane that
-    /// scores prompts (the local lane, when `score_prompt` is set and the
-    /// prompt has two tokens or more) calls it.
+    /// Optional sink for what the lane knows of the prompt, called once
+    /// before the first answer token: how a two-stage cascade routes
+    /// before the local lane generates. Only the local lane calls it: for
+    /// a job with [`Sampling::score_prompt`], when the prompt pass is done
+    /// (with the prompt's mean token log-probability, for a prompt of two
+    /// tokens or more); otherwise as soon as the prompt is tokenized,
+    /// before any of it is decoded (its length only).
     pub on_prompt_score: Option<PromptScoreSink>,
     /// The lane's admission slot, if the caller holds one. The lane drops it
     /// when the work really ends (on every path) and *before* it hands back
@@ -284,7 +296,10 @@ impl LaneJob {
     }
 
     /// Sets the prompt-score sink; see [`LaneJob::on_prompt_score`].
-    pub fn with_prompt_score_sink(mut self, sink: impl FnOnce(f32) + Send + 'static) -> Self {
+    pub fn with_prompt_score_sink(
+        mut self,
+        sink: impl FnOnce(PromptScore) + Send + 'static,
+    ) -> Self {
         self.on_prompt_score = Some(Box::new(sink));
         self
     }

@@ -281,6 +281,13 @@ pub fn pair_items(
             }
         }
         let lane = l.lane(Lane::Local);
+        // Records written before `prompt_brevity` existed: from the
+        // lane's prompt length (the same count).
+        if let Some(t) = lane.and_then(|x| x.prompt_tokens) {
+            signals
+                .entry(Signal::PromptBrevity)
+                .or_insert(Signal::brevity(t));
+        }
         let answer_tokens = lane.and_then(|x| x.completion_tokens);
         items.push(PairedItem {
             item: l.item.clone(),
@@ -340,7 +347,9 @@ pub fn calibrate(
         .map(|s| curve(&items, s))
         .filter(|c| c.missing < items.len())
         .collect();
-    if curves.is_empty() {
+    // Every local answer has a prompt length; a cascade needs a signal of
+    // the answer itself.
+    if curves.iter().all(|c| c.signal.is_prompt_only()) {
         return Err(BenchError::InvalidSettings {
             reason: "the local-only runs carry no confidence signals (a local lane with \
                      log-probabilities is needed)"
@@ -376,8 +385,18 @@ pub fn calibrate(
     };
     let judged = fresh.as_ref().unwrap_or(&cv);
     let apgr_of = |s: Signal| judged.signal(s).and_then(|h| h.apgr).unwrap_or(f64::MIN);
+    // The cascade reads an answer signal; the prompt-only ones route in the
+    // two-stage fit below.
     let pick =
         match signal {
+            Some(s) if s.is_prompt_only() => {
+                return Err(BenchError::InvalidSettings {
+                    reason: format!(
+                        "`{s}` reads the prompt, not the answer: its route is the two-stage one \
+                     (the report's \"Two-stage routing\"); --signal names an answer signal"
+                    ),
+                })
+            }
             Some(s) => curves.iter().find(|c| c.signal == s).ok_or_else(|| {
                 BenchError::InvalidSettings {
                     reason: format!("the local-only runs carry no `{s}` values"),
@@ -385,6 +404,7 @@ pub fn calibrate(
             })?,
             None => curves
                 .iter()
+                .filter(|c| !c.signal.is_prompt_only())
                 .reduce(|best, c| {
                     if apgr_of(c.signal) > apgr_of(best.signal) + 1e-12 {
                         c
@@ -392,26 +412,16 @@ pub fn calibrate(
                         best
                     }
                 })
-                .expect("curves is not empty"),
+                .expect("an answer signal's curve (checked above)"),
         };
     let choice = choose(pick, target);
     let (weak, strong) = (
         mean(items.iter().map(|i| i.local_correct)),
         mean(items.iter().map(|i| i.cloud_correct)),
     );
-    // The second stage: the chosen signal when it reads the answer, else
-    // the answer signal routing best held out.
-    let answer_signal = Some(pick.signal)
-        .filter(|s| !s.is_prompt_only())
-        .or_else(|| {
-            curves
-                .iter()
-                .filter(|c| !c.signal.is_prompt_only())
-                .max_by(|a, b| apgr_of(a.signal).total_cmp(&apgr_of(b.signal)))
-                .map(|c| c.signal)
-        });
-    let two_stage = match (target_accuracy(target, weak, strong), answer_signal) {
-        (Some(acc), Some(answer)) => signals
+    // The second stage reads the cascade's signal.
+    let two_stage = match target_accuracy(target, weak, strong) {
+        Some(acc) => signals
             .iter()
             .filter(|s| s.is_prompt_only())
             .map(|&p| {
@@ -419,14 +429,14 @@ pub fn calibrate(
                     &items,
                     fresh_paired.as_deref(),
                     p,
-                    answer,
+                    pick.signal,
                     acc,
                     held_out.resamples,
                     held_out.seed,
                 )
             })
             .collect(),
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     let mut c = Calibration {
         deadline_ms: deadline,
@@ -449,6 +459,15 @@ pub fn calibrate(
             (
                 Signal::PromptNeighbours,
                 items.iter().filter_map(|i| i.embed_ms).collect(),
+            ),
+            // A prompt's length is known from its tokens: no model work.
+            (
+                Signal::PromptBrevity,
+                items
+                    .iter()
+                    .filter(|i| i.signals.contains_key(&Signal::PromptBrevity))
+                    .map(|_| 0.0)
+                    .collect(),
             ),
         ]
         .into_iter()
@@ -590,7 +609,7 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
     let _ = writeln!(
         md,
         "| signal | unit | items without it | CPT(50%) in sample | CPT(50%) held out | \
-         CPT(80%) in sample | CPT(80%) held out | APGR in sample | APGR held out |"
+         CPT(80%) in sample | CPT(80%) held out | APGR in sample | APGR held out (95% CI) |"
     );
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for k in &c.curves {
@@ -606,7 +625,10 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
             opt_pct(k.cpt80),
             opt_pct(h.and_then(|h| h.cpt80)),
             apgr_cell(k.apgr),
-            apgr_cell(h.and_then(|h| h.apgr)),
+            match (h.and_then(|h| h.apgr), h.and_then(|h| h.apgr_ci)) {
+                (Some(a), Some(ci)) => format!("{a:.3} ({:.3}–{:.3})", ci.low, ci.high),
+                (a, _) => apgr_cell(a),
+            },
         );
     }
     let gap = c.cloud_accuracy - c.local_accuracy;
@@ -829,11 +851,14 @@ fn render_cost(md: &mut String, c: &Calibration, cost: &LocalCost) {
     for k in &c.curves {
         if k.signal.is_prompt_only() {
             let ms = c.prompt_cost_ms.get(&k.signal).copied();
+            let cost = match k.signal {
+                Signal::PromptBrevity => "0 (the prompt's tokens, counted)".to_string(),
+                _ => format!("{} (mean: its prompt pass or embedding alone)", num(ms)),
+            };
             let _ = writeln!(
                 md,
-                "| `{}` | 0 (before any answer) | 0 | {} (mean: its prompt pass or embedding alone) |",
-                k.signal,
-                num(ms)
+                "| `{}` | 0 (before any answer) | 0 | {cost} |",
+                k.signal
             );
             continue;
         }
@@ -922,7 +947,9 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
 }
 
 /// Route choices apart from the answer-only cascade: the two-stage route
-/// on `prompt_logprob` (the prompt-only signal a route reads live), as a
+/// on a prompt-only signal a route reads live (`prompt_logprob`,
+/// `prompt_brevity`; of the two, the one reaching the target in sample
+/// with the least mean latency there), as a
 /// `[routes.two-stage]` table with both fitted thresholds, and the
 /// `[harness]` line making it the default: active when, on the
 /// calibration items, it reaches the target with a mean latency at most
@@ -930,10 +957,16 @@ pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
 /// commented otherwise. `None` when no such route was fitted. A stage
 /// the fit never uses gets the value -1e30 (never below it).
 fn two_stage_snippet(c: &Calibration, local_share: f64) -> Option<(String, String)> {
+    let reaches = |t: &&TwoStage| t.in_sample.accuracy >= t.target_accuracy;
     let t = c
         .two_stage
         .iter()
-        .find(|t| t.prompt_signal == Signal::PromptLogprob)?;
+        .filter(|t| t.prompt_signal.is_read_before_generation())
+        .min_by(|a, b| {
+            reaches(b)
+                .cmp(&reaches(a))
+                .then(a.in_sample.mean_ms.total_cmp(&b.in_sample.mean_ms))
+        })?;
     let (two, cas) = (t.in_sample, t.cascade_in_sample);
     let ratio = two.mean_ms / cas.mean_ms.max(1e-9);
     let wins = two.accuracy >= t.target_accuracy && ratio <= 0.9;
@@ -963,9 +996,15 @@ fn two_stage_snippet(c: &Calibration, local_share: f64) -> Option<(String, Strin
     // straight to the cloud, or keeps every local answer it does not.
     let never = |v: Option<f64>| v.map_or("-1e30".into(), fmt_threshold);
     let (prompt, answer) = (never(t.thresholds.prompt), never(t.thresholds.answer));
+    let how = if t.prompt_signal == Signal::PromptBrevity {
+        "# The prompt's length is known once the local lane has tokenized it: longer than the\n\
+         # first value's tokens, the cloud starts before local decodes anything.\n"
+    } else {
+        "# The prompt's mean token log-probability is read in the local lane's prompt pass:\n\
+         # below the first value the cloud starts before local generates anything.\n"
+    };
     let table = format!(
-        "\n# The prompt's mean token log-probability is read in the local lane's prompt pass:\n\
-         # below the first value the cloud starts before local generates anything.\n\
+        "\n{how}\
          [routes.two-stage]\n\
          policy = \"cascade\"\n\
          deadline_ms = {}\n\

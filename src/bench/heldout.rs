@@ -97,6 +97,10 @@ pub struct SignalHeldOut {
     pub cpt80: Option<f64>,
     /// Area under the held-out PGR curve (random routing: 0.5).
     pub apgr: Option<f64>,
+    /// 95% bootstrap interval of `apgr`: the held-out items resampled,
+    /// the thresholds as fitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apgr_ci: Option<Interval>,
     /// The chosen target's held-out figures with this signal.
     pub target: HeldOutPoint,
 }
@@ -244,6 +248,42 @@ pub(super) fn bootstrap(o: &[(bool, bool)], resamples: usize, seed: u64) -> (Int
     (interval(shares), interval(accs))
 }
 
+/// Percentile-bootstrap interval of the held-out APGR: the tested items
+/// resampled, each grid point's outcomes on them counted again (its
+/// thresholds as fitted; `grid[g][i]`: item `i` of `tested` at grid point
+/// `g`).
+fn apgr_interval(
+    tested: &[&PairedItem],
+    grid: &[Outcomes],
+    resamples: usize,
+    seed: u64,
+) -> Option<Interval> {
+    let n = tested.len();
+    if n == 0 || resamples == 0 {
+        return None;
+    }
+    let mut rng = SplitMix64::new(seed ^ crate::rng::GAMMA.rotate_left(17));
+    let mut pick = vec![0usize; n];
+    let mut values = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        for p in pick.iter_mut() {
+            *p = (rng.next_u64() % n as u64) as usize;
+        }
+        let base = Baselines::of(pick.iter().map(|&i| tested[i]));
+        let mut points = vec![base.point(None, 0.0, base.weak)];
+        for o in grid {
+            let (up, right) = pick.iter().fold((0usize, 0usize), |(u, r), &i| {
+                (u + usize::from(o[i].0), r + usize::from(o[i].1))
+            });
+            points.push(base.point(None, up as f64 / n as f64, right as f64 / n as f64));
+        }
+        points.push(base.point(None, 1.0, base.strong));
+        points.sort_by(|a, b| a.cloud_share.total_cmp(&b.cloud_share));
+        values.extend(figures(&points, base).apgr);
+    }
+    (!values.is_empty()).then(|| interval(values))
+}
+
 fn held_out(
     splits: &[Split<'_>],
     signals: &[Signal],
@@ -260,13 +300,18 @@ fn held_out(
         .iter()
         .map(|&signal| {
             let mut points = vec![point(0.0, weak)];
-            for g in 1..=GRID {
-                let (o, _) = run_target(
-                    splits,
-                    signal,
-                    Target::CloudShare(f64::from(g) / f64::from(GRID)),
-                );
-                let (s, a) = share_and_accuracy(&o);
+            let grid: Vec<Outcomes> = (1..=GRID)
+                .map(|g| {
+                    run_target(
+                        splits,
+                        signal,
+                        Target::CloudShare(f64::from(g) / f64::from(GRID)),
+                    )
+                    .0
+                })
+                .collect();
+            for o in &grid {
+                let (s, a) = share_and_accuracy(o);
                 points.push(point(s, a));
             }
             points.push(point(1.0, strong));
@@ -280,6 +325,7 @@ fn held_out(
                 cpt50: f.cpt50,
                 cpt80: f.cpt80,
                 apgr: f.apgr,
+                apgr_ci: apgr_interval(&tested, &grid, resamples, seed),
                 points,
                 target: HeldOutPoint {
                     cloud_share: s,
@@ -505,6 +551,28 @@ mod tests {
         // The curve's ends are the two baselines.
         assert_eq!(s.points.first().unwrap().cloud_share, 0.0);
         assert_eq!(s.points.last().unwrap().cloud_share, 1.0);
+        // The held-out APGR's interval holds it and clears random.
+        let a = s.apgr_ci.expect("an interval");
+        assert!(
+            a.low <= s.apgr.unwrap() && s.apgr.unwrap() <= a.high,
+            "{a:?}"
+        );
+        assert!(a.low > 0.6, "{a:?}");
+    }
+
+    /// A signal that says nothing: its held-out APGR's interval holds the
+    /// random line.
+    #[test]
+    fn a_noise_signal_s_apgr_interval_holds_one_half() {
+        let h = cross_validate(
+            &noise(200, 8),
+            &[Signal::MeanLogprob],
+            Target::Cpt80,
+            &HeldOutSettings::default(),
+        );
+        let a = h.signals[0].apgr_ci.expect("an interval");
+        assert!(a.low < 0.5 && 0.5 < a.high, "{a:?}");
+        assert!(a.high - a.low < 0.3, "{a:?}");
     }
 
     #[test]

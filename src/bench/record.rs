@@ -113,6 +113,10 @@ pub struct LaneSignals {
     /// Mean log-probability of the prompt's own tokens (prompt-only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_logprob: Option<f64>,
+    /// Minus the prompt's tokens (prompt-only; records written before it
+    /// existed give it from the lane's `prompt_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_brevity: Option<f64>,
     /// Weighted share of the nearest calibration prompts the local model
     /// got right (prompt-only; computed by `bench calibrate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,6 +135,7 @@ impl LaneSignals {
             Signal::TailLogprob => self.tail_logprob,
             Signal::AnswerAgreement => self.answer_agreement,
             Signal::PromptLogprob => self.prompt_logprob,
+            Signal::PromptBrevity => self.prompt_brevity,
             Signal::PromptNeighbours => self.prompt_neighbours,
         }
         .filter(|v| v.is_finite())
@@ -147,6 +152,7 @@ impl LaneSignals {
             Signal::TailLogprob => &mut self.tail_logprob,
             Signal::AnswerAgreement => &mut self.answer_agreement,
             Signal::PromptLogprob => &mut self.prompt_logprob,
+            Signal::PromptBrevity => &mut self.prompt_brevity,
             Signal::PromptNeighbours => &mut self.prompt_neighbours,
         };
         *slot = value.filter(|v| v.is_finite());

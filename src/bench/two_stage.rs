@@ -11,7 +11,8 @@
 //! The latency of an item, from its recorded runs (a simulation, said as
 //! such wherever it is quoted):
 //! - straight to the cloud: the prompt signal's cost (`prompt_ms`, the
-//!   prompt pass, or `embed_ms`, the embedding) plus the cloud-only run;
+//!   prompt pass, or `embed_ms`, the embedding; none for a prompt's length,
+//!   known from its tokens) plus the cloud-only run;
 //! - kept local: the local-only run (its prompt pass is the one that read
 //!   a `prompt_logprob`; a `prompt_neighbours` embedding is added);
 //! - escalated after the answer: the local-only run plus the cloud-only.
@@ -89,6 +90,7 @@ fn route(
     let cloud_ms = it.cloud_ms.unwrap_or(0.0);
     let prompt_ms = match prompt_signal {
         Signal::PromptNeighbours => it.embed_ms,
+        Signal::PromptBrevity => None,
         _ => it.prompt_ms,
     }
     .unwrap_or(0.0);

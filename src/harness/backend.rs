@@ -194,6 +194,10 @@ pub struct TokenSignals {
     /// scored its prompt: [`Sampling::score_prompt`](crate::request::Sampling::score_prompt)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_logprob: Option<f32>,
+    /// The prompt's length in tokens, chat template applied (a local
+    /// answer; the `prompt_brevity` signal is minus it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u32>,
 }
 
 impl TokenSignals {
@@ -224,6 +228,7 @@ impl TokenSignals {
             first_token_margin: None,
             agreement: None,
             prompt_logprob: None,
+            prompt_tokens: None,
         }
     }
 }

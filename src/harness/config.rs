@@ -15,7 +15,7 @@
 //! | `cascade_threshold`, `local_share` | `cascade`: lowest acceptable local score (0.4), local's share of the deadline (0.5) |
 //! | `escalate_below` | `cascade`: `{ signal = "p10_logprob", value = -1.2 }`: escalate when the local answer's signal (`mean_logprob`, `min_logprob`, `p10_logprob`, `first_token_margin`, `min_window_logprob`: the lowest mean over 16 tokens, `tail_logprob`: the mean of the last 32, `answer_agreement`: the share of a consensus's samples agreeing with the majority) is below `value`, in the signal's own units (what `edgecloud bench calibrate` prints); sets the scorer, so it excludes `scorer` and `cascade_threshold` |
 //! | `escalate_early` | `cascade` with `escalate_below` on `min_logprob` or `min_window_logprob`: `true` starts the cloud (and cancels local) as soon as the signal of the tokens generated so far is below `value`, instead of after the whole local answer (same decisions, sooner; see `Route::escalate_early`) |
-//! | `prompt_escalate_below` | `cascade`: `{ signal = "prompt_logprob", value = -2.0 }`: a two-stage cascade: the local lane scores the prompt in its prompt pass (the mean log-probability of the prompt's own tokens) and, below `value`, the cloud starts before local generates anything (see `Route::prompt_escalate_below`); `bench calibrate` fits it jointly with `escalate_below` |
+//! | `prompt_escalate_below` | `cascade`: `{ signal = "prompt_logprob", value = -2.0 }`: a two-stage cascade: the local lane scores the prompt in its prompt pass (the mean log-probability of the prompt's own tokens) and, below `value`, the cloud starts before local generates anything (see `Route::prompt_escalate_below`); or `{ signal = "prompt_brevity", value = -120 }`: minus the prompt's tokens, known before the prompt pass (longer than 120 tokens: straight to the cloud, no local decoding); `bench calibrate` fits it jointly with `escalate_below` |
 //! | `cloud_share` | `fallback`: the cloud's share of the deadline (0.5) |
 //! | `scorer` | `default`, `generic`, `confidence`, `none`, or a name registered with the builder |
 //! | `arbiter` | `highest` (built-in) or a registered name |
@@ -687,13 +687,14 @@ impl RouteConfig {
             name: name.to_string(),
         };
         if let Some(p) = self.prompt_escalate_below {
-            if p.signal != Signal::PromptLogprob {
+            if !p.signal.is_read_before_generation() {
                 return Err(invalid(
                     key,
                     Setting::Policy,
                     "prompt_escalate_below",
                     format!(
-                        "a route reads `prompt_logprob` before generation, not `{}`{}",
+                        "a route reads `prompt_logprob` or `prompt_brevity` before generation, \
+                         not `{}`{}",
                         p.signal,
                         if p.signal.is_prompt_only() {
                             " (measured by `bench calibrate` only)"
@@ -711,7 +712,7 @@ impl RouteConfig {
                     "`value` must be a finite number",
                 ));
             }
-            r.prompt_escalate_below = Some(Some(p.value));
+            r.prompt_escalate_below = Some(Some((p.signal, p.value)));
         }
         if let Some(e) = self.escalate_below {
             if e.signal.is_prompt_only() {
@@ -968,7 +969,7 @@ mod tests {
     }
 
     #[test]
-    fn prompt_escalate_below_is_a_cascade_stage_on_prompt_logprob_only() {
+    fn prompt_escalate_below_is_a_cascade_stage_on_a_signal_read_before_generation() {
         let route = |t: &str| {
             HarnessConfig::from_toml_str(t)
                 .map_err(|e| e.to_string())
@@ -982,7 +983,18 @@ mod tests {
             "[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"min_logprob\", value = -3 }\nprompt_escalate_below = { signal = \"prompt_logprob\", value = -2.5 }\n",
         )
         .expect("valid");
-        assert_eq!(r.prompt_escalate_below, Some(Some(-2.5)));
+        assert_eq!(
+            r.prompt_escalate_below,
+            Some(Some((Signal::PromptLogprob, -2.5)))
+        );
+        let r = route(
+            "[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"min_logprob\", value = -3 }\nprompt_escalate_below = { signal = \"prompt_brevity\", value = -120 }\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            r.prompt_escalate_below,
+            Some(Some((Signal::PromptBrevity, -120.0)))
+        );
         let e = route("[harness]\npolicy = \"race\"\nprompt_escalate_below = { signal = \"prompt_logprob\", value = -2 }").unwrap_err();
         assert!(e.contains("applies to `cascade`"), "{e}");
         let e = route("[harness]\npolicy = \"cascade\"\nprompt_escalate_below = { signal = \"prompt_neighbours\", value = 0.5 }").unwrap_err();
@@ -993,6 +1005,8 @@ mod tests {
         let e = route("[harness]\npolicy = \"cascade\"\nprompt_escalate_below = { signal = \"min_logprob\", value = -2 }").unwrap_err();
         assert!(e.contains("use `escalate_below`"), "{e}");
         let e = route("[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"prompt_logprob\", value = -2 }").unwrap_err();
+        assert!(e.contains("use `prompt_escalate_below`"), "{e}");
+        let e = route("[harness]\npolicy = \"cascade\"\nescalate_below = { signal = \"prompt_brevity\", value = -2 }").unwrap_err();
         assert!(e.contains("use `prompt_escalate_below`"), "{e}");
     }
 

@@ -244,12 +244,14 @@ pub struct Decision {
 /// the prompt's score, its threshold and what it decided.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PromptStage {
-    /// The prompt-only signal read ([`Signal::PromptLogprob`]).
+    /// The prompt-only signal read ([`Signal::PromptLogprob`] or
+    /// [`Signal::PromptBrevity`]).
     pub signal: Signal,
     /// Below it, the run goes straight to the cloud.
     pub threshold: f64,
-    /// The local lane's score of the prompt (`None`: none came, e.g. a
-    /// one-token prompt, or the lane failed or was not admitted first).
+    /// The prompt's score in the signal's units (`None`: none came, e.g.
+    /// a one-token prompt's log-probability, or the lane failed or was
+    /// not admitted first).
     pub score: Option<f64>,
     /// The score sent the run to the cloud before the local lane
     /// generated its answer (and the cloud started).

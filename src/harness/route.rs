@@ -87,7 +87,7 @@ pub struct Route {
     pub(crate) callback_budget: Option<Duration>,
     pub(crate) cancel_grace: Option<Duration>,
     pub(crate) escalate_early: Option<Option<Signal>>,
-    pub(crate) prompt_escalate_below: Option<Option<f64>>,
+    pub(crate) prompt_escalate_below: Option<Option<(Signal, f64)>>,
     pub(crate) cloud_model: Option<String>,
 }
 
@@ -235,8 +235,20 @@ impl Route {
     /// escalation). The cost: the prompt pass reuses no cached prefix
     /// (every prompt token is scored). Other policies, and a cascade whose
     /// primary is the cloud lane, ignore it.
-    pub fn prompt_escalate_below(mut self, value: f64) -> Self {
-        self.prompt_escalate_below = Some(Some(value));
+    pub fn prompt_escalate_below(self, value: f64) -> Self {
+        self.prompt_escalate_on(Signal::PromptLogprob, value)
+    }
+
+    /// A cascade on this route becomes two-stage on `signal`, a
+    /// prompt-only signal the local lane reports before it generates
+    /// ([`Signal::is_read_before_generation`]): `prompt_logprob` as
+    /// [`Route::prompt_escalate_below`] says, or `prompt_brevity` (minus
+    /// the prompt's tokens), known as soon as the local lane has
+    /// tokenized the prompt, so that a prompt sent to the cloud costs the
+    /// local lane no decoding at all. Another signal is refused when the
+    /// route is resolved.
+    pub fn prompt_escalate_on(mut self, signal: Signal, value: f64) -> Self {
+        self.prompt_escalate_below = Some(Some((signal, value)));
         self
     }
 
@@ -310,7 +322,12 @@ impl Route {
                 ));
             }
         }
-        if let Some(Some(v)) = self.prompt_escalate_below {
+        if let Some(Some((signal, v))) = self.prompt_escalate_below {
+            if !signal.is_read_before_generation() {
+                return Err(format!(
+                    "a route reads prompt_logprob or prompt_brevity before generation, not {signal}"
+                ));
+            }
             if !v.is_finite() {
                 return Err("prompt_escalate_below must be a finite number".into());
             }
@@ -358,10 +375,9 @@ pub(crate) struct RouteSettings {
     pub(crate) cancel_grace: Duration,
     /// The signal a cascade reads early (see [`Route::escalate_early`]).
     pub(crate) escalate_early: Option<Signal>,
-    /// A two-stage cascade's prompt threshold, in
-    /// [`Signal::PromptLogprob`]'s units (see
-    /// [`Route::prompt_escalate_below`]).
-    pub(crate) prompt_escalate_below: Option<f64>,
+    /// A two-stage cascade's prompt signal and threshold (see
+    /// [`Route::prompt_escalate_on`]).
+    pub(crate) prompt_escalate_below: Option<(Signal, f64)>,
     /// The model the cloud lane is asked for (see [`Route::cloud_model`];
     /// `None`: the lane's own).
     pub(crate) cloud_model: Option<String>,

@@ -161,6 +161,12 @@ pub enum Signal {
     /// token is generated (a request with
     /// [`score_prompt`](crate::request::Sampling::score_prompt)).
     PromptLogprob,
+    /// Prompt-only: minus the prompt's length in tokens (chat template
+    /// applied), so that a longer prompt scores lower, as every signal
+    /// escalates below its threshold (`-120`: longer than 120 tokens).
+    /// Known once the local lane has tokenized the prompt, before its
+    /// prompt pass: it costs no model work at all.
+    PromptBrevity,
     /// Prompt-only: among the k calibration prompts nearest to this one
     /// (cosine similarity of their embeddings), the similarity-weighted
     /// share on which the local model was right (`[0, 1]`). Computed by
@@ -170,7 +176,7 @@ pub enum Signal {
 
 impl Signal {
     /// Every signal, in documentation order.
-    pub const ALL: [Signal; 9] = [
+    pub const ALL: [Signal; 10] = [
         Signal::MeanLogprob,
         Signal::MinLogprob,
         Signal::P10Logprob,
@@ -179,6 +185,7 @@ impl Signal {
         Signal::TailLogprob,
         Signal::AnswerAgreement,
         Signal::PromptLogprob,
+        Signal::PromptBrevity,
         Signal::PromptNeighbours,
     ];
 
@@ -193,6 +200,7 @@ impl Signal {
             Signal::TailLogprob => "tail_logprob",
             Signal::AnswerAgreement => "answer_agreement",
             Signal::PromptLogprob => "prompt_logprob",
+            Signal::PromptBrevity => "prompt_brevity",
             Signal::PromptNeighbours => "prompt_neighbours",
         }
     }
@@ -201,7 +209,24 @@ impl Signal {
     /// token of the answer is generated: what the first stage of a
     /// two-stage route reads.
     pub fn is_prompt_only(self) -> bool {
-        matches!(self, Signal::PromptLogprob | Signal::PromptNeighbours)
+        matches!(
+            self,
+            Signal::PromptLogprob | Signal::PromptBrevity | Signal::PromptNeighbours
+        )
+    }
+
+    /// The value of [`Signal::PromptBrevity`] for a prompt of `tokens`
+    /// tokens: its one definition.
+    pub fn brevity(tokens: u64) -> f64 {
+        -(tokens as f64)
+    }
+
+    /// Whether a route's first stage can read it live
+    /// ([`Route::prompt_escalate_on`](super::Route::prompt_escalate_on)):
+    /// the local lane reports it before it generates (`prompt_neighbours`
+    /// is computed by `bench calibrate` only).
+    pub fn is_read_before_generation(self) -> bool {
+        matches!(self, Signal::PromptLogprob | Signal::PromptBrevity)
     }
 
     /// Its unit, for people.
@@ -210,6 +235,7 @@ impl Signal {
             Signal::FirstTokenMargin => "probability",
             Signal::AnswerAgreement => "share of samples",
             Signal::PromptNeighbours => "weighted share of neighbours",
+            Signal::PromptBrevity => "minus the prompt's tokens",
             _ => "log-probability (nats)",
         }
     }
@@ -242,6 +268,7 @@ impl Signal {
             Signal::TailLogprob => tail_mean(&s.token_logprobs, CONFIDENCE_TAIL),
             Signal::AnswerAgreement => s.agreement.map(f64::from),
             Signal::PromptLogprob => s.prompt_logprob.map(f64::from),
+            Signal::PromptBrevity => s.prompt_tokens.map(|t| Signal::brevity(t.into())),
             Signal::PromptNeighbours => None,
         }
         .filter(|v| v.is_finite())
@@ -310,7 +337,8 @@ impl fmt::Display for Signal {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown signal `{0}`; expected mean_logprob, min_logprob, p10_logprob, first_token_margin, \
-     min_window_logprob, tail_logprob, answer_agreement, prompt_logprob or prompt_neighbours"
+     min_window_logprob, tail_logprob, answer_agreement, prompt_logprob, prompt_brevity or \
+     prompt_neighbours"
 )]
 pub struct UnknownSignal(pub String);
 

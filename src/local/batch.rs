@@ -83,7 +83,7 @@ use super::toolcall::ToolJob;
 use super::utf8::Utf8Stream;
 use super::{signals, simd};
 use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
-use crate::lane::{FinishReason, LaneJob, LanePermit, TokenLogprob, TopLogprob};
+use crate::lane::{FinishReason, LaneJob, LanePermit, PromptScore, TokenLogprob, TopLogprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
@@ -642,8 +642,18 @@ impl<'m> Engine<'m> {
         if active.job.sampling.score_prompt {
             // Every prompt token is scored, so none is taken from the cache.
             self.forget_cells(seq);
-        } else if active.job.stop_reason().is_none() {
-            active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
+        } else {
+            // A two-stage cascade on the prompt's length reads it before
+            // any of the prompt is decoded.
+            if let Some(sink) = active.job.on_prompt_score.take() {
+                sink(PromptScore {
+                    tokens: active.tokens.len() as u32,
+                    logprob: None,
+                });
+            }
+            if active.job.stop_reason().is_none() {
+                active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
+            }
         }
         active.branches[0].len = self.seqs[seq].cached.len();
         active.prompt_started = Instant::now();
@@ -1099,7 +1109,10 @@ impl<'m> Engine<'m> {
             a.branches[0].out.prompt_logprob(),
             a.job.on_prompt_score.take(),
         ) {
-            sink(score);
+            sink(PromptScore {
+                tokens: a.tokens.len() as u32,
+                logprob: Some(score),
+            });
         }
         for (i, &id) in ids.iter().enumerate() {
             let (picker, stops) = prepare::sample_parts(

@@ -521,28 +521,43 @@ fn prompt_signals_are_recorded_resumed_joined_and_checked() {
         .iter()
         .map(|k| k["signal"].as_str().unwrap())
         .collect();
+    // The prompt's length comes with every local run, files or not.
     assert!(
-        curves.contains(&"prompt_logprob") && curves.contains(&"prompt_neighbours"),
+        curves.contains(&"prompt_logprob")
+            && curves.contains(&"prompt_brevity")
+            && curves.contains(&"prompt_neighbours"),
         "{curves:?}"
     );
     assert!(c["neighbours"]["k"].as_u64().unwrap() >= 1);
-    assert_eq!(c["two_stage"].as_array().unwrap().len(), 2);
+    assert_eq!(c["two_stage"].as_array().unwrap().len(), 3);
     let md = std::fs::read_to_string(dir.join("cal").join("calibration.md")).unwrap();
     assert!(md.contains("## Two-stage routing"), "{md}");
-    // calibrated.toml carries the live two-stage route (prompt_logprob is
-    // the prompt-only signal a route reads) with both thresholds, and the
+    // calibrated.toml carries a live two-stage route (on one of the
+    // prompt-only signals a route reads) with both thresholds, and the
     // binary takes it as a config.
     let cfg = dir.join("cal").join("calibrated.toml");
     let toml = std::fs::read_to_string(&cfg).unwrap();
+    let live = ["prompt_logprob", "prompt_brevity"].iter().any(|s| {
+        toml.contains(&format!(
+            "prompt_escalate_below = {{ signal = \"{s}\", value = "
+        ))
+    });
     assert!(
         toml.contains("[routes.two-stage]")
-            && toml.contains("prompt_escalate_below = { signal = \"prompt_logprob\", value = ")
+            && live
             && toml.contains("default_route = \"two-stage\""),
         "{toml}"
     );
     let shown = ok(run(&["config", "show", "--config", cfg.to_str().unwrap()]));
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.contains("prompt_escalate_below"), "{shown}");
+
+    // A prompt-only signal routes in the two-stage fit, never as the
+    // cascade's answer signal.
+    let out = calibrate(&["--signal", "prompt_brevity"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`prompt_brevity` reads the prompt"), "{err}");
 
     // Bad input: another workload's file, another model's eval file.
     let edited = |name: &str, key: &str, value: &str| {

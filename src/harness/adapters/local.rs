@@ -101,6 +101,7 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
             first_token_margin: c.first_token_margin,
             agreement: c.agreement,
             prompt_logprob: c.prompt_logprob,
+            prompt_tokens: Some(c.prompt_tokens),
         }),
         http_status: None,
         tool_calls: c.tool_calls,

@@ -51,7 +51,7 @@ use super::callbacks::{CallResult, Scored};
 use super::observer::Event;
 use super::policy::{CommitMode, Plan, Policy};
 use super::scoring::Signal;
-use crate::lane::{Lane, PerLane};
+use crate::lane::{Lane, PerLane, PromptScore};
 use crate::millis::to_ms;
 use crate::request::{ChatMessage, Sampling};
 use decide::End;
@@ -108,10 +108,10 @@ pub(crate) struct CoreSetup {
     /// primary's streamed log-probabilities (its threshold is in this
     /// signal's units); `None`: decisions wait for the whole answer.
     pub(crate) early: Option<Signal>,
-    /// A two-stage cascade's prompt threshold (in
-    /// [`Signal::PromptLogprob`]'s units): the local primary scores the
-    /// prompt and the run escalates before generation below it.
-    pub(crate) prompt_threshold: Option<f64>,
+    /// A two-stage cascade's prompt signal and threshold: the local
+    /// primary reports the prompt's score and the run escalates before
+    /// generation below it.
+    pub(crate) prompt_threshold: Option<(Signal, f64)>,
 }
 
 /// What happened, as the shell tells the core.
@@ -127,7 +127,7 @@ pub(crate) enum Input {
     Logprob { lane: Lane, logprob: f32 },
     /// A lane's worker scored the prompt (only a lane the core asked:
     /// [`Core::watches_prompt`]).
-    PromptScore { lane: Lane, score: f32 },
+    PromptScore { lane: Lane, score: PromptScore },
     /// A lane's worker returned.
     /// Boxed: tokens are the frequent input and stay small.
     Finished(Box<Finished>),

@@ -1,13 +1,14 @@
 //! The two-stage cascade's first stage: a cascade with a prompt threshold
-//! ([`Route::prompt_escalate_below`](crate::harness::Route::prompt_escalate_below))
-//! has the local lane score the prompt in its prompt pass (the mean
-//! log-probability of the prompt's own tokens,
-//! [`Signal::PromptLogprob`]) and reads that score before the first answer
-//! token: below the threshold the cloud starts at once and the local lane
-//! is cancelled when the cloud is admitted, so no local answer is
-//! generated; at or above it the cascade goes on as configured (its answer
-//! threshold, early escalation). If the cloud cannot start (busy, down,
-//! skipped) the local lane keeps going.
+//! ([`Route::prompt_escalate_on`](crate::harness::Route::prompt_escalate_on))
+//! has the local lane report the prompt before the first answer token:
+//! its mean token log-probability after the prompt pass
+//! ([`Signal::PromptLogprob`]), or its length as soon as it is tokenized
+//! ([`Signal::PromptBrevity`], minus the tokens). Below the threshold the
+//! cloud starts at once and the local lane is cancelled when the cloud is
+//! admitted, so no local answer is generated (and, on the length, no
+//! prompt decoded); at or above it the cascade goes on as configured (its
+//! answer threshold, early escalation). If the cloud cannot start (busy,
+//! down, skipped) the local lane keeps going.
 //!
 //! It must not start or cancel lanes itself: `plan` does (`escalate_now`).
 
@@ -16,14 +17,14 @@ use super::plan::CutPrimary;
 use super::{Core, Effect};
 use crate::harness::outcome::PromptStage;
 use crate::harness::scoring::Signal;
-use crate::lane::Lane;
+use crate::lane::{Lane, PromptScore};
 use std::time::Instant;
 
 /// The first stage's state.
 #[derive(Default)]
 pub(super) struct Stage {
-    /// The threshold; `None`: the run has no first stage.
-    threshold: Option<f64>,
+    /// The signal and threshold; `None`: the run has no first stage.
+    threshold: Option<(Signal, f64)>,
     /// The score the local lane gave, once it did.
     score: Option<f64>,
     /// It sent the run to the cloud.
@@ -32,7 +33,7 @@ pub(super) struct Stage {
 
 impl Stage {
     /// The first stage of a cascade with this prompt threshold.
-    pub(super) fn new(threshold: Option<f64>) -> Self {
+    pub(super) fn new(threshold: Option<(Signal, f64)>) -> Self {
         Self {
             threshold,
             ..Self::default()
@@ -41,9 +42,9 @@ impl Stage {
 }
 
 impl Core {
-    /// Whether `lane`'s worker should score the prompt and report the
-    /// score ([`Input::PromptScore`](super::Input::PromptScore)): the
-    /// local primary of a two-stage cascade with a secondary.
+    /// Whether `lane`'s worker should report the prompt
+    /// ([`Input::PromptScore`](super::Input::PromptScore)): the local
+    /// primary of a two-stage cascade with a secondary.
     pub(crate) fn watches_prompt(&self, lane: Lane) -> bool {
         self.prompt.threshold.is_some()
             && lane == Lane::Local
@@ -51,22 +52,40 @@ impl Core {
             && self.plan.secondary.is_some()
     }
 
-    /// The local lane's prompt score.
+    /// Whether `lane`'s worker should score the prompt in its prompt pass
+    /// ([`Sampling::score_prompt`](crate::request::Sampling::score_prompt)):
+    /// the first stage reads `prompt_logprob`.
+    pub(crate) fn scores_prompt(&self, lane: Lane) -> bool {
+        self.watches_prompt(lane)
+            && self
+                .prompt
+                .threshold
+                .is_some_and(|(s, _)| s == Signal::PromptLogprob)
+    }
+
+    /// The local lane's report of the prompt.
     pub(super) fn on_prompt_score(
         &mut self,
         lane: Lane,
-        score: f32,
+        report: PromptScore,
         now: Instant,
         fx: &mut Vec<Effect>,
     ) {
         if !self.watches_prompt(lane) || self.prompt.score.is_some() {
             return;
         }
-        let score = f64::from(score);
-        self.prompt.score = Some(score);
-        let (Some(threshold), Some(sec)) = (self.prompt.threshold, self.plan.secondary) else {
+        let (Some((signal, threshold)), Some(sec)) = (self.prompt.threshold, self.plan.secondary)
+        else {
             return;
         };
+        let score = match signal {
+            Signal::PromptBrevity => Signal::brevity(report.tokens.into()),
+            _ => match report.logprob {
+                Some(v) => f64::from(v),
+                None => return,
+            },
+        };
+        self.prompt.score = Some(score);
         if score >= threshold
             || self.lanes[lane].phase != Phase::Running
             || self.stream.committed.is_some()
@@ -76,10 +95,7 @@ impl Core {
             return;
         }
         self.prompt.escalated = true;
-        let how = format!(
-            "{} {score:.4}, below the prompt threshold {threshold}",
-            Signal::PromptLogprob
-        );
+        let how = format!("{signal} {score:.4}, below the prompt threshold {threshold}");
         self.lanes[sec].note = Some(format!("started before generation: {lane}'s {how}"));
         self.timers.disarm();
         self.escalate_now(CutPrimary::Prompt(how), now, fx);
@@ -87,9 +103,9 @@ impl Core {
 
     /// The first stage, for the outcome (`None`: the run had none).
     pub(super) fn prompt_stage(&self) -> Option<PromptStage> {
-        let threshold = self.prompt.threshold?;
+        let (signal, threshold) = self.prompt.threshold?;
         self.watches_prompt(Lane::Local).then(|| PromptStage {
-            signal: Signal::PromptLogprob,
+            signal,
             threshold,
             score: self.prompt.score,
             straight_to_cloud: self.prompt.escalated

@@ -283,10 +283,11 @@ impl Shell {
             .core
             .watches_prompt(lane)
             .then(|| self.shared.tx.clone());
+        let scores_prompt = self.core.scores_prompt(lane);
         let make_job = || {
             let messages = messages.unwrap_or_else(|| self.request.messages.clone());
             let mut sampling = self.request.sampling.clone();
-            sampling.score_prompt |= prompt_watch.is_some();
+            sampling.score_prompt |= scores_prompt;
             let mut job = LaneJob::new(messages, sampling, self.deadline);
             if lane == Lane::Cloud {
                 job.model = self.route.cloud_model.clone();

@@ -8,7 +8,7 @@ use crate::harness::backend::{BackendError, Candidate};
 use crate::harness::decision::{Finished, Input};
 use crate::harness::observer::{Event, EventSink};
 use crate::harness::registry::Registry;
-use crate::lane::{CancellationToken, Lane};
+use crate::lane::{CancellationToken, Lane, PromptScore};
 use crate::millis::to_ms;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,7 +39,7 @@ pub(crate) enum WorkerMsg {
     },
     PromptScore {
         lane: Lane,
-        score: f32,
+        score: PromptScore,
     },
     /// Boxed: tokens are the frequent message and stay small.
     Finished(Box<Finished>),

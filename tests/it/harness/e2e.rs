@@ -265,6 +265,63 @@ fn a_two_stage_cascade_reads_the_real_prompt_score_before_local_generates() {
     assert_eq!(stage.score.map(|s| s as f32), signal);
 }
 
+#[test]
+fn a_two_stage_cascade_on_the_prompt_length_reads_the_real_token_count() {
+    let cloud = Scripted::new("cloud");
+    // `prompt_brevity` is minus the prompt's tokens: below -1 is any
+    // prompt of two tokens or more, below -100000 none.
+    let h = cascade_routes(
+        &cloud,
+        [
+            (
+                "straight",
+                Route::new(Policy::cascade(0.0)).prompt_escalate_on(Signal::PromptBrevity, -1.0),
+            ),
+            (
+                "kept",
+                Route::new(Policy::cascade(0.0))
+                    .prompt_escalate_on(Signal::PromptBrevity, -100_000.0),
+            ),
+        ],
+    );
+    let out = cloud_answers_a_long_story(&h, &cloud, "straight");
+    let stage = out.prompt_stage.clone().expect("a two-stage run");
+    assert_eq!(stage.signal, Signal::PromptBrevity);
+    assert!(stage.straight_to_cloud, "{stage:?}");
+    let score = stage.score.expect("the local lane counted the prompt");
+    assert!(score < -1.0 && score.fract() == 0.0, "{score}");
+    let local = out.lane(Lane::Local);
+    assert_eq!(local.status, LaneStatus::Cancelled, "{local:#?}");
+    assert!(
+        local
+            .note
+            .as_deref()
+            .is_some_and(|n| n.ends_with("cancelled before generating")),
+        "{local:#?}"
+    );
+    // Kept local: the stage's score is minus the prompt tokens the local
+    // answer reports, and the prompt pass was not scored for it.
+    let out = h
+        .run_blocking_with(
+            request("Tell me a long story", 6),
+            RunOptions::new().route("kept"),
+        )
+        .unwrap();
+    assert_eq!(out.winner, Some(Lane::Local), "{out:#?}");
+    let stage = out.prompt_stage.clone().expect("a two-stage run");
+    assert!(!stage.straight_to_cloud);
+    let c = out.completion.as_ref().expect("the local answer");
+    let tokens = c.tokens.local_prompt.expect("the local prompt's tokens");
+    assert_eq!(stage.score, Some(-(tokens as f64)), "{out:#?}");
+    assert_eq!(score, -(tokens as f64), "the same prompt both times");
+    let signals = c.signals.as_ref().expect("the local answer's signals");
+    assert_eq!(signals.prompt_logprob, None, "no scored prompt pass");
+    assert_eq!(
+        Signal::PromptBrevity.of_signals(signals),
+        Some(-(tokens as f64))
+    );
+}
+
 /// A runtime for loopback servers (they run on its threads while the test
 /// drives the harness through the blocking API).
 pub(super) fn server_runtime() -> tokio::runtime::Runtime {
