@@ -7,7 +7,7 @@ use crate::support::scripted::{Recorder, Scripted, HANG};
 use edgecloud::cloud::CloudConfig;
 use edgecloud::harness::{
     CancelResult, CloudBackend, Event, Harness, KeepRecent, LaneErrorKind, LaneStatus,
-    LocalBackend, Outcome, Policy, Route, RunOptions, RunStatus, Signal,
+    LocalBackend, Outcome, Policy, PromptStage, Route, RunOptions, RunStatus, Signal,
 };
 use edgecloud::local::LocalConfig;
 use edgecloud::{ChatMessage, Lane, Request, Sampling};
@@ -212,30 +212,23 @@ fn a_cascade_escalates_early_while_the_real_local_lane_generates() {
     );
 }
 
-#[test]
-fn a_two_stage_cascade_reads_the_real_prompt_score_before_local_generates() {
-    let cloud = Scripted::new("cloud");
-    // The random model finds every prompt unlikely (mean log-probability
-    // far below 0): a prompt threshold of 0 sends every prompt to the
-    // cloud, one of -1000 none.
-    let h = cascade_routes(
-        &cloud,
-        [
-            (
-                "straight",
-                Route::new(Policy::cascade(0.0)).prompt_escalate_below(0.0),
-            ),
-            (
-                "kept",
-                Route::new(Policy::cascade(0.0)).prompt_escalate_below(-1000.0),
-            ),
-        ],
-    );
-    let out = cloud_answers_a_long_story(&h, &cloud, "straight");
+/// A harness with two two-stage routes on `signal`: "straight" (prompt
+/// threshold `straight`, which every prompt is below) and "kept" (`kept`,
+/// which none is).
+fn two_stage_routes(cloud: &Scripted, signal: Signal, straight: f64, kept: f64) -> Harness {
+    let route = |t| Route::new(Policy::cascade(0.0)).prompt_escalate_on(signal, t);
+    cascade_routes(
+        cloud,
+        [("straight", route(straight)), ("kept", route(kept))],
+    )
+}
+
+/// A long story on the "straight" route: the first stage sent it to the
+/// cloud and cancelled local before it generated. Returns the stage.
+fn went_straight(h: &Harness, cloud: &Scripted) -> PromptStage {
+    let out = cloud_answers_a_long_story(h, cloud, "straight");
     let stage = out.prompt_stage.clone().expect("a two-stage run");
     assert!(stage.straight_to_cloud, "{stage:?}");
-    let score = stage.score.expect("the local lane scored the prompt");
-    assert!(score < 0.0, "{score}");
     let local = out.lane(Lane::Local);
     assert_eq!(local.status, LaneStatus::Cancelled, "{local:#?}");
     assert!(
@@ -245,8 +238,11 @@ fn a_two_stage_cascade_reads_the_real_prompt_score_before_local_generates() {
             .is_some_and(|n| n.ends_with("cancelled before generating")),
         "{local:#?}"
     );
-    // Above the prompt threshold the cascade runs as configured, and the
-    // stage's score is the one the local answer carries.
+    stage
+}
+
+/// A short request on the "kept" route: local answers, the stage kept it.
+fn kept_local(h: &Harness) -> (Outcome, PromptStage) {
     let out = h
         .run_blocking_with(
             request("Tell me a long story", 6),
@@ -256,6 +252,23 @@ fn a_two_stage_cascade_reads_the_real_prompt_score_before_local_generates() {
     assert_eq!(out.winner, Some(Lane::Local), "{out:#?}");
     let stage = out.prompt_stage.clone().expect("a two-stage run");
     assert!(!stage.straight_to_cloud);
+    (out, stage)
+}
+
+#[test]
+fn a_two_stage_cascade_reads_the_real_prompt_score_before_local_generates() {
+    let cloud = Scripted::new("cloud");
+    // The random model finds every prompt unlikely (mean log-probability
+    // far below 0): a prompt threshold of 0 sends every prompt to the
+    // cloud, one of -1000 none.
+    let h = two_stage_routes(&cloud, Signal::PromptLogprob, 0.0, -1000.0);
+    let score = went_straight(&h, &cloud)
+        .score
+        .expect("the local lane scored the prompt");
+    assert!(score < 0.0, "{score}");
+    // Above the prompt threshold the cascade runs as configured, and the
+    // stage's score is the one the local answer carries.
+    let (out, stage) = kept_local(&h);
     let signal = out
         .completion
         .as_ref()
@@ -270,46 +283,14 @@ fn a_two_stage_cascade_on_the_prompt_length_reads_the_real_token_count() {
     let cloud = Scripted::new("cloud");
     // `prompt_brevity` is minus the prompt's tokens: below -1 is any
     // prompt of two tokens or more, below -100000 none.
-    let h = cascade_routes(
-        &cloud,
-        [
-            (
-                "straight",
-                Route::new(Policy::cascade(0.0)).prompt_escalate_on(Signal::PromptBrevity, -1.0),
-            ),
-            (
-                "kept",
-                Route::new(Policy::cascade(0.0))
-                    .prompt_escalate_on(Signal::PromptBrevity, -100_000.0),
-            ),
-        ],
-    );
-    let out = cloud_answers_a_long_story(&h, &cloud, "straight");
-    let stage = out.prompt_stage.clone().expect("a two-stage run");
+    let h = two_stage_routes(&cloud, Signal::PromptBrevity, -1.0, -100_000.0);
+    let stage = went_straight(&h, &cloud);
     assert_eq!(stage.signal, Signal::PromptBrevity);
-    assert!(stage.straight_to_cloud, "{stage:?}");
     let score = stage.score.expect("the local lane counted the prompt");
     assert!(score < -1.0 && score.fract() == 0.0, "{score}");
-    let local = out.lane(Lane::Local);
-    assert_eq!(local.status, LaneStatus::Cancelled, "{local:#?}");
-    assert!(
-        local
-            .note
-            .as_deref()
-            .is_some_and(|n| n.ends_with("cancelled before generating")),
-        "{local:#?}"
-    );
     // Kept local: the stage's score is minus the prompt tokens the local
     // answer reports, and the prompt pass was not scored for it.
-    let out = h
-        .run_blocking_with(
-            request("Tell me a long story", 6),
-            RunOptions::new().route("kept"),
-        )
-        .unwrap();
-    assert_eq!(out.winner, Some(Lane::Local), "{out:#?}");
-    let stage = out.prompt_stage.clone().expect("a two-stage run");
-    assert!(!stage.straight_to_cloud);
+    let (out, stage) = kept_local(&h);
     let c = out.completion.as_ref().expect("the local answer");
     let tokens = c.tokens.local_prompt.expect("the local prompt's tokens");
     assert_eq!(stage.score, Some(-(tokens as f64)), "{out:#?}");
