@@ -127,6 +127,36 @@ pub struct PromptInputs {
     pub eval_workload: Option<String>,
 }
 
+/// A threshold separates the local answers a signal trusts from those it
+/// doubts: calibration items the local model got all right, or all
+/// wrong, cannot place one (any threshold fits them), so they are refused
+/// by name rather than turned into a threshold that means nothing.
+fn one_class_refused(items: &[PairedItem]) -> Result<(), BenchError> {
+    let right = items.iter().filter(|i| i.local_correct).count();
+    if right != 0 && right != items.len() {
+        return Ok(());
+    }
+    let cloud = mean(items.iter().map(|i| i.cloud_correct));
+    let (how, route) = if right == 0 {
+        (
+            "wrong",
+            "`cloud-only` (or `fallback` for offline resilience)",
+        )
+    } else {
+        ("right", "`local-only`")
+    };
+    Err(BenchError::InvalidSettings {
+        reason: format!(
+            "a one-class calibration set: the local model was {how} on all {} graded items \
+             (cloud-only {}), so no threshold can be fitted (it needs items the local model got \
+             right and items it got wrong); on this workload use {route}, or calibrate on more \
+             varied items",
+            items.len(),
+            pct(cloud)
+        ),
+    })
+}
+
 /// Puts `file`'s signals on `items` (checking it covers them all).
 fn attach(
     items: &mut [PairedItem],
@@ -328,6 +358,7 @@ pub fn calibrate(
     prompt: Option<&PromptInputs>,
 ) -> Result<Calibration, BenchError> {
     let (deadline, mut items) = pair_items(runs, deadline_ms)?;
+    one_class_refused(&items)?;
     let mut neighbour_index: Option<(Vec<Labelled>, NeighbourSettings)> = None;
     if let Some(p) = prompt {
         let (file, source) = &p.cal;
@@ -879,8 +910,14 @@ fn render_cost(md: &mut String, c: &Calibration, cost: &LocalCost) {
 
 /// A config snippet with the chosen threshold: the `[harness]` table (what
 /// `edgecloud bench --config` and `run` use); the same keys work in a
-/// `[routes.NAME]` table.
+/// `[routes.NAME]` table. `None` without a threshold, or when the cloud
+/// is no more accurate than the local model on these items.
 pub fn config_snippet(c: &Calibration, source: &str) -> Option<String> {
+    // No gap to recover: any escalation only adds cloud calls (the advice
+    // says local-only).
+    if c.cloud_accuracy <= c.local_accuracy + 1e-12 {
+        return None;
+    }
     let ch = c.choice?;
     let threshold = ch.point.threshold?;
     let share_needed = c.local_max_ms / c.deadline_ms.max(1) as f64;
@@ -1212,5 +1249,33 @@ mod tests {
         let md = render_markdown(&c, "dir");
         assert!(md.contains("APGR held out"));
         assert!(md.contains("**Held out**"));
+        // With the local model as accurate as the cloud there is no gap to
+        // recover: no threshold is written, whatever the curve allows.
+        c.cloud_accuracy = c.local_accuracy;
+        c.advice = advice(&c);
+        assert!(c.advice.starts_with("Local only"), "{}", c.advice);
+        assert_eq!(config_snippet(&c, "dir"), None);
+    }
+
+    #[test]
+    fn a_one_class_calibration_set_is_refused_by_name() {
+        let all = |right: bool| -> Vec<PairedItem> {
+            (0..6)
+                .map(|i| item(&i.to_string(), Some(-(i as f64)), right, true))
+                .collect()
+        };
+        let e = one_class_refused(&all(true)).unwrap_err().to_string();
+        assert!(
+            e.contains("one-class") && e.contains("right on all 6") && e.contains("`local-only`"),
+            "{e}"
+        );
+        let e = one_class_refused(&all(false)).unwrap_err().to_string();
+        assert!(
+            e.contains("wrong on all 6") && e.contains("`cloud-only`"),
+            "{e}"
+        );
+        let mut mixed = all(true);
+        mixed[0].local_correct = false;
+        assert!(one_class_refused(&mixed).is_ok());
     }
 }

@@ -278,6 +278,34 @@ fn calibrate_end_to_end_and_the_calibrated_cascade_matches_the_simulation() {
     );
     close(&g["accuracy"]["matched"], 16.0, "cascade right answers");
     drop(server);
+
+    // Bad input: the items the local model got right (or wrong) alone are
+    // a one-class calibration set, refused by name, with no config.
+    for (name, right) in [("only-right", true), ("only-wrong", false)] {
+        let local_right: std::collections::BTreeSet<String> = runs
+            .iter()
+            .filter(|r| r["policy"] == "local-only" && r["expected_match"] == right)
+            .map(|r| r["item"].as_str().unwrap().to_string())
+            .collect();
+        let kept: Vec<String> = runs
+            .iter()
+            .filter(|r| local_right.contains(r["item"].as_str().unwrap()))
+            .map(Value::to_string)
+            .collect();
+        let one = dir.join(name);
+        std::fs::create_dir_all(&one).unwrap();
+        std::fs::write(one.join("runs.jsonl"), kept.join("\n")).unwrap();
+        let out = run(&["bench", "calibrate", one.to_str().unwrap()]);
+        assert!(!out.status.success(), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let how = if right { "right" } else { "wrong" };
+        assert!(
+            err.contains("one-class calibration set")
+                && err.contains(&format!("{how} on all 10 graded items")),
+            "{err}"
+        );
+        assert!(!one.join("calibrated.toml").exists());
+    }
 }
 
 #[test]
