@@ -370,9 +370,16 @@ fn a_consensus_bench_records_the_agreement_and_its_cost_and_calibrate_uses_it() 
     let (mut work, mut cloud) = (vec![], vec![]);
     for i in 0..6 {
         let q = format!("Item {i}: what is {i} times {i}?");
+        // The random model is never right on a number; two items any
+        // answer passes keep the calibration set from being one-class.
+        let (grader, expected) = if i < 2 {
+            ("regex", ".*".to_string())
+        } else {
+            ("number", (i * i).to_string())
+        };
         work.push(json!({
-            "id": format!("item-{i}"), "prompt": q, "expected": (i * i).to_string(),
-            "grader": "number", "sampling": {"max_tokens": 6, "temperature": 0}
+            "id": format!("item-{i}"), "prompt": q, "expected": expected,
+            "grader": grader, "sampling": {"max_tokens": 6, "temperature": 0}
         }));
         cloud.push(json!({"prompt": q, "answer": format!("#### {}", i * i)}));
     }
