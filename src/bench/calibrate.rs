@@ -491,19 +491,17 @@ pub fn calibrate(
                 Signal::PromptNeighbours,
                 items.iter().filter_map(|i| i.embed_ms).collect(),
             ),
-            // A prompt's length is known from its tokens: no model work.
-            (
-                Signal::PromptBrevity,
-                items
-                    .iter()
-                    .filter(|i| i.signals.contains_key(&Signal::PromptBrevity))
-                    .map(|_| 0.0)
-                    .collect(),
-            ),
         ]
         .into_iter()
         .filter(|(_, v)| !v.is_empty())
         .map(|(s, v)| (s, v.iter().sum::<f64>() / v.len() as f64))
+        // A prompt's length is known from its tokens: no model work.
+        .chain(
+            items
+                .iter()
+                .any(|i| i.signals.contains_key(&Signal::PromptBrevity))
+                .then_some((Signal::PromptBrevity, 0.0)),
+        )
         .collect(),
         advice: String::new(),
     };
