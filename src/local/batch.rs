@@ -111,6 +111,11 @@ const TILED_ROWS: usize = 64;
 /// which a verify step (several rows) never does.
 const SPLIT_KV_USED: usize = 256;
 
+/// Drafts in the verify step that measures a row's cost before a draft
+/// model is filled (`RowCost::wants_probe`): about the count a draft
+/// model's first proposal has.
+const PROBE_DRAFTS: usize = 4;
+
 /// The context and its sequences.
 pub(super) struct Engine<'m> {
     model: &'m LlamaModel,
@@ -150,9 +155,8 @@ pub(super) struct Engine<'m> {
     /// The draft model, when drafts come from one (`draftmodel`); else
     /// prompt lookup.
     draft_model: Option<DraftModel<'m>>,
-    /// Seconds the draft model spent proposing this step (a verify step's
-    /// cost includes it).
-    drafting_secs: f64,
+    /// The most rows an exact verify step may have (`with_exact_rows`).
+    exact_rows: usize,
 }
 
 /// How greedy sequences draft (see `draft` and `Engine::verify`).
@@ -334,7 +338,7 @@ impl<'m> Engine<'m> {
             draft_turn: 0,
             row_cost: RowCost::default(),
             draft_model: None,
-            drafting_secs: 0.0,
+            exact_rows: usize::MAX,
         }
     }
 
@@ -355,9 +359,26 @@ impl<'m> Engine<'m> {
     }
 
     /// Drafts from a draft model instead of prompt lookup (`None`: prompt
-    /// lookup).
-    pub(super) fn with_draft_model(mut self, draft: Option<DraftModel<'m>>) -> Self {
+    /// lookup). `size_share`: its weights' size over the model's, what a
+    /// draft is taken to cost until one is measured (`RowCost`).
+    pub(super) fn with_draft_model(
+        mut self,
+        draft: Option<DraftModel<'m>>,
+        size_share: f64,
+    ) -> Self {
+        if draft.is_some() {
+            self.row_cost.set_model_prior(size_share);
+        }
         self.draft_model = draft;
+        self
+    }
+
+    /// Bounds exact verify steps to `rows` rows (`add_drafts`): on
+    /// weights llama.cpp multiplies with another kernel from some row
+    /// count on, a step's rows keep the one-row kernel only below it
+    /// (`worker` tells from the model's load: `ffi::take_multi_row_kernel`).
+    pub(super) fn with_exact_rows(mut self, rows: Option<usize>) -> Self {
+        self.exact_rows = rows.unwrap_or(usize::MAX);
         self
     }
 
@@ -415,7 +436,6 @@ impl<'m> Engine<'m> {
                 self.complete(seq, reason);
             }
         }
-        self.drafting_secs = 0.0;
         let entries = self.fill_batch();
         if entries.is_empty() {
             return;
@@ -481,7 +501,7 @@ impl<'m> Engine<'m> {
                     "decode step"
                 );
                 if verifying {
-                    self.row_cost.verified(took + self.drafting_secs, drafted);
+                    self.row_cost.verified(took, drafted);
                 } else if kind == StepKind::Generate {
                     self.row_cost.plain(took);
                 }
@@ -744,9 +764,15 @@ impl<'m> Engine<'m> {
         self.history.extend_from_slice(&s.cached);
         self.history.push(token);
         match self.draft_model.as_mut() {
+            // Before the draft model is filled with the prompt: what a row
+            // costs here, measured with drafts that are free to find.
+            Some(_) if self.row_cost.wants_probe() => {
+                let k = most.min(PROBE_DRAFTS.max(drafter.draft_min()));
+                drafter.probe(&self.history, k, &mut drafts);
+            }
             Some(model) => {
                 // The cost model first: the draft model's proposals cost
-                // its own steps.
+                // its own steps besides their rows.
                 let k = drafter.count(Source::Model, most, &self.row_cost);
                 if k == 0 {
                     return drafts;
@@ -754,7 +780,10 @@ impl<'m> Engine<'m> {
                 let started = Instant::now();
                 let first = drafter.first_proposal();
                 let fill = model.propose(&self.history, k, &mut drafts, first);
-                self.drafting_secs += started.elapsed().saturating_sub(fill).as_secs_f64();
+                self.row_cost.proposed_by_model(
+                    started.elapsed().saturating_sub(fill).as_secs_f64(),
+                    drafts.len(),
+                );
             }
             None => drafter.lookup(&self.history, most, &self.row_cost, &mut drafts),
         }
@@ -829,7 +858,7 @@ impl<'m> Engine<'m> {
         {
             br.out.drafts_verified(drafts.len(), accepted);
             if let Some(drafter) = br.drafter.as_mut() {
-                let row_cost = self.row_cost.alpha(drafts.len());
+                let row_cost = self.row_cost.per_draft(drafts.len(), drafter.by_model());
                 tracing::trace!(
                     target: "edgecloud::local::draft",
                     class = drafter.last_class(),
@@ -954,7 +983,10 @@ impl<'m> Engine<'m> {
     /// the order of the other (its partials are combined with a factor of
     /// exactly 1). So on several threads a lone lane drafts in its first
     /// 256 cells only: past them llama.cpp would sum the run without
-    /// drafts in another order. Not exact: drafts on every step.
+    /// drafts in another order. And on weights whose matrix products take
+    /// another kernel from some row count on (`exact_rows`: repacked Q4_K
+    /// and Q4_0 from 4 rows), no more drafts than keep the step under that
+    /// count. Not exact: drafts on every step.
     fn add_drafts(&mut self, entries: &mut [Entry]) {
         let Some(spec) = self.spec else {
             return;
@@ -967,6 +999,9 @@ impl<'m> Engine<'m> {
         };
         if rows == 1 && spec.exact && self.max_threads > 1 {
             most = most.min(SPLIT_KV_USED.saturating_sub(self.cells_in_use() + rows));
+        }
+        if spec.exact {
+            most = most.min(self.exact_rows.saturating_sub(rows));
         }
         let n = self.seqs.len();
         for turn in 0..n {

@@ -46,6 +46,14 @@
 //! as its rate shows it, and where a row costs nearly a step (a 1.5B model
 //! on one CPU core: 0.9) nothing is drafted.
 //!
+//! A draft model's draft costs more than its row: the draft model's own
+//! step ([`RowCost::per_draft`]; before it has proposed, its weights' size
+//! over the model's, then what its proposals took), and, once per job, the
+//! fill of its context with the prompt. So before the first fill the
+//! decode loop measures a row's cost with one verify step of prompt
+//! lookup's drafts ([`RowCost::wants_probe`], [`Drafter::probe`]), and the
+//! draft model is filled only where a draft then pays.
+//!
 //! Back-off: a step whose kept drafts did not pay for their rows (none,
 //! or fewer than `alpha k`) is a miss; two misses in a row pause drafting
 //! (8 steps, then 16, ... 256; a step that paid halves the next pause). A
@@ -291,6 +299,14 @@ pub(super) struct RowCost {
     fixed: Option<f64>,
     /// Verify steps since the last plain one.
     since_plain: u32,
+    /// Seconds the draft model takes per draft it proposes (its own
+    /// steps, and catching up on the tokens kept since its last proposal;
+    /// not its first fill with a job's prompt), a moving average; `None`
+    /// before it has proposed.
+    model_secs: Option<f64>,
+    /// A draft model's cost per draft before it is measured, as a share
+    /// of a plain step ([`RowCost::set_model_prior`]).
+    model_prior: f64,
 }
 
 /// Verify steps after which a plain step is taken again, to keep the
@@ -318,6 +334,62 @@ impl RowCost {
             by_count: vec![None; DRAFT_MAX_LIMIT as usize],
             fixed: fixed.map(|f| f.clamp(0.0, 2.0)),
             since_plain: 0,
+            model_secs: None,
+            model_prior: 0.0,
+        }
+    }
+
+    /// What a draft model's draft costs before one is measured, as a
+    /// share of a plain step: its weights' size over the model's (on a
+    /// CPU a step's time follows the bytes it reads and the products it
+    /// computes; a GPU's steps cost less than their size says, and the
+    /// measured figure takes over after the first proposal).
+    pub(super) fn set_model_prior(&mut self, share: f64) {
+        self.model_prior = share.clamp(0.0, 2.0);
+    }
+
+    /// Whether the next verify step should measure what a row costs with
+    /// drafts that are free to find (prompt lookup's, padded): a plain
+    /// step is measured and no verify step yet. A draft model is filled
+    /// with a job's prompt before its first proposal, which costs as much
+    /// as a tenth to a half of the model's own prompt pass; whether its
+    /// drafts can pay at all is known from the row cost first (measured:
+    /// on this project's 2-core VM a row costs 0.6-0.9 of a step, and
+    /// Qwen2.5-Coder-0.5B drafting for 1.5B cannot pay, while its fill
+    /// made a one-request run 0.79-0.91x of one without).
+    pub(super) fn wants_probe(&self) -> bool {
+        self.fixed.is_none() && self.plain.is_some() && self.alpha.is_none()
+    }
+
+    /// The draft model proposed `drafts` drafts in `seconds`.
+    pub(super) fn proposed_by_model(&mut self, seconds: f64, drafts: usize) {
+        if drafts == 0 {
+            return;
+        }
+        let per = seconds / drafts as f64;
+        self.model_secs = Some(match self.model_secs {
+            None => per,
+            Some(m) => m + COST_WEIGHT * (per - m),
+        });
+    }
+
+    /// A draft model's cost per draft, as a share of a plain step:
+    /// measured once it has proposed, else its prior.
+    fn model_share(&self) -> f64 {
+        match (self.model_secs, self.plain) {
+            (Some(secs), Some(plain)) if plain > 0.0 => (secs / plain).min(2.0),
+            _ => self.model_prior,
+        }
+    }
+
+    /// What one draft of a step of `drafts` costs, as a share of a plain
+    /// step: its row, and, drafted `by_model`, the draft model's step; a
+    /// fixed cost is the whole of it.
+    pub(super) fn per_draft(&self, drafts: usize, by_model: bool) -> f64 {
+        match self.fixed {
+            Some(fixed) => fixed,
+            None if by_model => self.alpha(drafts) + self.model_share(),
+            None => self.alpha(drafts),
         }
     }
 
@@ -434,12 +506,13 @@ impl Drafter {
     }
 
     /// How many of `found` drafts from `source` to verify at what a
-    /// draft row costs (`cost`): the count that pays best at the source's
+    /// draft costs (`cost`): the count that pays best at the source's
     /// class's rate, at least `draft_min`; 0 when none pays.
     pub(super) fn count(&mut self, source: Source, found: usize, cost: &RowCost) -> usize {
         let class = source.class();
         self.last = class;
-        match best_count(self.accept[class], |k| cost.alpha(k), found) {
+        let by_model = source == Source::Model;
+        match best_count(self.accept[class], |k| cost.per_draft(k, by_model), found) {
             Some(k) if found >= self.draft_min => k.max(self.draft_min),
             _ => 0,
         }
@@ -482,6 +555,23 @@ impl Drafter {
             self.count(Source::Match(n), out.len(), cost)
         };
         out.truncate(k);
+    }
+
+    /// `k` drafts that measure what a row costs ([`RowCost::wants_probe`]):
+    /// prompt lookup's continuation after `history`, padded with its last
+    /// token. They are verified as any drafts are, so the answer does not
+    /// depend on them, and whatever of them is kept is a step saved.
+    pub(super) fn probe<T: PartialEq + Copy>(&mut self, history: &[T], k: usize, out: &mut Vec<T>) {
+        let n = lookup(history, k, out);
+        self.last = Source::Match(n.max(NGRAM_MIN)).class();
+        if let Some(&last) = history.last() {
+            out.resize(k, last);
+        }
+    }
+
+    /// Whether the proposal last counted came from the draft model.
+    pub(super) fn by_model(&self) -> bool {
+        self.last == Source::Model.class()
     }
 
     /// True on the sequence's first call only (a draft model's first
@@ -675,6 +765,58 @@ mod tests {
             !RowCost::new(Some(0.5)).wants_plain(),
             "a fixed cost needs none"
         );
+    }
+
+    /// A draft model is priced at its row and its own step: before it
+    /// proposes, its size's share of the model; after, what it took.
+    /// Measured before it is ever filled: the row, by one probe.
+    #[test]
+    fn a_draft_model_pays_for_its_own_steps_and_is_priced_before_it_is_filled() {
+        let mut c = RowCost::default();
+        c.set_model_prior(0.44);
+        assert!(!c.wants_probe(), "a plain step first");
+        c.plain(0.03);
+        assert!(c.wants_probe(), "then a row's cost, before any fill");
+        c.verified(0.03 + 4.0 * 0.7 * 0.03, 4);
+        assert!(!c.wants_probe(), "once");
+        assert!((c.per_draft(4, false) - 0.7).abs() < 1e-9);
+        assert!((c.per_draft(4, true) - 1.14).abs() < 1e-9);
+        // This VM's case (Qwen2.5-Coder 0.5B for 1.5B): nothing pays, so
+        // the draft model is never filled with the prompt.
+        let mut d = Drafter::new(16, 0);
+        assert_eq!(d.count(Source::Model, 16, &c), 0);
+        assert!(d.by_model());
+        // Where a row is cheap (a GPU, a memory-bound model), it drafts,
+        // and then its measured steps take over from the prior.
+        let mut cheap = RowCost::default();
+        cheap.set_model_prior(0.44);
+        cheap.plain(0.03);
+        cheap.verified(0.03 + 4.0 * 0.02 * 0.03, 4);
+        assert!(d.count(Source::Model, 16, &cheap) > 0);
+        cheap.proposed_by_model(0.03 * 0.1 * 3.0, 3);
+        assert!(
+            (cheap.per_draft(4, true) - 0.12).abs() < 1e-9,
+            "{}",
+            cheap.per_draft(4, true)
+        );
+        // Prompt lookup's drafts cost their rows only; a fixed cost is all.
+        assert!((cheap.per_draft(4, false) - 0.02).abs() < 1e-9);
+        let mut fixed = RowCost::new(Some(0.1));
+        fixed.set_model_prior(1.0);
+        fixed.plain(0.03);
+        assert!(!fixed.wants_probe());
+        assert_eq!(fixed.per_draft(4, true), 0.1);
+    }
+
+    #[test]
+    fn a_probe_is_prompt_lookups_continuation_padded() {
+        let mut d = Drafter::new(16, 0);
+        let mut out = Vec::new();
+        d.probe(&long_match(), 4, &mut out);
+        assert_eq!(out, [0, 1, 2, 3], "the match's continuation");
+        assert!(!d.by_model());
+        d.probe(&[5, 6, 7], 3, &mut out);
+        assert_eq!(out, [7, 7, 7], "no match: the last token, repeated");
     }
 
     /// Ten tokens, then the same ten: the last ten match the first ten.

@@ -390,12 +390,65 @@ fn recent_lines() -> &'static Mutex<VecDeque<String>> {
 
 const RECENT_CAP: usize = 32;
 
-/// Clears the record of recent llama.cpp warnings and errors.
+/// Clears the record of recent llama.cpp warnings and errors, and what
+/// the load log said of the weights' kernels ([`EXACT_ROWS`]).
 pub(crate) fn clear_recent_log() {
     recent_lines()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clear();
+    EXACT_ROWS.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The most rows a decode step may have while each row's matrix products
+/// take the kernel of a one-row step, for the weights loaded since the
+/// last `clear_recent_log` (0: any count). ggml's CPU backend moves some
+/// weights into an extra buffer at load, which it names in the log
+/// (`load_tensors: CPU_REPACK model buffer size = ...`): repacked Q4_0,
+/// Q4_K and IQ4_NL weights (x86 with AVX2, ARM) multiply 1-3 rows one row
+/// at a time and 4 or more with a blocked kernel that sums in another
+/// order (ggml-cpu `repack.cpp`, this release; measured: a verify step of
+/// 5 rows on Qwen2.5-Coder-1.5B Q4_K_M turned a near-tie of a GSM8K
+/// answer the other way); AMX and KleidiAI buffers are not known
+/// row by row, so no row beyond the first is taken as exact there.
+static EXACT_ROWS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Extra CPU buffer names in llama.cpp's load log, and the rows a step
+/// may have on their weights (see [`EXACT_ROWS`]).
+const MULTI_ROW_BUFFERS: [(&str, usize); 3] = [("CPU_REPACK", 3), ("AMX", 1), ("KLEIDIAI", 1)];
+
+/// The rows a step may have on the weights a load-log line puts in a
+/// buffer ([`EXACT_ROWS`]); `None` for any other line.
+fn buffer_rows(line: &str) -> Option<usize> {
+    if !line.contains("model buffer size") {
+        return None;
+    }
+    MULTI_ROW_BUFFERS
+        .iter()
+        .filter(|(name, _)| line.contains(name))
+        .map(|&(_, rows)| rows)
+        .min()
+}
+
+/// Notes what a load-log line says of the weights' kernels ([`EXACT_ROWS`]).
+fn note_buffer(line: &str) {
+    if let Some(rows) = buffer_rows(line) {
+        let _ = EXACT_ROWS.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |now| Some(if now == 0 { rows } else { now.min(rows) }),
+        );
+    }
+}
+
+/// The bound [`EXACT_ROWS`] found for the weights loaded since the last
+/// `clear_recent_log` (`None`: none), and clears it. Loads hold the
+/// worker's load lock, so the lines are one load's.
+pub(crate) fn take_exact_rows() -> Option<usize> {
+    match EXACT_ROWS.swap(0, std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        rows => Some(rows),
+    }
 }
 
 /// llama.cpp's warning and error lines since the last `clear_recent_log`.
@@ -444,7 +497,10 @@ unsafe extern "C" fn log_trampoline(level: u32, text: *const c_char, _user: *mut
                 }
                 lines.push_back(line.to_owned());
             }
-            _ => tracing::trace!(target: "llama.cpp", "{line}"),
+            _ => {
+                note_buffer(line);
+                tracing::trace!(target: "llama.cpp", "{line}")
+            }
         }
     });
 }
@@ -562,6 +618,19 @@ unsafe fn owned(p: *const c_char) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_load_log_says_which_weights_multiply_rows_with_another_kernel() {
+        let line = |name: &str| format!("load_tensors:   {name} model buffer size =   596.53 MiB");
+        assert_eq!(buffer_rows(&line("CPU_REPACK")), Some(3));
+        assert_eq!(buffer_rows(&line("AMX")), Some(1));
+        assert_eq!(buffer_rows(&line("CPU_Mapped")), None);
+        assert_eq!(buffer_rows(&line("CPU")), None);
+        assert_eq!(
+            buffer_rows("repack: repack tensor blk.0.attn_q.weight with q4_K_8x8"),
+            None
+        );
+    }
 
     #[test]
     fn deadline_aborts_at_once_and_disarm_clears_it() {

@@ -122,7 +122,7 @@ fn run_worker(
             detail: crate::panic_payload::message(&*p),
         })
     });
-    let (model, params, format, threads, context_size) = match loaded {
+    let (model, params, format, threads, context_size, exact_rows) = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
             let _ = startup.send(Err(err));
@@ -174,6 +174,10 @@ fn run_worker(
             return;
         }
     };
+    // What a draft is taken to cost before one is measured (`RowCost`).
+    let draft_size_share = draft_model
+        .as_ref()
+        .map_or(0.0, |d| d.size() as f64 / model.size().max(1) as f64);
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -189,7 +193,12 @@ fn run_worker(
     )
     .with_grammar_pass(config.grammar_pass)
     .with_speculation(spec)
-    .with_draft_model(draft_ctx.map(|ctx| DraftModel::new(ctx, config.batch_size.max(1) as usize)));
+    .with_draft_model(
+        draft_ctx.map(|ctx| DraftModel::new(ctx, config.batch_size.max(1) as usize)),
+        draft_size_share,
+    )
+    .with_exact_rows(exact_rows);
+
     let thread_policy = if engine.controls_threads() {
         config.thread_policy
     } else {
@@ -477,6 +486,8 @@ type Loaded = (
     PromptFormat,
     usize,
     u32,
+    // The rows an exact verify step may have (`ffi::take_exact_rows`).
+    Option<usize>,
 );
 
 fn load(
@@ -491,11 +502,11 @@ fn load(
     }
     let backend = backend();
     super::devices::check_gpu_layers(config.gpu_layers)?;
-    let model = {
+    let (model, exact_rows) = {
         let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         ffi::clear_recent_log();
         let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
-        LlamaModel::load_from_file(backend, &config.model, &params).map_err(|err| {
+        let model = LlamaModel::load_from_file(backend, &config.model, &params).map_err(|err| {
             let said = ffi::take_recent_log();
             LocalError::ModelLoad {
                 path: config.model.clone(),
@@ -505,7 +516,8 @@ fn load(
                     said.join("; ")
                 },
             }
-        })?
+        })?;
+        (model, ffi::take_exact_rows())
     };
     let format = PromptFormat::resolve(&model, config.chat_template.as_deref())?;
     let threads = config
@@ -544,7 +556,14 @@ fn load(
         .with_n_threads(threads_i32)
         .with_n_threads_batch(threads_i32);
     let params = ffi::with_abort_signal(params, signal);
-    Ok((Arc::new(model), params, format, threads, context_size))
+    Ok((
+        Arc::new(model),
+        params,
+        format,
+        threads,
+        context_size,
+        exact_rows,
+    ))
 }
 
 #[cfg(test)]

@@ -729,6 +729,59 @@ fn a_draft_model_answers_as_off_and_its_drafts_are_kept() {
     assert!(kept > 0, "a model drafting for itself is right");
 }
 
+/// With its cost measured, a draft model as large as the model cannot
+/// pay for its steps (a draft costs its row and a whole step of its
+/// own), so after one verify step that measures a row's cost (prompt
+/// lookup's drafts, at most 4) it is never filled with the prompt and
+/// never drafts, though its drafts would all be kept (it drafts for
+/// itself); the answer is off's. Each job on a fresh lane: nothing
+/// measured before it.
+#[test]
+fn a_draft_model_that_cannot_pay_is_never_filled() {
+    let model = smollm2();
+    let measured = |spec_type| LocalConfig {
+        model_draft: Some(model.to_path_buf()),
+        draft_row_cost: None,
+        ..config(model, spec_type)
+    };
+    for (i, prompt) in [copy_prompt().as_str(), "Tell me a story about a fox."]
+        .iter()
+        .enumerate()
+    {
+        let off = LocalLane::start(measured(SpecType::Off)).expect("the model loads");
+        let on = LocalLane::start(measured(SpecType::Draft)).expect("both models load");
+        let a = off.generate(job(prompt, greedy(48))).unwrap();
+        let b = on.generate(job(prompt, greedy(48))).unwrap();
+        assert_same(&a, &b, &format!("job {i}"));
+        assert!(b.timings.draft_n <= 4, "job {i}: {:?}", b.timings);
+        if i == 1 {
+            // Nothing to copy: the probe's drafts are not picked, and no
+            // draft of the model's own (which would be) was made.
+            assert_eq!(b.timings.draft_n_accepted, 0, "{:?}", b.timings);
+        }
+    }
+}
+
+/// Qwen2.5's Q4_K weights are repacked by llama.cpp on this CPU and
+/// multiplied 4 rows at a time with another kernel than one row: exact
+/// drafting keeps its verify steps to 3 rows, and the answer and its
+/// log-probabilities are off's bit for bit (with 5-row steps a GSM8K
+/// answer of the 1.5B model took another token at a near-tie).
+#[test]
+fn ngram_answers_as_off_bit_for_bit_on_repacked_weights() {
+    let copy = copy_prompt();
+    let jobs = [
+        (copy.as_str(), greedy(64)),
+        ("Write a haiku about rain.", greedy(24)),
+    ];
+    let runs = both(qwen05(), &jobs);
+    for (i, (off, on)) in runs.iter().enumerate() {
+        assert_same(off, on, &format!("job {i}"));
+    }
+    let (_, copied) = &runs[0];
+    assert!(copied.timings.draft_n > 0, "{:?}", copied.timings);
+}
+
 /// A draft model whose vocabulary differs is refused when the lane
 /// starts, with a typed error naming both files; `draft` without a draft
 /// model is a setting error.
