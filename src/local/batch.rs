@@ -43,7 +43,9 @@
 //! takes effect within one compute step whoever else is in the batch.
 //! Greedy sampling reads the argmax of the raw logits (under a grammar:
 //! the first allowed token in rank order, see `pick`), the same whatever
-//! else is in the batch (tested against the lane alone).
+//! else is in the batch (tested against the lane alone) on weights
+//! llama.cpp does not repack: repacked Q4_0/Q4_K weights multiply 4 rows
+//! or more with another kernel (docs/pool.md).
 //!
 //! Speculative decoding (`LocalConfig::spec_type`, contract point 16): a
 //! greedy lone answer proposes drafts (`draft`: prompt lookup, as many as
