@@ -463,6 +463,13 @@ impl<'m> Engine<'m> {
                 self.governor.start_on(free);
             }
         }
+        // A probe of fewer threads that no contended step called for waits
+        // for what the cores are doing (a millisecond, every few dozen
+        // steps at most): with a core for every thread it is not run.
+        if let Some(waiting) = self.governor.wants_free_cores() {
+            self.governor
+                .free_cores(waiting, crate::sched::free_cores());
+        }
         let threads = self.apply_threads(kind);
         let scale = kind.units(tokens - drafted);
         let waited_before = signal.waited_ns();

@@ -25,7 +25,17 @@
 //! (shortest after a switch down that one abandoned step caused: a
 //! passing program is gone by then; for prompt steps, one a job in a lone
 //! lane, the step decoded again is the probe and the next one looks up).
-//! More
+//! A probe of fewer threads that no contended step called for (a
+//! periodic one, one after a slowdown) and the one an abandoned step
+//! calls for first ask the caller how many cores no other program runs on
+//! (`Governor::wants_free_cores`, answered from `/proc` by the decode loop
+//! in about a millisecond): with a core for every thread of the arm in
+//! use, fewer threads cannot win and the probe is not run (the interval
+//! still doubles; an abandoned step is decoded again on every thread).
+//! Measured on the quiet 2-core VM before this: 4 to 12 one-thread steps
+//! in 12 of 18 64-token jobs of `vs_llama_bench` on Qwen2.5-Coder-1.5B,
+//! from periodic probes and steps abandoned when another program held a
+//! core for a few milliseconds. More
 //! threads are only tried while the steps are not contended (with no free
 //! core they would be the slowest steps of all), and a probe wins only by
 //! a clear margin, so noise does not flap the count.
@@ -238,6 +248,10 @@ pub(crate) struct Governor {
     ladder: Vec<usize>,
     adaptive: bool,
     kinds: [KindState; 2],
+    /// Whether a probe of fewer threads that no contended step asked for
+    /// (a periodic one, or one after a slowdown) waits for the caller to
+    /// say how many cores are free ([`Self::wants_free_cores`]).
+    asks_free_cores: bool,
 }
 
 #[derive(Debug)]
@@ -267,6 +281,19 @@ struct KindState {
     /// to go back down, since more threads were just measured faster under
     /// these conditions (no flip-flop).
     up_won: bool,
+    /// A probe of fewer threads waiting for the count of free cores.
+    pending_down: Option<PendingDown>,
+}
+
+/// A probe of fewer threads before the caller has said how many cores are
+/// free ([`Governor::free_cores`]).
+#[derive(Debug, Clone, Copy)]
+struct PendingDown {
+    /// As [`Probe`]'s.
+    baseline: f64,
+    margin: f64,
+    /// An abandoned step called for it.
+    after_abandon: bool,
 }
 
 #[derive(Debug)]
@@ -322,11 +349,56 @@ impl Governor {
             probe: None,
             probe_down_next: true,
             up_won: false,
+            pending_down: None,
         };
         Self {
             ladder,
             adaptive: policy == ThreadPolicy::Adaptive && top > 0,
             kinds: [state(StepKind::Generate), state(StepKind::Prompt)],
+            asks_free_cores: false,
+        }
+    }
+
+    /// Asks before a probe of fewer threads that no contended step called
+    /// for ([`Self::wants_free_cores`]).
+    pub(crate) fn asking_free_cores(mut self) -> Self {
+        self.asks_free_cores = true;
+        self
+    }
+
+    /// The kind whose probe of fewer threads waits for the count of free
+    /// cores: the caller reads it (`sched::free_cores`) and gives it to
+    /// [`Self::free_cores`] before the next step.
+    pub(crate) fn wants_free_cores(&self) -> Option<StepKind> {
+        self.kinds
+            .iter()
+            .find(|k| k.pending_down.is_some())
+            .map(|k| k.kind)
+    }
+
+    /// The cores no other program runs on, for the probe
+    /// [`Self::wants_free_cores`] named: with a core for each of the
+    /// current arm's threads, fewer threads cannot win (nothing holds
+    /// their cores, and the decode thread's wait says so too), so the
+    /// probe counts as confirming the arm without being run; otherwise (or
+    /// when the kernel does not say) it runs.
+    pub(crate) fn free_cores(&mut self, kind: StepKind, free: Option<usize>) {
+        let threads = self.ladder[self.kinds[kind.index()].current];
+        let s = &mut self.kinds[kind.index()];
+        let Some(pending) = s.pending_down.take() else {
+            return;
+        };
+        if free.is_some_and(|f| f >= threads) {
+            s.since_probe = 0;
+            if !pending.after_abandon {
+                s.reference = Some(pending.baseline);
+                let (base, max) = s.intervals();
+                s.interval = (s.interval * 2).clamp(base, max);
+            }
+        } else if pending.after_abandon {
+            s.probe_after_abandon(pending.baseline);
+        } else {
+            s.start_probe(Direction::Down, pending.baseline, pending.margin);
         }
     }
 
@@ -435,23 +507,19 @@ impl Governor {
         if step.overran {
             // Abandoned: not a figure of this arm (its cost may be
             // unbounded), but the strongest sign that fewer threads do
-            // better now.
+            // better now, unless what held a core is gone when the step
+            // is decoded again (asked first: `free_cores`).
             if s.current > 0 {
                 s.up_won = false;
-                s.start_probe(Direction::Down, step.cost, CONTENDED_WIN_MARGIN);
-                let few_steps = s.kind == StepKind::Prompt;
-                if let Some(p) = s.probe.as_mut() {
-                    p.after_abandon = true;
-                    if few_steps {
-                        // A prompt step is long (several generation steps'
-                        // time) and a lone lane takes one a job: the step
-                        // decoded again with fewer threads is the probe
-                        // (going down wakes nothing), and the next one
-                        // looks up (`conclude_probe`).
-                        p.warmed = true;
-                        p.steps = 1;
-                        p.look_up_at_once = true;
-                    }
+                s.pending_down = None;
+                if self.asks_free_cores {
+                    s.pending_down = Some(PendingDown {
+                        baseline: step.cost,
+                        margin: CONTENDED_WIN_MARGIN,
+                        after_abandon: true,
+                    });
+                } else {
+                    s.probe_after_abandon(step.cost);
                 }
             }
             return;
@@ -489,9 +557,12 @@ impl Governor {
         }
         let now = s.mean_cost();
         let reference = *s.reference.get_or_insert(now);
-        if now > reference * SLOWDOWN && s.current > 0 {
+        let ask = self.asks_free_cores;
+        if s.pending_down.is_some() {
+            // Still waiting for the count of free cores.
+        } else if now > reference * SLOWDOWN && s.current > 0 {
             s.up_won = false;
-            s.start_probe(Direction::Down, now, WIN_MARGIN);
+            s.probe_down(now, WIN_MARGIN, ask);
         } else if s.since_probe >= s.interval {
             // More threads only help when there are free cores for them:
             // an arm whose steps wait for a CPU much of the time does not
@@ -500,11 +571,9 @@ impl Governor {
             let may_go_up = s.current < top && waiting < HEAVY_CONTENTION;
             let may_go_down = s.current > 0;
             match (may_go_down, may_go_up) {
-                (true, true) if s.probe_down_next => {
-                    s.start_probe(Direction::Down, now, WIN_MARGIN)
-                }
+                (true, true) if s.probe_down_next => s.probe_down(now, WIN_MARGIN, ask),
                 (_, true) => s.start_probe(Direction::Up, now, UP_WIN_MARGIN),
-                (true, false) => s.start_probe(Direction::Down, now, WIN_MARGIN),
+                (true, false) => s.probe_down(now, WIN_MARGIN, ask),
                 (false, false) => s.since_probe = 0,
             }
         }
@@ -526,7 +595,42 @@ impl KindState {
         }
     }
 
+    /// A probe of fewer threads, or, when the caller is `ask`ed first,
+    /// one waiting for the count of free cores.
+    fn probe_down(&mut self, baseline: f64, margin: f64, ask: bool) {
+        if ask {
+            self.probe_down_next = false;
+            self.pending_down = Some(PendingDown {
+                baseline,
+                margin,
+                after_abandon: false,
+            });
+        } else {
+            self.start_probe(Direction::Down, baseline, margin);
+        }
+    }
+
+    /// The probe of fewer threads an abandoned step (of this `cost`)
+    /// calls for.
+    fn probe_after_abandon(&mut self, cost: f64) {
+        self.start_probe(Direction::Down, cost, CONTENDED_WIN_MARGIN);
+        let few_steps = self.kind == StepKind::Prompt;
+        if let Some(p) = self.probe.as_mut() {
+            p.after_abandon = true;
+            if few_steps {
+                // A prompt step is long (several generation steps' time)
+                // and a lone lane takes one a job: the step decoded again
+                // with fewer threads is the probe (going down wakes
+                // nothing), and the next one looks up (`conclude_probe`).
+                p.warmed = true;
+                p.steps = 1;
+                p.look_up_at_once = true;
+            }
+        }
+    }
+
     fn start_probe(&mut self, direction: Direction, baseline: f64, margin: f64) {
+        self.pending_down = None;
         let arm = match direction {
             Direction::Down => self.current - 1,
             Direction::Up => self.current + 1,
@@ -828,6 +932,90 @@ mod tests {
             drive(&mut g, back, quiet);
             assert_eq!(current(&g, StepKind::Generate), 2, "round {round}");
             drive(&mut g, 500, quiet);
+        }
+    }
+
+    /// Steps of `kind` where the caller answers the governor's question
+    /// about free cores with `free`; returns how many steps used each
+    /// thread count and how often it asked.
+    fn drive_asked(
+        g: &mut Governor,
+        kind: StepKind,
+        steps: usize,
+        free: Option<usize>,
+        mut cost: impl FnMut(usize) -> Step,
+    ) -> (Vec<usize>, usize) {
+        let mut used = vec![0; g.ladder.last().copied().unwrap_or(1) + 1];
+        let mut asked = 0;
+        for _ in 0..steps {
+            if let Some(waiting) = g.wants_free_cores() {
+                asked += 1;
+                g.free_cores(waiting, free);
+            }
+            let n = g.threads(kind);
+            used[n] += 1;
+            let (cost, wait_share) = cost(n);
+            g.record(
+                kind,
+                n,
+                StepFigure {
+                    cost,
+                    wait_share,
+                    overran: false,
+                },
+            );
+        }
+        (used, asked)
+    }
+
+    /// With a core free for every thread, the periodic probes of fewer
+    /// threads are not run (they cost their steps' slowdown and cannot
+    /// win: measured on a quiet 2-core VM, 4 to 12 one-thread steps in
+    /// most 64-token jobs of `vs_llama_bench`, generation 0.91-0.96x
+    /// llama-bench); the question is asked at the same times, ever more
+    /// rarely.
+    #[test]
+    fn a_core_for_every_thread_spares_the_periodic_probes() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive).asking_free_cores();
+        let (used, asked) = drive_asked(&mut g, StepKind::Generate, 10_000, Some(2), quiet);
+        assert_eq!(used[1], 0, "no one-thread step");
+        // Once per interval, which doubles to `MAX_INTERVAL` steps.
+        let most = 10_000 / MAX_INTERVAL as usize + 5;
+        assert!((1..=most).contains(&asked), "asked {asked} times");
+        // A slowdown on a quiet machine (a longer context) is no reason
+        // either.
+        let (used, _) = drive_asked(&mut g, StepKind::Generate, 500, Some(2), |n| {
+            (quiet(n).0 * 2.0, 0.0)
+        });
+        assert_eq!(used[1], 0);
+        // Without an answer from the kernel, or with a core taken, the
+        // probes run as before.
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive).asking_free_cores();
+        let (used, _) = drive_asked(&mut g, StepKind::Generate, 10_000, None, quiet);
+        assert!(used[1] > 0 && used[1] <= 10_000 / 100, "{used:?}");
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive).asking_free_cores();
+        let (used, _) = drive_asked(&mut g, StepKind::Generate, 2_000, Some(1), one_busy_loop);
+        assert!(used[1] > 1_500, "one busy loop: one thread, {used:?}");
+    }
+
+    /// An abandoned step whose competitor is gone by the time it is
+    /// decoded again (a core free for every thread) is decoded again on
+    /// every thread and moves nothing; with a core taken it is the probe
+    /// of fewer threads, as before.
+    #[test]
+    fn an_abandoned_step_with_every_core_free_again_keeps_the_threads() {
+        let abandoned = StepFigure {
+            cost: f64::INFINITY,
+            wait_share: 1.0,
+            overran: true,
+        };
+        for (free, expect_one) in [(Some(2), false), (Some(1), true)] {
+            let mut g = Governor::new(2, ThreadPolicy::Adaptive).asking_free_cores();
+            drive_asked(&mut g, StepKind::Generate, 200, Some(2), quiet);
+            g.record(StepKind::Generate, 2, abandoned);
+            let (used, asked) = drive_asked(&mut g, StepKind::Generate, 1, free, quiet);
+            assert_eq!(asked, 1);
+            assert_eq!(used[1] == 1, expect_one, "free {free:?}: {used:?}");
         }
     }
 

@@ -189,7 +189,7 @@ fn run_worker(
             context: context_size as usize,
         },
         threads,
-        Governor::new(threads, config.thread_policy),
+        Governor::new(threads, config.thread_policy).asking_free_cores(),
     )
     .with_grammar_pass(config.grammar_pass)
     .with_speculation(spec)
