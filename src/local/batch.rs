@@ -378,7 +378,7 @@ impl<'m> Engine<'m> {
     /// Bounds exact verify steps to `rows` rows (`add_drafts`): on
     /// weights llama.cpp multiplies with another kernel from some row
     /// count on, a step's rows keep the one-row kernel only below it
-    /// (`worker` tells from the model's load: `ffi::take_multi_row_kernel`).
+    /// (`worker` tells from the model's load: `ffi::take_exact_rows`).
     pub(super) fn with_exact_rows(mut self, rows: Option<usize>) -> Self {
         self.exact_rows = rows.unwrap_or(usize::MAX);
         self

@@ -248,9 +248,10 @@ pub(crate) struct Governor {
     ladder: Vec<usize>,
     adaptive: bool,
     kinds: [KindState; 2],
-    /// Whether a probe of fewer threads that no contended step asked for
-    /// (a periodic one, or one after a slowdown) waits for the caller to
-    /// say how many cores are free ([`Self::wants_free_cores`]).
+    /// Whether a probe of fewer threads that no lasting contention asked
+    /// for (a periodic one, one after a slowdown, one an abandoned step
+    /// calls for) waits for the caller to say how many cores are free
+    /// ([`Self::wants_free_cores`]).
     asks_free_cores: bool,
 }
 
@@ -359,8 +360,8 @@ impl Governor {
         }
     }
 
-    /// Asks before a probe of fewer threads that no contended step called
-    /// for ([`Self::wants_free_cores`]).
+    /// Asks before a probe of fewer threads that no lasting contention
+    /// called for ([`Self::wants_free_cores`]).
     pub(crate) fn asking_free_cores(mut self) -> Self {
         self.asks_free_cores = true;
         self
