@@ -198,7 +198,6 @@ fn run_worker(
         draft_size_share,
     )
     .with_exact_rows(exact_rows);
-
     let thread_policy = if engine.controls_threads() {
         config.thread_policy
     } else {
