@@ -57,6 +57,9 @@ fn main() {
     });
     let config = LocalConfig {
         threads: Some(threads),
+        // The cold second turn is cold: no prompt cache brings its
+        // prefix back.
+        cache_ram: 0,
         ..LocalConfig::new(&model)
     };
     let lane = LocalLane::start(config.clone()).expect("model loads");

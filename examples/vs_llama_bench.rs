@@ -100,6 +100,9 @@ fn main() {
 
     let lane = LocalLane::start(LocalConfig {
         threads: Some(threads_n),
+        // Every other job repeats a prompt: a prompt cache would restore
+        // it, and the prompt figure is of decoding `pp` tokens.
+        cache_ram: 0,
         ..LocalConfig::new(model)
     })
     .expect("model loads");

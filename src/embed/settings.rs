@@ -62,6 +62,8 @@ pub struct Overrides {
     /// Whether drafts keep greedy answers bit-exact (see
     /// [`LocalConfig::spec_exact`]).
     pub spec_exact: Option<bool>,
+    /// The prompt cache's budget in MiB (see [`LocalConfig::cache_ram`]).
+    pub cache_ram: Option<u64>,
     /// Instances (runs served at once): `[pool] parallel`.
     pub parallel: Option<usize>,
 }
@@ -97,7 +99,7 @@ impl Overrides {
         if let Some(model) = &self.model {
             cfg.local.get_or_insert_with(LocalConfig::default).model = model.clone();
         }
-        let local_settings: [(&'static str, bool); 11] = [
+        let local_settings: [(&'static str, bool); 12] = [
             ("probe", self.probe.is_some()),
             ("threads", self.threads.is_some()),
             ("thread_policy", self.thread_policy.is_some()),
@@ -109,6 +111,7 @@ impl Overrides {
             ("draft_max", self.draft_max.is_some()),
             ("draft_min", self.draft_min.is_some()),
             ("spec_exact", self.spec_exact.is_some()),
+            ("cache_ram", self.cache_ram.is_some()),
         ];
         match cfg.local.as_mut() {
             Some(local) => {
@@ -144,6 +147,9 @@ impl Overrides {
                 }
                 if let Some(exact) = self.spec_exact {
                     local.spec_exact = exact;
+                }
+                if let Some(mib) = self.cache_ram {
+                    local.cache_ram = mib;
                 }
             }
             None => {

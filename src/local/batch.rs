@@ -80,6 +80,7 @@ use super::generate::{emit, Progress, PromptFormat};
 use super::governor::{Governor, StepFigure, StepKind};
 use super::pick::{GrammarPass, GrammarSpec, Picker};
 use super::prepare::{self, Preparer, Task};
+use super::prompt_cache::{shared_prefix, PromptCache};
 use super::stop::{StopMatcher, StopState};
 use super::toolcall::ToolJob;
 use super::utf8::Utf8Stream;
@@ -90,7 +91,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::DecodeError;
+use llama_cpp_2::{DecodeError, LlamaStateSeqFlags, SeqState};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
@@ -159,6 +160,9 @@ pub(super) struct Engine<'m> {
     draft_model: Option<DraftModel<'m>>,
     /// The most rows an exact verify step may have (`with_exact_rows`).
     exact_rows: usize,
+    /// Conversations the sequences moved on from, in host memory
+    /// (`prompt_cache`); `None` when the budget is 0.
+    prompt_cache: Option<PromptCache<SeqState>>,
 }
 
 /// How greedy sequences draft (see `draft` and `Engine::verify`).
@@ -341,6 +345,7 @@ impl<'m> Engine<'m> {
             row_cost: RowCost::default(),
             draft_model: None,
             exact_rows: usize::MAX,
+            prompt_cache: None,
         }
     }
 
@@ -381,6 +386,13 @@ impl<'m> Engine<'m> {
     /// (`worker` tells from the model's load: `ffi::take_exact_rows`).
     pub(super) fn with_exact_rows(mut self, rows: Option<usize>) -> Self {
         self.exact_rows = rows.unwrap_or(usize::MAX);
+        self
+    }
+
+    /// Keeps up to `bytes` of the conversations sequences move on from
+    /// (`prompt_cache`; 0: none).
+    pub(super) fn with_prompt_cache(mut self, bytes: usize) -> Self {
+        self.prompt_cache = PromptCache::new(bytes);
         self
     }
 
@@ -670,6 +682,7 @@ impl<'m> Engine<'m> {
         };
         if active.job.sampling.score_prompt {
             // Every prompt token is scored, so none is taken from the cache.
+            self.recall(seq, &active.tokens, false);
             self.forget_cells(seq);
         } else {
             // A two-stage cascade on the prompt's length reads it before
@@ -681,6 +694,7 @@ impl<'m> Engine<'m> {
                 });
             }
             if active.job.stop_reason().is_none() {
+                self.recall(seq, &active.tokens, true);
                 active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
             }
         }
@@ -694,17 +708,75 @@ impl<'m> Engine<'m> {
         (self.seqs.len() + seq * (self.max_samples - 1) + i - 1) as i32
     }
 
+    /// Before a job's prompt on `seq` (see `prompt_cache`): saves the
+    /// sequence's cells when the job would drop enough of them, then,
+    /// when the job reuses cells at all (`reuse`; one that scores its
+    /// prompt does not), restores the saved conversation that shares the
+    /// most with `prompt`, when it shares enough more than the sequence.
+    fn recall(&mut self, seq: usize, prompt: &[LlamaToken], reuse: bool) {
+        let Some(cache) = self.prompt_cache.as_mut() else {
+            return;
+        };
+        let id = seq as i32;
+        let held = &self.seqs[seq].cached;
+        let own = if reuse {
+            shared_prefix(held, prompt).min(prompt.len().saturating_sub(1))
+        } else {
+            0
+        };
+        if cache.wants(held, own) {
+            let started = Instant::now();
+            match self.ctx.state_seq_get(id, LlamaStateSeqFlags::empty()) {
+                Ok(state) => {
+                    tracing::debug!(
+                        target: "edgecloud::local::prompt_cache",
+                        seq,
+                        tokens = held.len(),
+                        bytes = state.byte_len(),
+                        took_us = started.elapsed().as_micros() as u64,
+                        "saved a conversation"
+                    );
+                    cache.insert(held.clone(), state);
+                }
+                Err(e) => tracing::debug!(seq, error = %e, "a sequence's cells could not be saved"),
+            }
+        }
+        if !reuse {
+            return;
+        }
+        let Some((tokens, state)) = cache.take_best(prompt, own) else {
+            return;
+        };
+        let started = Instant::now();
+        let _ = self.ctx.kv_cache_seq_rm(id, None, None);
+        self.seqs[seq].cached.clear();
+        match self.ctx.state_seq_set(&state, id) {
+            Ok(()) => {
+                tracing::debug!(
+                    target: "edgecloud::local::prompt_cache",
+                    seq,
+                    restored = tokens.len(),
+                    own,
+                    took_us = started.elapsed().as_micros() as u64,
+                    entries = cache.len(),
+                    bytes = cache.bytes(),
+                    "restored a saved conversation"
+                );
+                self.seqs[seq].cached = tokens;
+            }
+            Err(e) => {
+                let _ = self.ctx.kv_cache_seq_rm(id, None, None);
+                tracing::warn!(seq, error = %e, "a saved conversation could not be restored");
+            }
+        }
+    }
+
     /// Keeps the longest common prefix of the sequence's cache and
     /// `tokens` (leaving at least one token to decode, for fresh logits)
     /// and drops the rest of its cells. Returns how many are reused.
     fn reuse_prefix(&mut self, seq: usize, tokens: &[LlamaToken]) -> usize {
         let cached = &self.seqs[seq].cached;
-        let common = cached
-            .iter()
-            .zip(tokens)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(tokens.len() - 1);
+        let common = shared_prefix(cached, tokens).min(tokens.len() - 1);
         if common < cached.len() && !self.cut(seq, common) {
             return 0;
         }
@@ -1443,6 +1515,9 @@ impl<'m> Engine<'m> {
     /// whole cache is forgotten.
     pub(super) fn reset_all(&mut self, detail: &str) {
         self.ctx.clear_kv_cache();
+        if let Some(cache) = self.prompt_cache.as_mut() {
+            cache.clear();
+        }
         for seq in 0..self.seqs.len() {
             self.seqs[seq].cached.clear();
             self.fail(

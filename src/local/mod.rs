@@ -72,6 +72,7 @@ mod jinja;
 mod pick;
 mod prepare;
 pub mod probe;
+mod prompt_cache;
 mod signals;
 mod simd;
 mod stop;
@@ -230,6 +231,15 @@ pub struct LocalConfig {
     /// own context on the lane's worker thread; it proposes the next
     /// tokens greedily.
     pub model_draft: Option<PathBuf>,
+    /// The prompt cache's budget in MiB (llama-server's `--cache-ram`;
+    /// default 256, 0: none): the KV cells of conversations the lane's
+    /// sequences moved on from, kept in host memory, so that a request
+    /// coming back to one of them (an agent's other conversation, a
+    /// client's repeated system prompt) starts from its cells instead of
+    /// decoding that prefix again. Least recently stored entries go
+    /// first. A restored prefix is reused like the sequence's own cached
+    /// one. The memory is taken only as conversations are stored.
+    pub cache_ram: u64,
 }
 
 impl Default for LocalConfig {
@@ -258,6 +268,7 @@ impl Default for LocalConfig {
             embed_batch: 512,
             draft_row_cost: None,
             model_draft: None,
+            cache_ram: 256,
         }
     }
 }
@@ -332,6 +343,8 @@ pub struct LocalInfo {
     /// Whether drafts keep greedy answers bit-exact
     /// ([`LocalConfig::spec_exact`]).
     pub spec_exact: bool,
+    /// The prompt cache's budget in MiB ([`LocalConfig::cache_ram`]).
+    pub cache_ram: u64,
     /// How the model is asked for tool calls: `hermes (template)` (its
     /// template renders tools and `<tool_call>`), `llama3 (template)`, or
     /// `hermes (system prompt)` (the template has no tool syntax; the tools

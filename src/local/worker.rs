@@ -197,7 +197,10 @@ fn run_worker(
         draft_ctx.map(|ctx| DraftModel::new(ctx, config.batch_size.max(1) as usize)),
         draft_size_share,
     )
-    .with_exact_rows(exact_rows);
+    .with_exact_rows(exact_rows)
+    .with_prompt_cache(
+        usize::try_from(config.cache_ram.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
+    );
     let thread_policy = if engine.controls_threads() {
         config.thread_policy
     } else {
@@ -226,6 +229,7 @@ fn run_worker(
         draft_max: config.draft_max,
         draft_min: config.draft_min,
         spec_exact: config.spec_exact,
+        cache_ram: config.cache_ram,
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
         parameters: model.n_params(),

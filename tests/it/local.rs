@@ -484,3 +484,83 @@ fn answers_do_not_depend_on_the_thread_count_and_each_step_is_counted() {
         .iter()
         .all(|s| s.threads == 1 || s.threads == 2));
 }
+
+/// Three jobs on `lane`: `first`, an unrelated one, `first` again; the
+/// first and the last answers.
+fn come_back(
+    lane: &LocalLane,
+    first: &[ChatMessage],
+) -> (
+    edgecloud::local::LocalCompletion,
+    edgecloud::local::LocalCompletion,
+) {
+    let a = lane
+        .generate(LaneJob::new(first.to_vec(), seeded(12, 5), far()))
+        .unwrap();
+    lane.generate(LaneJob::new(
+        chat(&long_user_text(120)),
+        seeded(4, 6),
+        far(),
+    ))
+    .unwrap();
+    let again = lane
+        .generate(LaneJob::new(first.to_vec(), seeded(12, 5), far()))
+        .unwrap();
+    (a, again)
+}
+
+fn coming_back_to() -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::system(format!("Remember this: {}", long_user_text(150))),
+        ChatMessage::user("What did I ask you to remember?"),
+    ]
+}
+
+#[test]
+fn a_conversation_the_lane_moved_on_from_comes_back_from_the_prompt_cache() {
+    let (first, again) = come_back(
+        &LocalLane::start(fixed_threads()).unwrap(),
+        &coming_back_to(),
+    );
+    // All of the prompt but its last token (decoded for fresh logits).
+    assert_eq!(again.reused_prompt_tokens, first.prompt_tokens - 1);
+    assert_eq!(again.text, first.text);
+    assert_eq!(again.token_logprobs.len(), first.token_logprobs.len());
+
+    // Without the cache the unrelated job took its cells.
+    let (_, uncached) = come_back(
+        &LocalLane::start(LocalConfig {
+            cache_ram: 0,
+            ..fixed_threads()
+        })
+        .unwrap(),
+        &coming_back_to(),
+    );
+    assert!(
+        uncached.reused_prompt_tokens < 10,
+        "reused {} without a prompt cache",
+        uncached.reused_prompt_tokens
+    );
+}
+
+#[test]
+fn a_saved_conversation_is_restored_into_another_sequence_of_a_pool() {
+    let lanes = LocalLane::start_shared(fixed_threads(), 2).unwrap();
+    let messages = coming_back_to();
+    let first = lanes[0]
+        .generate(LaneJob::new(messages.clone(), seeded(12, 5), far()))
+        .unwrap();
+    // Lane 0 moves on (its cells are saved), lane 1 asks what lane 0 had.
+    lanes[0]
+        .generate(LaneJob::new(
+            chat(&long_user_text(120)),
+            seeded(4, 6),
+            far(),
+        ))
+        .unwrap();
+    let elsewhere = lanes[1]
+        .generate(LaneJob::new(messages, seeded(12, 5), far()))
+        .unwrap();
+    assert_eq!(elsewhere.reused_prompt_tokens, first.prompt_tokens - 1);
+    assert_eq!(elsewhere.text, first.text);
+}

@@ -53,6 +53,7 @@ const FLAG_KEYS: &[(&str, &str, &str)] = &[
     ("draft_max", "--draft-max", "local.draft_max"),
     ("draft_min", "--draft-min", "local.draft_min"),
     ("spec_exact", "--spec-exact", "local.spec_exact"),
+    ("cache_ram", "--cache-ram", "local.cache_ram"),
     ("probe", "--probe", "local.probe"),
     ("base_url", "--base-url", "cloud.base_url"),
     ("cloud_model", "--cloud-model", "cloud.model"),
@@ -241,6 +242,7 @@ fn local_value(l: &LocalConfig) -> Value {
         "draft_max": l.draft_max,
         "draft_min": l.draft_min,
         "spec_exact": l.spec_exact,
+        "cache_ram": l.cache_ram,
     })
 }
 

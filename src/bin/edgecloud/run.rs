@@ -119,6 +119,12 @@ pub(crate) struct HarnessArgs {
     #[arg(long, value_name = "BOOL", env = "EDGECLOUD_SPEC_EXACT",
           action = clap::ArgAction::Set)]
     pub(crate) spec_exact: Option<bool>,
+    /// The prompt cache's budget in MiB (llama-server's --cache-ram;
+    /// default 256, 0: none): conversations the lane moved on from are
+    /// kept in memory, so a request coming back to one starts from its
+    /// cells.
+    #[arg(long, value_name = "MIB", env = "EDGECLOUD_CACHE_RAM")]
+    pub(crate) cache_ram: Option<u64>,
 }
 
 /// The OpenAI SDKs' base URL variable, when set and not empty.
@@ -155,6 +161,7 @@ impl HarnessArgs {
         o.draft_max = self.draft_max;
         o.draft_min = self.draft_min;
         o.spec_exact = self.spec_exact;
+        o.cache_ram = self.cache_ram;
         o
     }
 
