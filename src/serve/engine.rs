@@ -236,6 +236,10 @@ pub(crate) struct Tokens {
     pub(crate) local_prompt: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) local_completion: Option<u64>,
+    /// Of `local_prompt`, the tokens taken from cached cells (the
+    /// instance's own, or the prompt cache's) instead of decoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) local_reused_prompt: Option<u64>,
 }
 
 /// One lane's part in a run: the compact form the response carries.

@@ -211,6 +211,7 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
                 provider_completion: r.tokens.provider_completion,
                 local_prompt: r.tokens.local_prompt,
                 local_completion: r.tokens.local_completion,
+                local_reused_prompt: r.tokens.local_reused_prompt,
             },
             note: r.note.clone(),
             rejected: r.rejected.clone(),

@@ -85,6 +85,8 @@ struct LaneMetrics {
     /// Speculative decoding's drafted tokens, and those kept.
     drafted: u64,
     draft_accepted: u64,
+    /// Prompt tokens taken from cached cells instead of decoded.
+    reused_prompt: u64,
 }
 
 #[derive(Debug, Default)]
@@ -183,6 +185,7 @@ impl Metrics {
             m.prompt_local += t.local_prompt.unwrap_or(0);
             m.completion_provider += t.provider_completion.unwrap_or(0);
             m.completion_local += t.local_completion.unwrap_or(0);
+            m.reused_prompt += t.local_reused_prompt.unwrap_or(0);
             m.drafted += u64::from(l.draft_n.unwrap_or(0));
             m.draft_accepted += u64::from(l.draft_n_accepted.unwrap_or(0));
             if let Some(ms) = l.ttft_ms {
@@ -523,6 +526,12 @@ const FAMILIES: &[Family] = &[
         COUNTER,
         "Prompt tokens by source: provider (reported by the cloud provider) or local (counted by the local tokenizer).",
         Samples::PerLaneBySource(|m| (m.prompt_provider, m.prompt_local)),
+    ),
+    family(
+        "edgecloud_lane_reused_prompt_tokens_total",
+        COUNTER,
+        "Prompt tokens taken from cached cells instead of decoded (the instance's own, or the prompt cache's: --cache-ram).",
+        Samples::PerLane(|m| m.reused_prompt),
     ),
     family(
         "edgecloud_lane_completion_tokens_total",
@@ -893,6 +902,7 @@ mod tests {
         local.tokens = Tokens {
             local_prompt: Some(5),
             local_completion: Some(3),
+            local_reused_prompt: Some(2),
             ..Tokens::default()
         };
         local.ttft_ms = Some(4.0);

@@ -257,11 +257,22 @@ async fn openai_client_talks_to_the_real_local_lane() {
             .unwrap()
             > 0
     );
+    let reused_last = v["edgecloud"]["lanes"][0]["tokens"]["local_reused_prompt"]
+        .as_u64()
+        .expect("the local lane says how much of its prompt was cached");
 
     let m = metrics_text(&server.base_url()).await;
     assert_eq!(
         metric(&m, "edgecloud_lane_completions_total{lane=\"local\"}"),
         3.0
+    );
+    // The streamed request repeated the first one's prompt: all of it but
+    // its last token came from cached cells, and the counter has it.
+    assert!(
+        metric(
+            &m,
+            "edgecloud_lane_reused_prompt_tokens_total{lane=\"local\"}"
+        ) > reused_last as f64
     );
     assert!(
         metric(
