@@ -43,9 +43,10 @@
 //! takes effect within one compute step whoever else is in the batch.
 //! Greedy sampling reads the argmax of the raw logits (under a grammar:
 //! the first allowed token in rank order, see `pick`), the same whatever
-//! else is in the batch (tested against the lane alone) on weights
-//! llama.cpp does not repack: repacked Q4_0/Q4_K weights multiply 4 rows
-//! or more with another kernel (docs/pool.md).
+//! else is in the batch (tested against the lane alone on SmolLM2) as far
+//! as llama.cpp's kernels sum a row alike alone and in a batch: on
+//! Qwen2.5-Coder's Q4_K_M weights they do not (repacked weights from 4
+//! rows, and another kernel besides; docs/pool.md).
 //!
 //! Speculative decoding (`LocalConfig::spec_type`, contract point 16): a
 //! greedy lone answer proposes drafts (`draft`: prompt lookup, as many as
@@ -80,7 +81,7 @@ use super::generate::{emit, Progress, PromptFormat};
 use super::governor::{Governor, StepFigure, StepKind};
 use super::pick::{GrammarPass, GrammarSpec, Picker};
 use super::prepare::{self, Preparer, Task};
-use super::prompt_cache::{shared_prefix, PromptCache};
+use super::prompt_cache::{reusable, PromptCache};
 use super::stop::{StopMatcher, StopState};
 use super::toolcall::ToolJob;
 use super::utf8::Utf8Stream;
@@ -719,11 +720,7 @@ impl<'m> Engine<'m> {
         };
         let id = seq as i32;
         let held = &self.seqs[seq].cached;
-        let own = if reuse {
-            shared_prefix(held, prompt).min(prompt.len().saturating_sub(1))
-        } else {
-            0
-        };
+        let own = if reuse { reusable(held, prompt) } else { 0 };
         if cache.wants(held, own) {
             let started = Instant::now();
             match self.ctx.state_seq_get(id, LlamaStateSeqFlags::empty()) {
@@ -776,7 +773,7 @@ impl<'m> Engine<'m> {
     /// and drops the rest of its cells. Returns how many are reused.
     fn reuse_prefix(&mut self, seq: usize, tokens: &[LlamaToken]) -> usize {
         let cached = &self.seqs[seq].cached;
-        let common = shared_prefix(cached, tokens).min(tokens.len() - 1);
+        let common = reusable(cached, tokens);
         if common < cached.len() && !self.cut(seq, common) {
             return 0;
         }

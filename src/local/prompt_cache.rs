@@ -55,9 +55,15 @@ impl Weighed for SeqState {
     }
 }
 
-/// The tokens two sequences share from their start.
-pub(super) fn shared_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+/// The tokens of `prompt` that cells holding `held` can give: those the
+/// two share from their start, all but the prompt's last token at most
+/// (it is decoded for fresh logits anyway).
+pub(super) fn reusable(held: &[LlamaToken], prompt: &[LlamaToken]) -> usize {
+    held.iter()
+        .zip(prompt)
+        .take_while(|(x, y)| x == y)
+        .count()
+        .min(prompt.len().saturating_sub(1))
 }
 
 struct Stored<S> {
@@ -144,12 +150,11 @@ impl<S: Weighed> PromptCache<S> {
         prompt: &[LlamaToken],
         own: usize,
     ) -> Option<(Vec<LlamaToken>, S)> {
-        let usable = prompt.len().saturating_sub(1);
         let (best, shared) = self
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, shared_prefix(&e.tokens, prompt).min(usable)))
+            .map(|(i, e)| (i, reusable(&e.tokens, prompt)))
             .max_by_key(|&(i, shared)| (shared, self.entries[i].used_at))?;
         if shared < own + WORTH {
             return None;
