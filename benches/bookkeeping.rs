@@ -17,7 +17,7 @@
 #![allow(missing_docs)]
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use edgecloud::local::bookkeeping::{from_pass, scan, sum_exp, StopMatcher, Utf8Stream};
+use edgecloud::local::bookkeeping::{from_pass, scan, variants, StopMatcher, Utf8Stream};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
@@ -49,13 +49,22 @@ fn bench_logits(c: &mut Criterion) {
     for n in [49_152usize, 262_144] {
         let v = logits(n);
         g.throughput(Throughput::Elements(n as u64));
-        g.bench_with_input(BenchmarkId::new("scan", n), &v, |b, v| {
-            b.iter(|| scan(black_box(v)))
-        });
-        g.bench_with_input(BenchmarkId::new("sum_exp", n), &v, |b, v| {
-            let max = scan(v).max;
-            b.iter(|| sum_exp(black_box(v), max))
-        });
+        // Each variant this CPU runs (the lane uses the last, the best).
+        for k in variants() {
+            g.bench_with_input(
+                BenchmarkId::new(format!("scan/{}", k.name), n),
+                &v,
+                |b, v| b.iter(|| (k.scan)(black_box(v))),
+            );
+            g.bench_with_input(
+                BenchmarkId::new(format!("sum_exp/{}", k.name), n),
+                &v,
+                |b, v| {
+                    let max = scan(v).max;
+                    b.iter(|| (k.sum_exp)(black_box(v), max))
+                },
+            );
+        }
         // What the lane runs per token of a greedy request: the pick and
         // the signals (log-probability, top-1/top-2 margin).
         g.bench_with_input(

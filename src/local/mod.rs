@@ -109,7 +109,7 @@ pub use probe::{ProbeMode, ProbeReport};
 #[doc(hidden)]
 pub mod bookkeeping {
     pub use super::signals::{from_pass, TokenScan};
-    pub use super::simd::{scan, sum_exp, Scan};
+    pub use super::simd::{scan, sum_exp, variants, Kernels, Scan};
     pub use super::stop::{StopMatcher, StopState};
     pub use super::utf8::Utf8Stream;
 }

@@ -14,8 +14,9 @@
 //!   vocabulary;
 //! - on x86-64 the same code is compiled three times (baseline SSE2,
 //!   AVX2+FMA, AVX-512) and the best one the CPU has is picked once at run
-//!   time, so a portable build is fast too. Results may differ between
-//!   them in the last bits (FMA rounds once).
+//!   time, so a portable build is fast too ([`variants`] lists those the
+//!   CPU runs, for the benchmarks and the tests of each). Results may
+//!   differ between them in the last bits (FMA rounds once).
 //!
 //! This module computes; it must not know what a token or a signal is.
 //! It is one of the three places the crate-wide `unsafe_code = "deny"` is
@@ -30,10 +31,15 @@ use std::sync::OnceLock;
 /// register, two AVX2 ones (its polynomial, not the sum's dependency, sets
 /// its pace).
 const LANES: usize = 16;
-/// Values per lane array of the max/second pass: four registers' worth,
-/// so four independent chains of compares hide each one's latency (3.6x
-/// faster than one on 262k logits, `benches/bookkeeping.rs`).
-const SCAN_LANES: usize = 64;
+/// Values per lane array of the max/second pass, per variant: enough
+/// registers' worth that independent chains of compares hide each one's
+/// latency, not so many that they spill (`cargo bench --bench bookkeeping
+/// -- logits/scan`, 262k logits, on the project's AVX-512 VM: AVX-512 52
+/// us with 16 lanes, 14.2 with 64; AVX2 46.6 with 16, 18.9 with 32, 19.9
+/// with 64; the SSE2 baseline 40.6 with 16, 43.3 with 32, 46.8 with 64).
+const SCAN_LANES_AVX512: usize = 64;
+const SCAN_LANES_AVX2: usize = 32;
+const SCAN_LANES: usize = 16;
 /// Values summed in f32 before the block's sum is added in f64.
 const BLOCK: usize = 1024;
 /// Values per chunk when looking for the first index of the maximum.
@@ -63,41 +69,60 @@ pub fn sum_exp(values: &[f32], shift: f32) -> f64 {
     (kernels().sum_exp)(values, shift)
 }
 
-struct Kernels {
-    scan: fn(&[f32]) -> Scan,
-    sum_exp: fn(&[f32], f32) -> f64,
+/// One compiled variant of both passes.
+#[derive(Debug, Clone, Copy)]
+pub struct Kernels {
+    /// `baseline` (the build's own target: SSE2 on x86-64), `avx2` or
+    /// `avx512`.
+    pub name: &'static str,
+    /// [`scan`] in this variant.
+    pub scan: fn(&[f32]) -> Scan,
+    /// [`sum_exp`] in this variant.
+    pub sum_exp: fn(&[f32], f32) -> f64,
+}
+
+/// Every variant this CPU can run, the best (the one [`scan`] and
+/// [`sum_exp`] use) last: for benchmarks and tests of each.
+pub fn variants() -> Vec<Kernels> {
+    #[allow(unused_mut)]
+    let mut all = vec![Kernels {
+        name: "baseline",
+        scan: generic::scan::<SCAN_LANES>,
+        sum_exp: generic::sum_exp,
+    }];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            all.push(Kernels {
+                name: "avx2",
+                scan: x86::scan_avx2,
+                sum_exp: x86::sum_exp_avx2,
+            });
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            all.push(Kernels {
+                name: "avx512",
+                scan: x86::scan_avx512,
+                sum_exp: x86::sum_exp_avx512,
+            });
+        }
+    }
+    all
 }
 
 fn kernels() -> &'static Kernels {
     static PICKED: OnceLock<Kernels> = OnceLock::new();
     PICKED.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Kernels {
-                    scan: x86::scan_avx512,
-                    sum_exp: x86::sum_exp_avx512,
-                };
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Kernels {
-                    scan: x86::scan_avx2,
-                    sum_exp: x86::sum_exp_avx2,
-                };
-            }
-        }
-        Kernels {
-            scan: generic::scan,
-            sum_exp: generic::sum_exp,
-        }
+        *variants()
+            .last()
+            .expect("the baseline variant is always there")
     })
 }
 
 /// The kernels' one body, inlined into each target-feature variant.
 mod generic {
-    use super::{Scan, BLOCK, FIND_CHUNK, LANES, SCAN_LANES};
+    use super::{Scan, BLOCK, FIND_CHUNK, LANES};
 
     #[inline(always)]
     fn max(a: f32, b: f32) -> f32 {
@@ -131,7 +156,7 @@ mod generic {
     }
 
     #[inline(always)]
-    pub(super) fn scan(values: &[f32]) -> Scan {
+    pub(super) fn scan<const SCAN_LANES: usize>(values: &[f32]) -> Scan {
         // Per lane, the two largest values seen: a new value pushes the
         // smaller of itself and the lane's best into second place.
         let mut first = [f32::NEG_INFINITY; SCAN_LANES];
@@ -227,13 +252,13 @@ mod generic {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{generic, Scan};
+    use super::{generic, Scan, SCAN_LANES_AVX2, SCAN_LANES_AVX512};
 
-    // SAFETY (all four): `kernels()` hands these out only after
+    // SAFETY (all four): `variants()` hands these out only after
     // `is_x86_feature_detected!` confirmed the features they enable.
     #[target_feature(enable = "avx512f")]
     unsafe fn scan_avx512_impl(values: &[f32]) -> Scan {
-        generic::scan(values)
+        generic::scan::<SCAN_LANES_AVX512>(values)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -243,7 +268,7 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn scan_avx2_impl(values: &[f32]) -> Scan {
-        generic::scan(values)
+        generic::scan::<SCAN_LANES_AVX2>(values)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -306,37 +331,67 @@ mod tests {
     }
 
     #[test]
+    fn the_best_variant_is_the_one_in_use() {
+        let best = *variants().last().unwrap();
+        assert_eq!(best.name, kernels().name);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            assert_eq!(best.name, "avx512");
+        }
+    }
+
+    #[test]
     fn scan_matches_a_plain_loop_on_every_length_and_position() {
-        for n in [1, 2, 15, 16, 17, 63, 64, 65, 1000, 1024, 1025, 49_152] {
-            let mut v = logits(n, n as u64);
-            assert_eq!(scan(&v), reference_scan(&v), "n={n}");
-            // The maximum at the very end, and tied with an earlier value.
-            v[n - 1] = 50.0;
-            assert_eq!(scan(&v), reference_scan(&v), "n={n}, max last");
-            if n > 2 {
-                v[n / 2] = 50.0;
-                let s = scan(&v);
-                assert_eq!((s.argmax, s.max, s.second), (n / 2, 50.0, 50.0));
+        for k in variants() {
+            let scan = k.scan;
+            for n in [
+                1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 1024, 1025, 49_152,
+            ] {
+                let mut v = logits(n, n as u64);
+                assert_eq!(scan(&v), reference_scan(&v), "{} n={n}", k.name);
+                // The maximum at the very end, and tied with an earlier value.
+                v[n - 1] = 50.0;
+                assert_eq!(scan(&v), reference_scan(&v), "{} n={n}, max last", k.name);
+                if n > 2 {
+                    v[n / 2] = 50.0;
+                    let s = scan(&v);
+                    assert_eq!(
+                        (s.argmax, s.max, s.second),
+                        (n / 2, 50.0, 50.0),
+                        "{}",
+                        k.name
+                    );
+                }
             }
         }
     }
 
     #[test]
     fn scan_ignores_nan_and_handles_degenerate_input() {
-        let s = scan(&[f32::NAN, 1.0, f32::NAN, 3.0, 2.0]);
-        assert_eq!((s.max, s.second, s.argmax), (3.0, 2.0, 3));
-        let mut v = vec![f32::NAN; 40];
-        v[5] = 5.0;
-        let s = scan(&v);
-        assert_eq!((s.max, s.second, s.argmax), (5.0, f32::NEG_INFINITY, 5));
-        assert!(sum_exp(&[0.0, f32::NAN], 0.0) - 1.0 < 1e-30);
-        let s = scan(&[]);
-        assert_eq!(
-            (s.max, s.second, s.argmax),
-            (f32::NEG_INFINITY, f32::NEG_INFINITY, 0)
-        );
-        let s = scan(&[f32::NEG_INFINITY; 3]);
-        assert_eq!((s.max, s.argmax), (f32::NEG_INFINITY, 0));
+        for k in variants() {
+            let (scan, sum_exp) = (k.scan, k.sum_exp);
+            let s = scan(&[f32::NAN, 1.0, f32::NAN, 3.0, 2.0]);
+            assert_eq!((s.max, s.second, s.argmax), (3.0, 2.0, 3), "{}", k.name);
+            let mut v = vec![f32::NAN; 140];
+            v[5] = 5.0;
+            let s = scan(&v);
+            assert_eq!(
+                (s.max, s.second, s.argmax),
+                (5.0, f32::NEG_INFINITY, 5),
+                "{}",
+                k.name
+            );
+            assert!(sum_exp(&[0.0, f32::NAN], 0.0) - 1.0 < 1e-30, "{}", k.name);
+            let s = scan(&[]);
+            assert_eq!(
+                (s.max, s.second, s.argmax),
+                (f32::NEG_INFINITY, f32::NEG_INFINITY, 0),
+                "{}",
+                k.name
+            );
+            let s = scan(&[f32::NEG_INFINITY; 3]);
+            assert_eq!((s.max, s.argmax), (f32::NEG_INFINITY, 0), "{}", k.name);
+        }
     }
 
     #[test]
@@ -362,8 +417,14 @@ mod tests {
             let v = logits(n, 7 + n as u64);
             let max = reference_scan(&v).max;
             let want: f64 = v.iter().map(|&l| f64::from(l - max).exp()).sum();
-            let got = sum_exp(&v, max);
-            assert!(((got - want) / want).abs() < 1e-6, "n={n}: {got} vs {want}");
+            for k in variants() {
+                let got = (k.sum_exp)(&v, max);
+                assert!(
+                    ((got - want) / want).abs() < 1e-6,
+                    "{} n={n}: {got} vs {want}",
+                    k.name
+                );
+            }
         }
     }
 }
