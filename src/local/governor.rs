@@ -32,6 +32,12 @@
 //! in about a millisecond): with a core for every thread of the arm in
 //! use, fewer threads cannot win and the probe is not run (the interval
 //! still doubles; an abandoned step is decoded again on every thread).
+//! A periodic probe of more threads asks too: without a core for each of
+//! the bigger arm's threads, one of them would share a core with another
+//! program and every barrier would wait through its time slices, so more
+//! threads cannot win and the probe is not run (measured under one busy
+//! loop on the 2-core VM, SmolLM2: such look ups' steps took 20-25 ms
+//! against 12 on one thread, and were abandoned).
 //! Measured on the quiet 2-core VM before this: 4 to 12 one-thread steps
 //! in 12 of 18 64-token jobs of `vs_llama_bench` on Qwen2.5-Coder-1.5B,
 //! from periodic probes and steps abandoned when another program held a
@@ -250,8 +256,8 @@ pub(crate) struct Governor {
     kinds: [KindState; 2],
     /// Whether a probe of fewer threads that no lasting contention asked
     /// for (a periodic one, one after a slowdown, one an abandoned step
-    /// calls for) waits for the caller to say how many cores are free
-    /// ([`Self::wants_free_cores`]).
+    /// calls for) and a periodic probe of more threads wait for the caller
+    /// to say how many cores are free ([`Self::wants_free_cores`]).
     asks_free_cores: bool,
 }
 
@@ -282,18 +288,19 @@ struct KindState {
     /// to go back down, since more threads were just measured faster under
     /// these conditions (no flip-flop).
     up_won: bool,
-    /// A probe of fewer threads waiting for the count of free cores.
-    pending_down: Option<PendingDown>,
+    /// A probe waiting for the count of free cores.
+    pending: Option<Pending>,
 }
 
-/// A probe of fewer threads before the caller has said how many cores are
-/// free ([`Governor::free_cores`]).
+/// A probe before the caller has said how many cores are free
+/// ([`Governor::free_cores`]).
 #[derive(Debug, Clone, Copy)]
-struct PendingDown {
+struct Pending {
+    direction: Direction,
     /// As [`Probe`]'s.
     baseline: f64,
     margin: f64,
-    /// An abandoned step called for it.
+    /// An abandoned step called for it (a probe of fewer threads).
     after_abandon: bool,
 }
 
@@ -350,7 +357,7 @@ impl Governor {
             probe: None,
             probe_down_next: true,
             up_won: false,
-            pending_down: None,
+            pending: None,
         };
         Self {
             ladder,
@@ -361,35 +368,47 @@ impl Governor {
     }
 
     /// Asks before a probe of fewer threads that no lasting contention
-    /// called for ([`Self::wants_free_cores`]).
+    /// called for, and before a periodic probe of more threads
+    /// ([`Self::wants_free_cores`]).
     pub(crate) fn asking_free_cores(mut self) -> Self {
         self.asks_free_cores = true;
         self
     }
 
-    /// The kind whose probe of fewer threads waits for the count of free
-    /// cores: the caller reads it (`sched::free_cores`) and gives it to
-    /// [`Self::free_cores`] before the next step.
+    /// The kind whose probe waits for the count of free cores: the caller
+    /// reads it (`sched::free_cores`) and gives it to [`Self::free_cores`]
+    /// before the next step.
     pub(crate) fn wants_free_cores(&self) -> Option<StepKind> {
         self.kinds
             .iter()
-            .find(|k| k.pending_down.is_some())
+            .find(|k| k.pending.is_some())
             .map(|k| k.kind)
     }
 
     /// The cores no other program runs on, for the probe
-    /// [`Self::wants_free_cores`] named: with a core for each of the
-    /// current arm's threads, fewer threads cannot win (nothing holds
-    /// their cores, and the decode thread's wait says so too), so the
-    /// probe counts as confirming the arm without being run; otherwise (or
-    /// when the kernel does not say) it runs.
+    /// [`Self::wants_free_cores`] named. A probe of fewer threads: with a
+    /// core for each of the current arm's threads, fewer threads cannot
+    /// win (nothing holds their cores, and the decode thread's wait says
+    /// so too). A probe of more threads: without a core for each of the
+    /// bigger arm's threads, more threads cannot win (one of them would
+    /// share a core with another program, and every barrier would wait
+    /// through that program's time slices). Such a probe counts as
+    /// confirming the arm without being run; otherwise (or when the kernel
+    /// does not say) it runs.
     pub(crate) fn free_cores(&mut self, kind: StepKind, free: Option<usize>) {
-        let threads = self.ladder[self.kinds[kind.index()].current];
+        let current = self.kinds[kind.index()].current;
         let s = &mut self.kinds[kind.index()];
-        let Some(pending) = s.pending_down.take() else {
+        let Some(pending) = s.pending.take() else {
             return;
         };
-        if free.is_some_and(|f| f >= threads) {
+        let needless = match pending.direction {
+            Direction::Down => free.is_some_and(|f| f >= self.ladder[current]),
+            Direction::Up => self
+                .ladder
+                .get(current + 1)
+                .is_none_or(|&more| free.is_some_and(|f| f < more)),
+        };
+        if needless {
             s.since_probe = 0;
             if !pending.after_abandon {
                 s.reference = Some(pending.baseline);
@@ -399,7 +418,7 @@ impl Governor {
         } else if pending.after_abandon {
             s.probe_after_abandon(pending.baseline);
         } else {
-            s.start_probe(Direction::Down, pending.baseline, pending.margin);
+            s.start_probe(pending.direction, pending.baseline, pending.margin);
         }
     }
 
@@ -512,9 +531,10 @@ impl Governor {
             // is decoded again (asked first: `free_cores`).
             if s.current > 0 {
                 s.up_won = false;
-                s.pending_down = None;
+                s.pending = None;
                 if self.asks_free_cores {
-                    s.pending_down = Some(PendingDown {
+                    s.pending = Some(Pending {
+                        direction: Direction::Down,
                         baseline: step.cost,
                         margin: CONTENDED_WIN_MARGIN,
                         after_abandon: true,
@@ -559,7 +579,7 @@ impl Governor {
         let now = s.mean_cost();
         let reference = *s.reference.get_or_insert(now);
         let ask = self.asks_free_cores;
-        if s.pending_down.is_some() {
+        if s.pending.is_some() {
             // Still waiting for the count of free cores.
         } else if now > reference * SLOWDOWN && s.current > 0 {
             s.up_won = false;
@@ -573,7 +593,7 @@ impl Governor {
             let may_go_down = s.current > 0;
             match (may_go_down, may_go_up) {
                 (true, true) if s.probe_down_next => s.probe_down(now, WIN_MARGIN, ask),
-                (_, true) => s.start_probe(Direction::Up, now, UP_WIN_MARGIN),
+                (_, true) => s.probe_up(now, ask),
                 (true, false) => s.probe_down(now, WIN_MARGIN, ask),
                 (false, false) => s.since_probe = 0,
             }
@@ -601,13 +621,30 @@ impl KindState {
     fn probe_down(&mut self, baseline: f64, margin: f64, ask: bool) {
         if ask {
             self.probe_down_next = false;
-            self.pending_down = Some(PendingDown {
+            self.pending = Some(Pending {
+                direction: Direction::Down,
                 baseline,
                 margin,
                 after_abandon: false,
             });
         } else {
             self.start_probe(Direction::Down, baseline, margin);
+        }
+    }
+
+    /// A periodic probe of more threads, or, when the caller is `ask`ed
+    /// first, one waiting for the count of free cores.
+    fn probe_up(&mut self, baseline: f64, ask: bool) {
+        if ask {
+            self.probe_down_next = true;
+            self.pending = Some(Pending {
+                direction: Direction::Up,
+                baseline,
+                margin: UP_WIN_MARGIN,
+                after_abandon: false,
+            });
+        } else {
+            self.start_probe(Direction::Up, baseline, UP_WIN_MARGIN);
         }
     }
 
@@ -631,7 +668,7 @@ impl KindState {
     }
 
     fn start_probe(&mut self, direction: Direction, baseline: f64, margin: f64) {
-        self.pending_down = None;
+        self.pending = None;
         let arm = match direction {
             Direction::Down => self.current - 1,
             Direction::Up => self.current + 1,
@@ -1018,6 +1055,35 @@ mod tests {
             assert_eq!(asked, 1);
             assert_eq!(used[1] == 1, expect_one, "free {free:?}: {used:?}");
         }
+    }
+
+    /// Under one busy loop on two cores the lane runs one thread on the
+    /// free core; a periodic look up at two threads would put one of them
+    /// on the loop's core (measured: `edgecloud local`, SmolLM2, 300
+    /// tokens under one busy loop, three look ups abandoned at 20-25 ms a
+    /// step against 12). With a core taken they are not run, and once both
+    /// cores are free the next one runs and wins.
+    #[test]
+    fn a_core_taken_spares_the_looks_up() {
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive).asking_free_cores();
+        g.start_on(1);
+        let (used, asked) = drive_asked(&mut g, StepKind::Generate, 5_000, Some(1), one_busy_loop);
+        assert_eq!(used[2], 0, "no two-thread step under one busy loop");
+        // Once per interval, which doubles to `MAX_INTERVAL` steps.
+        let most = 5_000 / MAX_INTERVAL as usize + 5;
+        assert!((1..=most).contains(&asked), "asked {asked} times");
+        // The same without asking: the looks up run (and lose).
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive);
+        g.start_on(1);
+        let used = drive(&mut g, 5_000, one_busy_loop);
+        assert!(used[2] > 0, "{used:?}");
+        // The loop ends: back on two threads within an interval.
+        let mut g = Governor::new(2, ThreadPolicy::Adaptive).asking_free_cores();
+        g.start_on(1);
+        drive_asked(&mut g, StepKind::Generate, 5_000, Some(1), one_busy_loop);
+        let back = MAX_INTERVAL as usize + PROBE_STEPS + 2;
+        drive_asked(&mut g, StepKind::Generate, back, Some(2), quiet);
+        assert_eq!(current(&g, StepKind::Generate), 2);
     }
 
     /// A lone lane's prompt steps: one a job, so a rule counted in steps
