@@ -583,7 +583,7 @@ impl Governor {
             // Still waiting for the count of free cores.
         } else if now > reference * SLOWDOWN && s.current > 0 {
             s.up_won = false;
-            s.probe_down(now, WIN_MARGIN, ask);
+            s.probe(Direction::Down, now, WIN_MARGIN, ask);
         } else if s.since_probe >= s.interval {
             // More threads only help when there are free cores for them:
             // an arm whose steps wait for a CPU much of the time does not
@@ -592,9 +592,9 @@ impl Governor {
             let may_go_up = s.current < top && waiting < HEAVY_CONTENTION;
             let may_go_down = s.current > 0;
             match (may_go_down, may_go_up) {
-                (true, true) if s.probe_down_next => s.probe_down(now, WIN_MARGIN, ask),
-                (_, true) => s.probe_up(now, ask),
-                (true, false) => s.probe_down(now, WIN_MARGIN, ask),
+                (true, true) if s.probe_down_next => s.probe(Direction::Down, now, WIN_MARGIN, ask),
+                (_, true) => s.probe(Direction::Up, now, UP_WIN_MARGIN, ask),
+                (true, false) => s.probe(Direction::Down, now, WIN_MARGIN, ask),
                 (false, false) => s.since_probe = 0,
             }
         }
@@ -616,35 +616,20 @@ impl KindState {
         }
     }
 
-    /// A probe of fewer threads, or, when the caller is `ask`ed first,
-    /// one waiting for the count of free cores.
-    fn probe_down(&mut self, baseline: f64, margin: f64, ask: bool) {
+    /// A probe (of fewer threads, or a periodic one of more), or, when
+    /// the caller is `ask`ed first, one waiting for the count of free
+    /// cores.
+    fn probe(&mut self, direction: Direction, baseline: f64, margin: f64, ask: bool) {
         if ask {
-            self.probe_down_next = false;
+            self.probe_down_next = direction == Direction::Up;
             self.pending = Some(Pending {
-                direction: Direction::Down,
+                direction,
                 baseline,
                 margin,
                 after_abandon: false,
             });
         } else {
-            self.start_probe(Direction::Down, baseline, margin);
-        }
-    }
-
-    /// A periodic probe of more threads, or, when the caller is `ask`ed
-    /// first, one waiting for the count of free cores.
-    fn probe_up(&mut self, baseline: f64, ask: bool) {
-        if ask {
-            self.probe_down_next = true;
-            self.pending = Some(Pending {
-                direction: Direction::Up,
-                baseline,
-                margin: UP_WIN_MARGIN,
-                after_abandon: false,
-            });
-        } else {
-            self.start_probe(Direction::Up, baseline, UP_WIN_MARGIN);
+            self.start_probe(direction, baseline, margin);
         }
     }
 
@@ -1072,18 +1057,15 @@ mod tests {
         // Once per interval, which doubles to `MAX_INTERVAL` steps.
         let most = 5_000 / MAX_INTERVAL as usize + 5;
         assert!((1..=most).contains(&asked), "asked {asked} times");
+        // The loop ends: back on two threads within an interval.
+        let back = MAX_INTERVAL as usize + PROBE_STEPS + 2;
+        drive_asked(&mut g, StepKind::Generate, back, Some(2), quiet);
+        assert_eq!(current(&g, StepKind::Generate), 2);
         // The same without asking: the looks up run (and lose).
         let mut g = Governor::new(2, ThreadPolicy::Adaptive);
         g.start_on(1);
         let used = drive(&mut g, 5_000, one_busy_loop);
         assert!(used[2] > 0, "{used:?}");
-        // The loop ends: back on two threads within an interval.
-        let mut g = Governor::new(2, ThreadPolicy::Adaptive).asking_free_cores();
-        g.start_on(1);
-        drive_asked(&mut g, StepKind::Generate, 5_000, Some(1), one_busy_loop);
-        let back = MAX_INTERVAL as usize + PROBE_STEPS + 2;
-        drive_asked(&mut g, StepKind::Generate, back, Some(2), quiet);
-        assert_eq!(current(&g, StepKind::Generate), 2);
     }
 
     /// A lone lane's prompt steps: one a job, so a rule counted in steps

@@ -39,7 +39,7 @@ const LANES: usize = 16;
 /// with 64; the SSE2 baseline 40.6 with 16, 43.3 with 32, 46.8 with 64).
 const SCAN_LANES_AVX512: usize = 64;
 const SCAN_LANES_AVX2: usize = 32;
-const SCAN_LANES: usize = 16;
+const SCAN_LANES_BASELINE: usize = 16;
 /// Values summed in f32 before the block's sum is added in f64.
 const BLOCK: usize = 1024;
 /// Values per chunk when looking for the first index of the maximum.
@@ -87,7 +87,7 @@ pub fn variants() -> Vec<Kernels> {
     #[allow(unused_mut)]
     let mut all = vec![Kernels {
         name: "baseline",
-        scan: generic::scan::<SCAN_LANES>,
+        scan: generic::scan::<SCAN_LANES_BASELINE>,
         sum_exp: generic::sum_exp,
     }];
     #[cfg(target_arch = "x86_64")]
@@ -156,14 +156,14 @@ mod generic {
     }
 
     #[inline(always)]
-    pub(super) fn scan<const SCAN_LANES: usize>(values: &[f32]) -> Scan {
+    pub(super) fn scan<const L: usize>(values: &[f32]) -> Scan {
         // Per lane, the two largest values seen: a new value pushes the
         // smaller of itself and the lane's best into second place.
-        let mut first = [f32::NEG_INFINITY; SCAN_LANES];
-        let mut second = [f32::NEG_INFINITY; SCAN_LANES];
-        let mut chunks = values.chunks_exact(SCAN_LANES);
+        let mut first = [f32::NEG_INFINITY; L];
+        let mut second = [f32::NEG_INFINITY; L];
+        let mut chunks = values.chunks_exact(L);
         for chunk in &mut chunks {
-            for j in 0..SCAN_LANES {
+            for j in 0..L {
                 let v = not_nan(chunk[j]);
                 second[j] = max(second[j], min(first[j], v));
                 first[j] = max(first[j], v);
