@@ -10,7 +10,7 @@
 //! Keeping it cheap: cargo rebuilds the library (and everything that links
 //! it) whenever this script runs again (cargo#3404), so it must not run on a
 //! bare `git commit`. It watches the build's inputs instead (`src/`,
-//! `Cargo.toml`, `Cargo.lock`, this file): it runs again exactly when the
+//! `crates/`, `Cargo.toml`, `Cargo.lock`, this file): it runs again exactly when the
 //! sources change, and the commit it records is HEAD then, marked `-dirty`
 //! when the tracked sources differed from HEAD. A build made before its
 //! changes were committed thus says `<parent>-dirty` until the sources next
@@ -46,7 +46,7 @@ fn feature(name: &str) -> bool {
 
 /// The inputs of the build: when one changes, the recorded commit is
 /// looked at again.
-const SOURCES: [&str; 3] = ["src", "Cargo.toml", "Cargo.lock"];
+const SOURCES: [&str; 4] = ["src", "crates", "Cargo.toml", "Cargo.lock"];
 
 fn commit_and_rustc() {
     for path in SOURCES {

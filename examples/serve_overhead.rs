@@ -749,10 +749,13 @@ async fn run(a: Args) {
         .runtime(tokio::runtime::Handle::current())
         .build()
         .expect("harness");
-    let server = Server::bind(pool.clone(), loopback.embeddings(lane.clone()))
-        .await
-        .expect("bind")
-        .spawn();
+    let server = Server::bind(
+        pool.clone(),
+        loopback.embeddings(edgecloud::serve::LocalEmbedder::new(lane.clone())),
+    )
+    .await
+    .expect("bind")
+    .spawn();
     let target = Arc::new(Target {
         harness: pool,
         lane,

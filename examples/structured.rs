@@ -17,9 +17,9 @@
 //! as a ratio of `off`; `check` and `full` greedy answers are compared
 //! (they must be identical).
 
-use edgecloud::bench::Workload;
 use edgecloud::local::{GrammarPass, LocalConfig, LocalError, LocalLane};
 use edgecloud::LaneJob;
+use edgecloud_bench::Workload;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

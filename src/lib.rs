@@ -43,6 +43,15 @@
 //!
 //! (The example needs the `local` and `cloud` features, both on by default.)
 //!
+//! This crate is the façade over the workspace's crates (docs/layout.md):
+//! `edgecloud-core` (the vocabulary and the harness), `edgecloud-gguf`,
+//! `edgecloud-wire` (wire formats), `edgecloud-local`, `edgecloud-cloud`
+//! and `edgecloud-serve`, re-exported under the paths below, plus what
+//! joins them: the configuration file ([`harness::HarnessConfig`]) that
+//! starts lanes, model references ([`modelref`]), the embedders that put
+//! the lanes behind serve, and the `edgecloud` command. It must not hold
+//! a lane's or the harness's logic: those live in their crates.
+//!
 //! Modules:
 //! - [`gguf`]: validate, inspect and generate GGUF model files.
 //! - [`fetch`]: fetch real models from a package registry, verified.
@@ -50,7 +59,6 @@
 //! - [`cloud`]: the cloud lane (OpenAI-compatible streaming client).
 //! - [`harness`]: both lanes under one deadline: admission, policies,
 //!   scoring, arbitration, outcomes.
-//! - [`bench`](mod@bench): benchmark runs, reports and their comparison.
 //! - [`serve`]: the OpenAI-compatible HTTP front door (`edgecloud serve`).
 //! - [`request`] and [`lane`]: the vocabulary every lane shares.
 //! - [`structured`] and [`tools`]: what an answer must be (JSON, a JSON
@@ -72,50 +80,51 @@
 //! | `local` | [`local`], [`fetch`], [`modelref`] (downloads with `cloud` too), [`LocalBackend`] | llama-cpp-2 (compiles llama.cpp with CMake), num_cpus, sha2 |
 //! | `cloud` | [`cloud`], [`CloudBackend`] | reqwest (rustls), tower, bytes, httpdate |
 //! | `serve` | [`serve`] over any harness (no lane needed) | hyper, hyper-util, http-body-util, subtle |
-//! | `bench` | [`bench`](mod@bench); implies `local` (reports record ggml's devices) | regex, sha2 |
+//! | `bench` | the CLI's `edgecloud bench` (crate `edgecloud-bench`, not re-exported); implies `local` | regex, sha2 |
 //! | `cli` | the `edgecloud` binary: all of the above | clap, clap_complete, anyhow, tracing-subscriber |
-//! | `capi` | the C ABI (`libedgecloud`, built by `scripts/capi`); implies `local`, `cloud` and `serve` | nothing more |
+//! | `capi` | `embed`, the layer the C ABI (crate `edgecloud-capi`, `scripts/capi`) and the Python package share; implies `local`, `cloud` and `serve` | nothing more |
 //!
 //! `cuda`, `vulkan`, `metal` and `portable` select llama.cpp builds and
 //! imply `local`. The binary, the integration tests, the benches and the
 //! examples declare the features they need (`required-features`).
 
-pub mod answer;
-#[cfg(feature = "bench")]
-pub mod bench;
-#[cfg(feature = "capi")]
-pub mod capi;
 #[cfg(feature = "cloud")]
-pub mod cloud;
+pub use edgecloud_cloud as cloud;
+pub use edgecloud_core::{answer, lane, millis, request, structured, tools};
+pub use edgecloud_gguf as gguf;
 #[cfg(feature = "local")]
-mod cores;
+pub use edgecloud_local as local;
+#[cfg(feature = "local")]
+pub use edgecloud_local::fetch;
+
+#[doc(hidden)]
+pub mod build_facts;
+mod config;
 #[cfg(all(feature = "local", feature = "cloud", feature = "serve"))]
 pub mod embed;
-mod error_chain;
-#[cfg(feature = "local")]
-pub mod fetch;
-pub mod gguf;
-pub mod harness;
-pub mod lane;
-#[cfg(feature = "local")]
-pub mod local;
-pub mod millis;
 #[cfg(feature = "local")]
 pub mod modelref;
-#[cfg(any(feature = "cloud", feature = "serve", feature = "bench"))]
-mod openai;
-mod panic_payload;
-pub mod request;
-mod rng;
-mod sched;
 #[cfg(feature = "serve")]
 pub mod serve;
-pub mod structured;
-pub mod tools;
+
+/// Both lanes under one deadline (crate `edgecloud-core`'s harness), the
+/// configuration file that starts them, and the lanes as backends.
+pub mod harness {
+    #[cfg(feature = "local")]
+    pub use crate::config::ModelConfig;
+    pub use crate::config::{
+        HarnessConfig, NumberOrText, PoolConfig, ServeFileConfig, DEFAULT_PARALLEL, EXAMPLE_CONFIG,
+    };
+    #[cfg(feature = "cloud")]
+    pub use edgecloud_cloud::{candidate_from_cloud, CloudBackend};
+    pub use edgecloud_core::harness::*;
+    #[cfg(feature = "local")]
+    pub use edgecloud_local::{candidate_from_local, LocalBackend};
+}
 
 #[cfg(feature = "cloud")]
 pub use cloud::CloudConfig;
-pub use error_chain::error_chain;
+pub use edgecloud_core::error_chain;
 #[cfg(feature = "cloud")]
 pub use harness::CloudBackend;
 #[cfg(feature = "local")]

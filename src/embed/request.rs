@@ -1,15 +1,15 @@
 //! A request from the JSON body `POST /v1/chat/completions` takes (serve's
 //! wire format), for bindings that hand requests over as JSON. It goes
-//! through the one validator of that body (`crate::openai`) and serve's
+//! through the one validator of that body (`edgecloud_wire::openai`) and serve's
 //! reader of the `edgecloud` extension object, so every field is checked
 //! once, by the same rules, and an error names the field. This module
 //! only translates; it must not start runs.
 
 use super::error::Error;
 use crate::harness::{Policy, RunOptions};
-use crate::openai::{self, ParseOptions};
 use crate::request::{Request, Sampling};
 use crate::serve::wire;
+use edgecloud_wire::openai::{self, ParseOptions};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -68,7 +68,10 @@ pub fn request_from_json(
         parsed.extra.get("edgecloud").filter(|v| !v.is_null()),
         MAX_DEADLINE,
     )
-    .map_err(|e| Error::invalid_request(e.param, e.message))?;
+    .map_err(|e| {
+        let (param, message) = e.into_param_and_message();
+        Error::invalid_request(param, message)
+    })?;
     let mut body = parsed.request;
     let request = Request {
         id: None,

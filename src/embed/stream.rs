@@ -12,7 +12,7 @@
 
 use super::{Error, ErrorKind};
 use crate::harness::{AbortHandle, Outcome, RunHandle};
-use crate::openai::{to_json, Delta};
+use edgecloud_wire::openai::{to_json, Delta};
 use std::collections::VecDeque;
 
 /// A started run read as deltas. Built from the [`RunHandle`] of a

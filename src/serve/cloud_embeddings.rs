@@ -11,16 +11,15 @@
 //! This module must not parse the client's request (`embeddings` does)
 //! nor choose which route goes where (the server's configuration does).
 
-use super::embeddings::{Embedder, Input, Params, Vectors};
-use super::engine::BoxFuture;
-use super::wire::{ApiError, INVALID_REQUEST};
 use crate::cloud::{CloudError, CloudLane, EmbeddingInput, EmbeddingsRequest};
 use crate::harness::DEFAULT_DEADLINE;
 use crate::lane::Lane;
+use edgecloud_serve::embedder::INVALID_REQUEST;
+use edgecloud_serve::embedder::{ApiError, BoxFuture, Embedder, Input, Params, Vectors};
 use std::time::{Duration, Instant};
 
 /// Embeddings from the cloud lane's endpoint, for one route (see
-/// [`ServeConfig::cloud_embeddings`](super::ServeConfig::cloud_embeddings)).
+/// [`ServeConfig::cloud_embeddings`](edgecloud_serve::ServeConfig::cloud_embeddings)).
 #[derive(Debug, Clone)]
 pub struct CloudEmbedder {
     lane: CloudLane,
@@ -131,19 +130,25 @@ mod tests {
     fn failures_become_the_servers_errors() {
         let budget = Duration::from_millis(250);
         let late = refusal(&CloudError::DeadlineBeforeHeaders, budget);
-        assert_eq!((late.status, late.code), (504, Some("deadline_exceeded")));
-        assert!(late.message.contains("250 ms"), "{}", late.message);
+        assert_eq!(
+            (late.status(), late.error_code()),
+            (504, Some("deadline_exceeded"))
+        );
+        assert!(late.message().contains("250 ms"), "{}", late.message());
         let bad = refusal(
             &CloudError::MalformedEmbeddings {
                 detail: "1 vectors for 2 inputs".into(),
             },
             budget,
         );
-        assert_eq!((bad.status, bad.code), (502, Some("lanes_failed")));
+        assert_eq!(
+            (bad.status(), bad.error_code()),
+            (502, Some("lanes_failed"))
+        );
         assert!(
-            bad.message.contains("malformed_embeddings") && bad.message.contains("1 vectors"),
+            bad.message().contains("malformed_embeddings") && bad.message().contains("1 vectors"),
             "{}",
-            bad.message
+            bad.message()
         );
     }
 }

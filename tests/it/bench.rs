@@ -5,12 +5,12 @@
 
 use crate::cli::edgecloud;
 use crate::support::models::fresh_path;
-use edgecloud::bench::{
+use edgecloud::Lane;
+use edgecloud_bench::{
     run_bench, BenchError, BenchPlan, BenchSettings, Executor, Job, LaneRecord, LaneState,
     Progress, RunRecord, RunStatus, TokensSaved, Workload, CHART_FILES, REPORT_FILE, RUNS_FILE,
     SUMMARY_FILE,
 };
-use edgecloud::Lane;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,13 +132,13 @@ fn plan(workload: &str, runs: u32, warmup: u32) -> BenchPlan {
     }
 }
 
-fn scripted_bench(dir: &Path, speed: f64) -> edgecloud::bench::BenchResult {
+fn scripted_bench(dir: &Path, speed: f64) -> edgecloud_bench::BenchResult {
     let stop = AtomicBool::new(false);
     let mut progress = Vec::new();
     let result = run_bench(
         &plan("builtin:short:6", 3, 1),
         BenchSettings::default(),
-        None,
+        edgecloud::build_facts::bench_environment(None),
         dir,
         &mut Scripted::new(speed),
         &stop,
@@ -453,7 +453,7 @@ fn stopped_bench_keeps_what_it_measured() {
     let result = run_bench(
         &plan("builtin:short:6", 3, 0),
         BenchSettings::default(),
-        None,
+        edgecloud::build_facts::bench_environment(None),
         &dir,
         &mut exec,
         &STOP,
@@ -488,7 +488,7 @@ fn bad_plans_are_refused() {
         let err = run_bench(
             &p,
             BenchSettings::default(),
-            None,
+            edgecloud::build_facts::bench_environment(None),
             &dir,
             &mut Scripted::new(1.0),
             &AtomicBool::new(false),
@@ -608,7 +608,7 @@ mod e2e {
     use super::{check_output_files, check_summary_against_runs, read_json, read_lines};
     use crate::support::http::{Flavor, TestServer};
     use crate::support::models::{fresh_path, tiny_model};
-    use edgecloud::bench::{RUNS_FILE, SUMMARY_FILE};
+    use edgecloud_bench::{RUNS_FILE, SUMMARY_FILE};
     use serde_json::Value;
     use std::io::{BufRead as _, BufReader};
     use std::path::{Path, PathBuf};

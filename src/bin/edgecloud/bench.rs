@@ -2,18 +2,18 @@
 //! harness, with a progress bar and clean Ctrl-C; `bench compare` and
 //! `bench report` over output directories. Drawing progress and handling
 //! signals live here; everything measured and written comes from
-//! `edgecloud::bench`.
+//! `edgecloud_bench`.
 
 use crate::exit::{self, usage};
 use crate::output::JsonArgs;
 use crate::run::HarnessArgs;
 use anyhow::Context as _;
-use edgecloud::bench::{
+use edgecloud::harness::{Harness, PolicyKind, EXAMPLE_CONFIG};
+use edgecloud_bench::{
     compare, read_runs, read_summary, render_comparison, run_bench, utc_now, write_report,
     BenchPlan, BenchSettings, CloudSetup, Environment, HarnessExecutor, LateWorkerLog, LocalSetup,
     Progress, Summary, Workload,
 };
-use edgecloud::harness::{Harness, PolicyKind, EXAMPLE_CONFIG};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -189,7 +189,7 @@ fn report_cmd(dir: PathBuf) -> anyhow::Result<ExitCode> {
         ),
         Err(_) => Summary::new(
             BenchSettings::default(),
-            Environment::detect(None),
+            edgecloud::build_facts::bench_environment(None),
             &runs,
             true,
         ),
@@ -228,7 +228,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         local.max_samples = local.max_samples.max(samples);
     }
     let replay_local = match &args.replay_local {
-        Some(path) => Some(edgecloud::bench::Replay::load(path)?),
+        Some(path) => Some(edgecloud_bench::Replay::load(path)?),
         None => None,
     };
     let has_local = cfg.local.is_some() || replay_local.is_some();
@@ -350,7 +350,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let result = run_bench(
         &plan,
         settings,
-        model.as_deref(),
+        edgecloud::build_facts::bench_environment(model.as_deref()),
         &out,
         &mut executor,
         &stop,
@@ -366,7 +366,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
             eprintln!("{} runs in {}", s.total_runs, out.display());
         }
         for g in &s.groups {
-            let p = |d: Option<edgecloud::bench::stats::Distribution>| {
+            let p = |d: Option<edgecloud_bench::stats::Distribution>| {
                 d.map_or("-".to_string(), |d| format!("{:.1}", d.p50))
             };
             eprintln!(
@@ -388,7 +388,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         eprintln!(
             "report: {}",
-            out.join(edgecloud::bench::REPORT_FILE).display()
+            out.join(edgecloud_bench::REPORT_FILE).display()
         );
     }
     Ok(exit::code(if s.interrupted {

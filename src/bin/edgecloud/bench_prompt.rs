@@ -4,16 +4,16 @@
 //! first token; or, with `--embeddings`, instead the embedding of the
 //! item's last user message (the question, without the template). One
 //! line per item, appended as it comes, so a stopped run resumes where it
-//! stopped. The file format and its checks live in `edgecloud::bench`.
+//! stopped. The file format and its checks live in `edgecloud_bench`.
 
 use crate::exit::usage;
 use anyhow::Context as _;
-use edgecloud::bench::{
+use edgecloud::local::{EmbedInput, LocalConfig, LocalLane};
+use edgecloud::LaneJob;
+use edgecloud_bench::{
     question_of, sha256_file, PromptItem, PromptSignals, PromptSignalsHeader, Workload,
     WorkloadItem, PROMPT_SIGNALS_KIND,
 };
-use edgecloud::local::{EmbedInput, LocalConfig, LocalLane};
-use edgecloud::LaneJob;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -2,17 +2,17 @@
 //! output, running nothing) and `edgecloud bench replay-cloud` (an
 //! OpenAI-compatible loopback server answering with recorded answers: a
 //! stand-in for a real provider). The maths and the replay live in
-//! `edgecloud::bench`; this module parses flags, writes files and prints.
+//! `edgecloud_bench`; this module parses flags, writes files and prints.
 
 use crate::exit::usage;
 use anyhow::Context as _;
-use edgecloud::bench::{
+use edgecloud::harness::{Harness, Policy, Route, Signal};
+use edgecloud::serve::{ServeConfig, Server};
+use edgecloud_bench::{
     calibrate, config_snippet, read_runs, read_summary, render_calibration,
     render_calibration_chart, HeldOutSettings, PromptInputs, PromptSignals, Replay, Target,
     CALIBRATION_CHART, CALIBRATION_CONFIG, CALIBRATION_FILE, CALIBRATION_REPORT,
 };
-use edgecloud::harness::{Harness, Policy, Route, Signal};
-use edgecloud::serve::{ServeConfig, Server};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;

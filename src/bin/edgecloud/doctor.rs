@@ -5,8 +5,8 @@
 //! can offload anything. Text, or one JSON object with `--json`. Exits
 //! non-zero when ggml has no device at all. Must not load a model.
 
-use edgecloud::bench::BuildInfo;
 use edgecloud::local::devices::{self, DeviceKind, Inventory, Loading};
+use edgecloud_bench::BuildInfo;
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -19,7 +19,7 @@ pub(crate) struct DoctorArgs {
 
 pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let inv = devices::inventory();
-    let build = BuildInfo::current();
+    let build = edgecloud::build_facts::build_info();
     // The answer `--gpu-layers 1` would get, without its layer count.
     let offload = devices::check_gpu_layers(1);
     if args.output.json {

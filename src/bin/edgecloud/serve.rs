@@ -13,8 +13,8 @@ use edgecloud::harness::{
 };
 use edgecloud::local::{LocalConfig, LocalLane, Pooling};
 use edgecloud::serve::{
-    BearerToken, CloudEmbedder, CorsOrigins, KeepAlive, LoadError, LoadedModel, MaxLoaded, Models,
-    ServeConfig, ServeMetrics, Server, DEFAULT_PORT,
+    BearerToken, CloudEmbedder, CorsOrigins, KeepAlive, LoadError, LoadedModel, LocalEmbedder,
+    MaxLoaded, Models, ServeConfig, ServeMetrics, Server, DEFAULT_PORT,
 };
 use edgecloud::Lane;
 use std::io::Write as _;
@@ -394,7 +394,7 @@ fn serve(
                 eprintln!("{pool_line}");
             }
             if let Some(lane) = embedder {
-                config = config.embeddings(lane);
+                config = config.embeddings(LocalEmbedder::new(lane));
             }
             runtime.block_on(Server::bind(harness, config))?
         }
@@ -533,7 +533,7 @@ fn models_of(
             .unwrap_or(size);
         let mut model = LoadedModel::new(harness).memory_bytes(memory);
         if let Some(lane) = embedder {
-            model = model.embeddings(lane);
+            model = model.embeddings(LocalEmbedder::new(lane));
         }
         Ok(model)
     };

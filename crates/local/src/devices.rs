@@ -1,0 +1,359 @@
+//! Which ggml backends and devices this process runs on, loading them in
+//! the portable build, and refusing GPU offload where there is no GPU.
+//!
+//! Two builds exist (docs/gpu.md, "Portable build"):
+//! - the default build links ggml's CPU backend (and a GPU backend with the
+//!   `cuda`, `vulkan` or `metal` feature) into the binary: nothing to load;
+//! - the `portable` build (scripts/build-portable: llama.cpp and ggml as
+//!   shared libraries, ggml with `GGML_BACKEND_DL`) keeps ggml's backends in
+//!   libraries beside the binary: `libggml-cpu-<level>.so`, one per x86-64
+//!   level (`haswell` for AVX2, `skylakex`/`icelake`/`zen4`/... for
+//!   AVX-512), and any GPU backend put there (`libggml-cuda.so`).
+//!   [`ensure_loaded`] loads them once, before llama.cpp is initialised;
+//!   ggml asks every CPU variant how well it fits this CPU and keeps the
+//!   best one.
+//!
+//! Where the portable build looks, first folder holding a `libggml-cpu`
+//! library wins: `$EDGECLOUD_BACKENDS_DIR`, then the executable's own
+//! folder, then, for a test or example binary inside a cargo target
+//! directory (`deps/`, `examples/`), the folder above it. The current
+//! directory is never searched (ggml's own default does): a library there
+//! is not ours to load.
+//!
+//! [`inventory`] says what was found (the bench report and `edgecloud
+//! doctor` print it); [`check_gpu_layers`] turns "GPU offload asked, no GPU
+//! found" into an error instead of llama.cpp's silent fallback to the CPU.
+//!
+//! This module must not load models or measure anything. Its two ggml calls
+//! that llama-cpp-2 does not wrap (loading a folder, the feature lists) are
+//! in `ffi`.
+
+use std::path::{Path, PathBuf};
+
+/// The environment variable naming the folder of the portable build's
+/// backend libraries (default: the executable's folder).
+pub const BACKENDS_DIR_ENV: &str = "EDGECLOUD_BACKENDS_DIR";
+
+pub use edgecloud_core::devices::{BackendInfo, DeviceInfo, DeviceKind, Inventory, Loading};
+
+/// Why the devices found cannot run what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// GPU offload was asked for and ggml has no GPU device.
+    #[error(
+        "gpu_layers = {gpu_layers} asks for GPU offload, but ggml found no GPU device \
+         (devices: {found}); {hint}"
+    )]
+    NoGpu {
+        /// The layers asked for.
+        gpu_layers: u32,
+        /// The devices that were found.
+        found: String,
+        /// What would give this process a GPU.
+        hint: String,
+    },
+    /// The portable build found no backend library at all.
+    #[error(
+        "ggml has no device to run on: no libggml-cpu library in {searched}; the portable \
+         build keeps them beside the edgecloud binary (or set {BACKENDS_DIR_ENV})"
+    )]
+    NoBackends {
+        /// The folders searched.
+        searched: String,
+    },
+}
+
+impl DeviceError {
+    /// A stable snake_case name for the variant.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DeviceError::NoGpu { .. } => "no_gpu",
+            DeviceError::NoBackends { .. } => "no_backends",
+        }
+    }
+}
+
+/// Loads the portable build's backend libraries, once per process; returns
+/// the folder they came from. The default build has nothing to load and
+/// returns `None`.
+pub fn ensure_loaded() -> Option<&'static Path> {
+    #[cfg(feature = "portable")]
+    {
+        static LOADED_FROM: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+        LOADED_FROM.get_or_init(load_portable).as_deref()
+    }
+    #[cfg(not(feature = "portable"))]
+    {
+        None
+    }
+}
+
+/// The folders the portable build looks in, in order.
+pub fn search_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = std::env::var_os(BACKENDS_DIR_ENV).filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(dir));
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
+        // Test and example binaries live one folder below the binary in a
+        // cargo target directory.
+        let nested = dir
+            .file_name()
+            .is_some_and(|n| n == "deps" || n == "examples");
+        let parent = dir.parent().map(Path::to_path_buf);
+        dirs.push(dir);
+        if let (true, Some(parent)) = (nested, parent) {
+            dirs.push(parent);
+        }
+    }
+    dirs
+}
+
+#[cfg(feature = "portable")]
+fn load_portable() -> Option<PathBuf> {
+    let dir = search_dirs().into_iter().find(|d| holds_cpu_backend(d))?;
+    // ggml logs each library it loads: into `tracing` with the rest of its
+    // log, not onto stderr.
+    super::ffi::install_log_hook();
+    if !super::ffi::load_ggml_backends(&dir) {
+        return None;
+    }
+    tracing::debug!(dir = %dir.display(), "loaded ggml backends");
+    Some(dir)
+}
+
+const MODULE_PREFIX: &str = if cfg!(windows) { "ggml-" } else { "libggml-" };
+const MODULE_SUFFIX: &str = if cfg!(windows) { ".dll" } else { ".so" };
+
+/// True when `dir` holds a ggml CPU backend library (any variant).
+pub fn holds_cpu_backend(dir: &Path) -> bool {
+    let cpu = format!("{MODULE_PREFIX}cpu");
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&cpu) && name.ends_with(MODULE_SUFFIX)
+        })
+    })
+}
+
+/// What ggml offers this process now (loads the portable build's backends
+/// first). Never fails: an empty list is an answer.
+pub fn inventory() -> Inventory {
+    let backends_dir = ensure_loaded().map(Path::to_path_buf);
+    let modules = loaded_modules();
+    let devices: Vec<DeviceInfo> = llama_cpp_2::list_llama_ggml_backend_devices()
+        .into_iter()
+        .map(|d| {
+            use llama_cpp_2::LlamaBackendDeviceType as T;
+            DeviceInfo {
+                name: d.name,
+                description: d.description,
+                backend: d.backend,
+                kind: match d.device_type {
+                    T::Cpu => DeviceKind::Cpu,
+                    T::Gpu => DeviceKind::Gpu,
+                    T::IntegratedGpu => DeviceKind::IntegratedGpu,
+                    T::Accelerator => DeviceKind::Accelerator,
+                    T::Unknown => DeviceKind::Unknown,
+                },
+                memory_total: d.memory_total as u64,
+                memory_free: d.memory_free as u64,
+            }
+        })
+        .collect();
+    let backends = super::ffi::ggml_backend_registries()
+        .into_iter()
+        .map(|(name, features)| {
+            let library = module_for(&modules, &name);
+            let variant = library.as_deref().and_then(|l| cpu_variant_of(&name, l));
+            BackendInfo {
+                devices: devices.iter().filter(|d| d.backend == name).count(),
+                name,
+                library,
+                variant,
+                features,
+            }
+        })
+        .collect();
+    Inventory {
+        loading: if cfg!(feature = "portable") {
+            Loading::Dynamic
+        } else {
+            Loading::Static
+        },
+        backends_dir,
+        backends,
+        devices,
+    }
+}
+
+/// Refuses `gpu_layers > 0` when ggml has no GPU device, and any work when
+/// it has no device at all (a portable build without its libraries).
+pub fn check_gpu_layers(gpu_layers: u32) -> Result<(), DeviceError> {
+    let inv = inventory();
+    if inv.devices.is_empty() {
+        return Err(DeviceError::NoBackends {
+            searched: search_dirs()
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    if gpu_layers == 0 || inv.gpus().next().is_some() {
+        return Ok(());
+    }
+    Err(DeviceError::NoGpu {
+        gpu_layers,
+        found: inv.describe_devices(),
+        hint: no_gpu_hint(&inv),
+    })
+}
+
+fn no_gpu_hint(inv: &Inventory) -> String {
+    let idle: Vec<&str> = inv
+        .backends
+        .iter()
+        .filter(|b| b.name != "CPU" && b.devices == 0)
+        .map(|b| b.name.as_str())
+        .collect();
+    if !idle.is_empty() {
+        return format!(
+            "the {} backend is there but sees no device (driver, CUDA_VISIBLE_DEVICES?)",
+            idle.join(", ")
+        );
+    }
+    match (&inv.loading, &inv.backends_dir) {
+        (Loading::Dynamic, Some(dir)) => {
+            let cuda = dir.join(format!("{MODULE_PREFIX}cuda{MODULE_SUFFIX}"));
+            if cuda.exists() {
+                format!(
+                    "{} is there but did not load (its CUDA libraries or the driver are \
+                     missing: try `ldd {}`)",
+                    cuda.display(),
+                    cuda.display()
+                )
+            } else {
+                format!(
+                    "this portable build has no GPU backend library in {}: put \
+                     {MODULE_PREFIX}cuda{MODULE_SUFFIX} there (scripts/gpu-check builds one), \
+                     or use 0 GPU layers",
+                    dir.display()
+                )
+            }
+        }
+        _ => "this binary has no GPU backend: build with --features cuda (or vulkan, metal), \
+              or use the portable build with a GPU backend library beside it, or use 0 GPU \
+              layers"
+            .into(),
+    }
+}
+
+/// The ggml backend libraries mapped into this process (`/proc/self/maps`;
+/// empty elsewhere and for the default build).
+fn loaded_modules() -> Vec<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        let path = PathBuf::from(path);
+        let is_module = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+            n.starts_with(MODULE_PREFIX)
+                && n.ends_with(MODULE_SUFFIX)
+                && n != format!("{MODULE_PREFIX}base{MODULE_SUFFIX}")
+        });
+        if is_module && !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The library of backend `name` (`CPU` -> `libggml-cpu*.so`).
+fn module_for(modules: &[PathBuf], name: &str) -> Option<PathBuf> {
+    let stem = format!("{MODULE_PREFIX}{}", name.to_lowercase());
+    modules
+        .iter()
+        .find(|m| {
+            m.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(MODULE_SUFFIX))
+                .is_some_and(|n| n == stem || n.starts_with(&format!("{stem}-")))
+        })
+        .cloned()
+}
+
+/// `libggml-cpu-zen4.so` -> `zen4`, for the CPU backend.
+fn cpu_variant_of(name: &str, library: &Path) -> Option<String> {
+    if name != "CPU" {
+        return None;
+    }
+    library
+        .file_name()?
+        .to_str()?
+        .strip_prefix(&format!("{MODULE_PREFIX}cpu-"))?
+        .strip_suffix(MODULE_SUFFIX)
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_cpu_variant_from_its_library() {
+        let lib = PathBuf::from(format!("/d/{MODULE_PREFIX}cpu-zen4{MODULE_SUFFIX}"));
+        assert_eq!(cpu_variant_of("CPU", &lib).as_deref(), Some("zen4"));
+        assert_eq!(cpu_variant_of("CUDA", &lib), None);
+        let modules = vec![
+            lib.clone(),
+            PathBuf::from(format!("/d/{MODULE_PREFIX}cuda{MODULE_SUFFIX}")),
+        ];
+        assert_eq!(module_for(&modules, "CPU"), Some(lib));
+        assert_eq!(
+            module_for(&modules, "CUDA"),
+            Some(PathBuf::from(format!(
+                "/d/{MODULE_PREFIX}cuda{MODULE_SUFFIX}"
+            )))
+        );
+        assert_eq!(module_for(&modules, "Vulkan"), None);
+    }
+
+    #[test]
+    fn this_process_has_a_cpu_device() {
+        let inv = inventory();
+        assert!(
+            inv.devices.iter().any(|d| d.kind == DeviceKind::Cpu),
+            "{inv:?}"
+        );
+        let cpu = inv.cpu_backend().expect("a CPU backend");
+        assert_eq!(cpu.devices, 1);
+        assert!(!cpu.features.is_empty(), "{cpu:?}");
+        if cfg!(feature = "portable") {
+            assert!(cpu.variant.is_some(), "{cpu:?}");
+        } else {
+            assert_eq!(inv.loading, Loading::Static);
+            assert_eq!(cpu.library, None);
+        }
+    }
+
+    #[test]
+    fn gpu_layers_without_a_gpu_is_an_error() {
+        let inv = inventory();
+        assert_eq!(check_gpu_layers(0), Ok(()));
+        match check_gpu_layers(7) {
+            Ok(()) => assert!(inv.gpus().next().is_some(), "no GPU, yet accepted"),
+            Err(err) => {
+                assert!(inv.gpus().next().is_none());
+                assert_eq!(err.kind(), "no_gpu");
+                let msg = err.to_string();
+                assert!(msg.contains("gpu_layers = 7"), "{msg}");
+                assert!(msg.contains("no GPU device"), "{msg}");
+            }
+        }
+    }
+}
