@@ -1,5 +1,5 @@
 //! The checked-in C header (`include/edgecloud.h`) is what cbindgen makes
-//! of `src/capi` with `cbindgen.toml`: a change to the C API that does not
+//! of `crates/capi/src` with `cbindgen.toml`: a change to the C API that does not
 //! regenerate the header fails here. `EDGECLOUD_BLESS=1` rewrites it
 //! (`scripts/capi --header`).
 
@@ -15,10 +15,10 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
     let config =
         cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml parses");
     let mut builder = cbindgen::Builder::new().with_config(config);
-    for file in ["mod.rs", "boundary.rs", "callbacks.rs"] {
-        builder = builder.with_src(root.join("src/capi").join(file));
+    for file in ["lib.rs", "boundary.rs", "callbacks.rs"] {
+        builder = builder.with_src(root.join("crates/capi/src").join(file));
     }
-    let bindings = builder.generate().expect("cbindgen reads src/capi");
+    let bindings = builder.generate().expect("cbindgen reads crates/capi/src");
     let mut generated = Vec::new();
     bindings.write(&mut generated);
     let generated = String::from_utf8(generated).expect("the header is UTF-8");
@@ -31,7 +31,7 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         checked_in == generated,
-        "include/edgecloud.h differs from what cbindgen generates from src/capi; \
+        "include/edgecloud.h differs from what cbindgen generates from crates/capi/src; \
          run `scripts/capi --header` (EDGECLOUD_BLESS=1) and commit it"
     );
     for name in [

@@ -202,7 +202,7 @@ fn threads_named(pid: u32, name: &str) -> usize {
 
 /// libgomp counts the OpenMP compute threads of every thread that ever
 /// decoded, idle or not, and once the count passes the CPUs every lane's
-/// barriers stop spinning (src/local/worker.rs: SmolLM2 a quarter slower
+/// barriers stop spinning (crates/local/src/worker.rs: SmolLM2 a quarter slower
 /// after the other model answered once). Once both models have answered
 /// and are idle, the server keeps their two idle workers and no compute
 /// threads. Without the busy period's own thread each model's compute

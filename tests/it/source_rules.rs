@@ -20,10 +20,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `src/...` paths and contents of every Rust file under src.
+/// Paths (from the root) and contents of every Rust file of the
+/// workspace's crates: `src/` (the façade) and `crates/*/src/`.
 fn sources() -> Vec<(String, String)> {
     let mut files = Vec::new();
     rust_files(&root().join("src"), &mut files);
+    for krate in crates() {
+        rust_files(&krate.join("src"), &mut files);
+    }
     files.sort();
     files
         .into_iter()
@@ -44,10 +48,10 @@ fn unsafe_opt_outs_are_the_documented_four() {
     assert_eq!(
         opted,
         [
-            "src/capi/mod.rs",
-            "src/local/ffi.rs",
-            "src/local/simd.rs",
-            "src/sched.rs"
+            "crates/capi/src/lib.rs",
+            "crates/core/src/sched.rs",
+            "crates/local/src/ffi.rs",
+            "crates/local/src/simd.rs",
         ],
         "a new opt-out of `unsafe_code = \"deny\"` must be named in docs/DESIGN.md and here"
     );
@@ -94,30 +98,53 @@ fn declared_rust_version_covers_what_the_code_uses() {
     }
 }
 
-/// Every top-level module of `src/` (each `mod` line of src/lib.rs) has an
-/// entry in docs/layout.md, as `src/NAME/` or `src/NAME.rs`.
+/// The folders of the workspace's crates under `crates/`.
+fn crates() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every top-level module of every crate (each `mod` line of its lib.rs)
+/// has an entry in docs/layout.md, as `DIR/NAME/` or `DIR/NAME.rs` with
+/// DIR the crate's `src` folder (`src` for the façade, `crates/X/src`).
 #[test]
 fn layout_names_every_top_level_module() {
-    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
     let layout = std::fs::read_to_string(root().join("docs/layout.md")).unwrap();
-    let modules: Vec<&str> = lib
-        .lines()
-        .map(str::trim)
-        .filter_map(|l| l.strip_prefix("pub ").unwrap_or(l).strip_prefix("mod "))
-        .filter_map(|rest| rest.strip_suffix(';'))
-        .collect();
-    assert!(
-        modules.len() > 10,
-        "read the mod lines of src/lib.rs: {modules:?}"
+    let mut dirs = vec![PathBuf::from("src")];
+    dirs.extend(
+        crates()
+            .into_iter()
+            .map(|c| c.strip_prefix(root()).unwrap().join("src")),
     );
-    let missing: Vec<&&str> = modules
-        .iter()
-        .filter(|m| {
-            !layout.contains(&format!("src/{m}/")) && !layout.contains(&format!("src/{m}.rs"))
-        })
-        .collect();
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for dir in dirs {
+        let lib = std::fs::read_to_string(root().join(&dir).join("lib.rs")).unwrap();
+        let dir = dir.display().to_string();
+        assert!(
+            layout.contains(&format!("`{dir}/lib.rs`")),
+            "docs/layout.md has no entry for the crate `{dir}/lib.rs`"
+        );
+        for m in lib
+            .lines()
+            .map(str::trim)
+            .filter_map(|l| l.strip_prefix("pub ").unwrap_or(l).strip_prefix("mod "))
+            .filter_map(|rest| rest.strip_suffix(';'))
+        {
+            seen += 1;
+            if !layout.contains(&format!("{dir}/{m}/")) && !layout.contains(&format!("{dir}/{m}.rs")) {
+                missing.push(format!("{dir}/{m}"));
+            }
+        }
+    }
+    assert!(seen > 30, "read the mod lines of every lib.rs: {seen}");
     assert!(
         missing.is_empty(),
-        "docs/layout.md has no entry for these top-level modules of src/: {missing:?}"
+        "docs/layout.md has no entry for these top-level modules: {missing:?}"
     );
 }
