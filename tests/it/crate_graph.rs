@@ -11,12 +11,36 @@ use std::process::Command;
 /// Each crate: the workspace crates it may depend on (normal
 /// dependencies), and the outside crates it must not.
 const RULES: &[(&str, &[&str], &[&str])] = &[
-    ("edgecloud-core", &[], &[LLAMA, LLAMA_SYS, REQWEST, HYPER, HYPER_UTIL]),
-    ("edgecloud-gguf", &["edgecloud-core"], &[LLAMA, LLAMA_SYS, REQWEST, HYPER, HYPER_UTIL]),
-    ("edgecloud-wire", &["edgecloud-core"], &[LLAMA, LLAMA_SYS, REQWEST, HYPER, HYPER_UTIL]),
-    ("edgecloud-local", &["edgecloud-core", "edgecloud-gguf"], &[REQWEST, HYPER, HYPER_UTIL]),
-    ("edgecloud-cloud", &["edgecloud-core", "edgecloud-wire"], &[LLAMA, LLAMA_SYS, HYPER_UTIL]),
-    ("edgecloud-serve", &["edgecloud-core", "edgecloud-wire"], &[LLAMA, LLAMA_SYS, REQWEST]),
+    (
+        "edgecloud-core",
+        &[],
+        &[LLAMA, LLAMA_SYS, REQWEST, HYPER, HYPER_UTIL],
+    ),
+    (
+        "edgecloud-gguf",
+        &["edgecloud-core"],
+        &[LLAMA, LLAMA_SYS, REQWEST, HYPER, HYPER_UTIL],
+    ),
+    (
+        "edgecloud-wire",
+        &["edgecloud-core"],
+        &[LLAMA, LLAMA_SYS, REQWEST, HYPER, HYPER_UTIL],
+    ),
+    (
+        "edgecloud-local",
+        &["edgecloud-core", "edgecloud-gguf"],
+        &[REQWEST, HYPER, HYPER_UTIL],
+    ),
+    (
+        "edgecloud-cloud",
+        &["edgecloud-core", "edgecloud-wire"],
+        &[LLAMA, LLAMA_SYS, HYPER_UTIL],
+    ),
+    (
+        "edgecloud-serve",
+        &["edgecloud-core", "edgecloud-wire"],
+        &[LLAMA, LLAMA_SYS, REQWEST],
+    ),
     (
         "edgecloud-bench",
         &["edgecloud-core", "edgecloud-gguf", "edgecloud-wire"],
@@ -35,7 +59,11 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         ],
         &[LLAMA, LLAMA_SYS, HYPER, HYPER_UTIL],
     ),
-    ("edgecloud-capi", &["edgecloud", "edgecloud-core"], &[LLAMA, LLAMA_SYS]),
+    (
+        "edgecloud-capi",
+        &["edgecloud", "edgecloud-core"],
+        &[LLAMA, LLAMA_SYS],
+    ),
     ("edgecloud-python", &["edgecloud"], &[LLAMA, LLAMA_SYS]),
 ];
 
@@ -50,7 +78,13 @@ const HYPER_UTIL: &str = "hyper-util";
 fn workspace_dependencies() -> BTreeMap<String, Vec<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .output()
         .expect("cargo metadata runs");

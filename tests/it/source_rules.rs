@@ -137,7 +137,9 @@ fn layout_names_every_top_level_module() {
             .filter_map(|rest| rest.strip_suffix(';'))
         {
             seen += 1;
-            if !layout.contains(&format!("{dir}/{m}/")) && !layout.contains(&format!("{dir}/{m}.rs")) {
+            if !layout.contains(&format!("{dir}/{m}/"))
+                && !layout.contains(&format!("{dir}/{m}.rs"))
+            {
                 missing.push(format!("{dir}/{m}"));
             }
         }

@@ -49,18 +49,18 @@
 //! rows, and another kernel besides; docs/pool.md).
 //!
 //! Speculative decoding (`LocalConfig::spec_type`, contract point 16): a
-//! greedy lone answer proposes drafts (`draft`: prompt lookup, as many as
-//! a cost model says pay, from the sequence's acceptance rate and what a
-//! draft row costs on this context, `RowCost`, measured from its own
-//! steps' times) after its pending token; they go into the same batch at
-//! the following positions, each with logits, and `Engine::verify`
-//! keeps the longest prefix of them that the picker itself picks, one
-//! token at a time through the same `sample` every token goes through.
-//! A sampled answer without a grammar drafts too: its drafts are judged by
-//! the speculative-sampling rule (`accept`: a draft is kept with its
-//! probability under the answer's sampler, else the token is drawn from
-//! the rest), so its distribution is unchanged. A sampled answer under a
-//! grammar and a consensus's samples do not draft.
+//! lone answer's drafts ride in the step after its pending token and are
+//! kept where they are what its picker picks (`speculate`).
+//!
+//! The loop steps; what a step calls is a module of its own:
+//! - `prompt_stage`: the cells a job's prompt starts from (its sequence's
+//!   cached prefix, the prompt cache), its chunks and progress, its
+//!   scores, and the prompt's last row (a consensus's samples, every
+//!   sample's first token);
+//! - `speculate`: the settings of speculative decoding, the drafts of a
+//!   step and their verification;
+//! - `step_threads`: the thread governor's hooks (each step's threads,
+//!   its budget, its figure).
 //!
 //! What a job's request becomes before its first step (its prompt's
 //! tokens, its grammar, its samples' pickers and stop strings) is
@@ -73,54 +73,40 @@
 //! This module must not know about lanes' admission or the harness: the
 //! permit comes in inside the job and is dropped when the job really ends.
 
-use super::draft::{Drafter, RowCost, Source, SpecType};
-use super::draftmodel::DraftModel;
-use super::ffi::{AbortSignal, ThreadControl};
+mod prompt_stage;
+mod speculate;
+mod step_threads;
+
+pub(super) use speculate::Speculation;
+
+use super::draft::Drafter;
+use super::ffi::AbortSignal;
 use super::finish::{self, Ended};
 use super::generate::{emit, Progress, PromptFormat};
-use super::governor::{Governor, StepFigure, StepKind};
+use super::governor::Governor;
 use super::pick::{GrammarPass, GrammarSpec, Picker};
-use super::prepare::{self, Preparer, Task};
-use super::prompt_cache::{reusable, PromptCache};
+use super::prepare::{Preparer, Task};
+use super::prompt_cache::PromptCache;
 use super::stop::{StopMatcher, StopState};
 use super::toolcall::ToolJob;
 use super::utf8::Utf8Stream;
 use super::{signals, simd};
-use super::{Envelope, LocalCompletion, LocalError, ProgressSink, PromptProgress};
-use edgecloud_core::lane::{
-    FinishReason, LaneJob, LanePermit, PromptScore, TokenLogprob, TopLogprob,
-};
+use super::{Envelope, LocalCompletion, LocalError, ProgressSink};
+use edgecloud_core::lane::{FinishReason, LaneJob, LanePermit, TokenLogprob, TopLogprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::{DecodeError, LlamaStateSeqFlags, SeqState};
+use llama_cpp_2::{DecodeError, SeqState};
+use speculate::Speculator;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use step_threads::StepThreads;
 use tokio::sync::oneshot;
 
 /// llama_decode's return value when the abort callback stopped it.
 const DECODE_ABORTED: i32 = 2;
-
-/// llama.cpp's CPU attention (ggml-cpu `ops.cpp`, flash attention, this
-/// release) picks its kernel by the step's rows and the cells in view:
-/// one row over 512 cells or more is split across the threads, 64 rows or
-/// more are tiled, anything else is summed one row at a time. Each kernel
-/// sums in its own order, so a row's logits depend on the kernel its step
-/// took. Drafts must not move a row to another kernel than the run without
-/// drafts gives it (`add_drafts`): a step of fewer rows than this stays
-/// under it with its drafts.
-const TILED_ROWS: usize = 64;
-/// The cells in view are the cells in use padded to 256 (at least 256): a
-/// lone row with more than this many cells in use takes the split kernel,
-/// which a verify step (several rows) never does.
-const SPLIT_KV_USED: usize = 256;
-
-/// Drafts in the verify step that measures a row's cost before a draft
-/// model is filled (`RowCost::wants_probe`): about the count a draft
-/// model's first proposal has.
-const PROBE_DRAFTS: usize = 4;
 
 /// The context and its sequences.
 pub(super) struct Engine<'m> {
@@ -138,74 +124,13 @@ pub(super) struct Engine<'m> {
     /// The sequence whose prompt goes first into the next batch (turns
     /// rotate so that no long prompt starves another).
     prompt_turn: usize,
-    /// How many compute threads each step uses, and the means to set them
-    /// (`None`: the configured count always).
-    governor: Governor,
-    thread_control: Option<ThreadControl>,
-    /// The count the context holds now.
-    threads_applied: usize,
-    /// The most any step uses (the configured count).
-    max_threads: usize,
-    /// Whether the free cores were looked at for the first step (once: a
-    /// lane whose steps are all cut short by deadlines stays "fresh").
-    start_hint_taken: bool,
-    /// Speculative decoding's settings (`None`: off).
-    spec: Option<Speculation>,
-    /// Reused buffer: a drafting sequence's tokens and its pending one.
-    history: Vec<LlamaToken>,
-    /// The lane whose drafts go first into the next step (one lane's a
-    /// step: `add_drafts`).
-    draft_turn: usize,
-    /// What a draft row costs here, measured on this context's steps.
-    row_cost: RowCost,
-    /// The draft model, when drafts come from one (`draftmodel`); else
-    /// prompt lookup.
-    draft_model: Option<DraftModel<'m>>,
-    /// The most rows an exact verify step may have (`with_exact_rows`).
-    exact_rows: usize,
+    /// How many compute threads each step uses (`step_threads`).
+    threads: StepThreads,
+    /// Speculative decoding (`speculate`).
+    spec: Speculator<'m>,
     /// Conversations the sequences moved on from, in host memory
     /// (`prompt_cache`); `None` when the budget is 0.
     prompt_cache: Option<PromptCache<SeqState>>,
-}
-
-/// How greedy sequences draft (see `draft` and `Engine::verify`).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Speculation {
-    pub(super) draft_max: u32,
-    pub(super) draft_min: u32,
-    /// A draft row's cost, fixed (`LocalConfig::draft_row_cost`), else
-    /// measured.
-    pub(super) row_cost: Option<f64>,
-    /// Drafts only where every row keeps its attention kernel
-    /// (`LocalConfig::spec_exact`; see `Engine::add_drafts`).
-    pub(super) exact: bool,
-}
-
-impl Speculation {
-    /// The settings in effect: `None` when off.
-    pub(super) fn of(kind: SpecType, draft_max: u32, draft_min: u32) -> Option<Self> {
-        match kind {
-            SpecType::Off => None,
-            SpecType::Ngram | SpecType::Draft => Some(Self {
-                draft_max,
-                draft_min,
-                row_cost: None,
-                exact: true,
-            }),
-        }
-    }
-
-    /// With a fixed draft row cost (`None`: measured).
-    pub(super) fn with_row_cost(mut self, cost: Option<f32>) -> Self {
-        self.row_cost = cost.map(f64::from);
-        self
-    }
-
-    /// Bit-exact drafting (`true`) or drafting on every step.
-    pub(super) fn exact(mut self, exact: bool) -> Self {
-        self.exact = exact;
-        self
-    }
 }
 
 /// One sequence: what its KV cells hold, its waiting jobs, its running one.
@@ -314,7 +239,7 @@ impl<'m> Engine<'m> {
         threads: usize,
         governor: Governor,
     ) -> Self {
-        let thread_control = ThreadControl::of(&ctx);
+        let step_threads = StepThreads::new(&ctx, threads, governor);
         let batch_size = batch_size.max(1) as usize;
         let sequences = ids.lanes.max(1);
         let max_samples = ids.max_samples.max(1);
@@ -337,66 +262,10 @@ impl<'m> Engine<'m> {
             max_samples,
             seqs: (0..sequences).map(|_| Sequence::default()).collect(),
             prompt_turn: 0,
-            governor,
-            thread_control,
-            threads_applied: threads,
-            max_threads: threads,
-            start_hint_taken: false,
-            spec: None,
-            history: Vec::new(),
-            draft_turn: 0,
-            row_cost: RowCost::default(),
-            draft_model: None,
-            exact_rows: usize::MAX,
+            threads: step_threads,
+            spec: Speculator::off(),
             prompt_cache: None,
         }
-    }
-
-    /// Turns speculative decoding on (`None` leaves it off). The context's
-    /// `n_batch` must hold `draft_max` more tokens (`worker`): one lane
-    /// drafts per step (`add_drafts`).
-    pub(super) fn with_speculation(mut self, spec: Option<Speculation>) -> Self {
-        if let Some(spec) = spec {
-            let lanes = self.seqs.len();
-            self.batch = LlamaBatch::new(
-                self.batch_size + lanes * self.max_samples + spec.draft_max as usize,
-                1,
-            );
-        }
-        self.row_cost = RowCost::new(spec.and_then(|s| s.row_cost));
-        self.spec = spec;
-        self
-    }
-
-    /// Drafts from a draft model instead of prompt lookup (`None`: prompt
-    /// lookup). `size_share`: its weights' size over the model's, what a
-    /// draft is taken to cost until one is measured (`RowCost`).
-    pub(super) fn with_draft_model(
-        mut self,
-        draft: Option<DraftModel<'m>>,
-        size_share: f64,
-    ) -> Self {
-        if draft.is_some() {
-            self.row_cost.set_model_prior(size_share);
-        }
-        self.draft_model = draft;
-        self
-    }
-
-    /// Bounds exact verify steps to `rows` rows (`add_drafts`): on
-    /// weights llama.cpp multiplies with another kernel from some row
-    /// count on, a step's rows keep the one-row kernel only below it
-    /// (`worker` tells from the model's load: `ffi::take_exact_rows`).
-    pub(super) fn with_exact_rows(mut self, rows: Option<usize>) -> Self {
-        self.exact_rows = rows.unwrap_or(usize::MAX);
-        self
-    }
-
-    /// Keeps up to `bytes` of the conversations sequences move on from
-    /// (`prompt_cache`; 0: none).
-    pub(super) fn with_prompt_cache(mut self, bytes: usize) -> Self {
-        self.prompt_cache = PromptCache::new(bytes);
-        self
     }
 
     /// How a constrained answer's grammar is applied (see `pick`).
@@ -408,21 +277,7 @@ impl<'m> Engine<'m> {
     /// Whether the context's thread count can be changed (else the
     /// governor's choice is never applied).
     pub(super) fn controls_threads(&self) -> bool {
-        self.thread_control.is_some()
-    }
-
-    /// Sets the context's thread count for a step of this kind; returns
-    /// it.
-    fn apply_threads(&mut self, kind: StepKind) -> usize {
-        let Some(control) = &self.thread_control else {
-            return self.threads_applied;
-        };
-        let threads = self.governor.threads(kind);
-        if threads != self.threads_applied {
-            control.set(&mut self.ctx, threads);
-            self.threads_applied = threads;
-        }
-        threads
+        self.threads.controls()
     }
 
     /// Whether any job is running or waiting.
@@ -466,35 +321,10 @@ impl<'m> Engine<'m> {
         // machine's load). A contended step is still cut short.
         let drafted: usize = entries.iter().map(|e| e.drafts.len()).sum();
         let verifying = drafted > 0;
-        let kind = StepKind::of_batch(tokens - drafted);
-        if !self.start_hint_taken && self.governor.is_fresh() {
-            self.start_hint_taken = true;
-            if let Some(free) = edgecloud_core::sched::free_cores() {
-                tracing::debug!(
-                    target: "edgecloud_local::threads",
-                    free,
-                    "the lane's first step: cores no other program runs on"
-                );
-                self.governor.start_on(free);
-            }
-        }
-        // A probe of fewer threads that no contended step called for waits
-        // for what the cores are doing (a millisecond, every few dozen
-        // steps at most): with a core for every thread it is not run.
-        if let Some(waiting) = self.governor.wants_free_cores() {
-            self.governor
-                .free_cores(waiting, edgecloud_core::sched::free_cores());
-        }
-        let threads = self.apply_threads(kind);
-        let scale = kind.units(tokens - drafted);
+        let step = self.threads.before_step(&mut self.ctx, tokens, drafted);
         let waited_before = signal.waited_ns();
         let started = Instant::now();
-        let budget = self
-            .governor
-            .budget(kind)
-            .filter(|_| !verifying)
-            .and_then(|b| Duration::try_from_secs_f64(b * scale).ok())
-            .map(|b| started + b);
+        let budget = self.threads.budget(&step, started).filter(|_| !verifying);
         signal.arm(
             entries.iter().filter_map(|e| {
                 self.seqs[e.seq]
@@ -503,7 +333,7 @@ impl<'m> Engine<'m> {
                     .map(|a| (&a.job.cancel, a.job.deadline))
             }),
             budget,
-            self.governor.may_go_down(kind),
+            self.threads.may_go_down(&step),
         );
         let decoded = self.ctx.decode(&mut self.batch);
         let took = started.elapsed().as_secs_f64();
@@ -514,39 +344,15 @@ impl<'m> Engine<'m> {
         signal.disarm();
         match decoded {
             Ok(()) => {
-                let cost = took / scale;
-                let wait_share = (waited as f64 * 1e-9 / took).min(1.0);
-                tracing::trace!(
-                    target: "edgecloud_local::threads",
-                    threads,
-                    tokens,
-                    took_us = (took * 1e6) as u64,
-                    waited_us = waited / 1000,
-                    "decode step"
-                );
-                if verifying {
-                    self.row_cost.verified(took, drafted);
-                } else if kind == StepKind::Generate {
-                    self.row_cost.plain(took);
-                }
-                if !verifying {
-                    self.governor.record(
-                        kind,
-                        threads,
-                        StepFigure {
-                            cost,
-                            wait_share,
-                            overran: false,
-                        },
-                    );
-                }
+                self.threads.decoded(&step, took, waited, verifying);
+                self.spec.timed(step.kind, took, drafted);
                 for entry in &entries {
                     if let Some(br) = self.seqs[entry.seq]
                         .active
                         .as_mut()
                         .and_then(|a| a.branches.get_mut(entry.branch))
                     {
-                        br.out.decoded_with(threads);
+                        br.out.decoded_with(step.threads);
                     }
                 }
                 self.after_decode(entries)
@@ -566,31 +372,7 @@ impl<'m> Engine<'m> {
                             .is_some_and(|a| a.job.stop_reason().is_some())
                     });
                 if overran {
-                    tracing::debug!(
-                        target: "edgecloud_local::threads",
-                        threads,
-                        tokens,
-                        took_us = (took * 1e6) as u64,
-                        contended,
-                        "decode step abandoned (over its budget, or waiting for a CPU): decoded again with fewer threads"
-                    );
-                    // A step stopped for waiting is a lower bound of what
-                    // it would have cost: any figure of fewer threads
-                    // beats it.
-                    let cost = if contended {
-                        f64::INFINITY
-                    } else {
-                        took / scale
-                    };
-                    self.governor.record(
-                        kind,
-                        threads,
-                        StepFigure {
-                            cost,
-                            wait_share: 1.0,
-                            overran: true,
-                        },
-                    );
+                    self.threads.abandoned(&step, took, contended);
                 }
                 self.after_failed_decode(entries, err)
             }
@@ -664,16 +446,7 @@ impl<'m> Engine<'m> {
                 len: 0,
                 out,
                 pending: None,
-                // An answer alone drafts when its picks can judge a
-                // draft: greedy ones (a function of the logits and the
-                // grammar's state: a draft is kept exactly when it is the
-                // pick) and random ones without a grammar (the
-                // speculative-sampling rule, `accept`). A consensus's
-                // samples do not (one lane's drafts a step).
-                drafter: self
-                    .spec
-                    .filter(|_| samples == 1 && (picker.is_greedy() || picker.judges_drafts()))
-                    .map(|s| Drafter::new(s.draft_max, s.draft_min)),
+                drafter: self.spec.drafter(samples, &picker),
                 picker,
                 stops,
                 utf8: Utf8Stream::default(),
@@ -683,25 +456,7 @@ impl<'m> Engine<'m> {
             tools,
             grammar,
         };
-        if active.job.sampling.score_prompt {
-            // Every prompt token is scored, so none is taken from the cache.
-            self.recall(seq, &active.tokens, false);
-            self.forget_cells(seq);
-        } else {
-            // A two-stage cascade on the prompt's length reads it before
-            // any of the prompt is decoded.
-            if let Some(sink) = active.job.on_prompt_score.take() {
-                sink(PromptScore {
-                    tokens: active.tokens.len() as u32,
-                    logprob: None,
-                });
-            }
-            if active.job.stop_reason().is_none() {
-                self.recall(seq, &active.tokens, true);
-                active.branches[0].out.reused = self.reuse_prefix(seq, &active.tokens);
-            }
-        }
-        active.branches[0].len = self.seqs[seq].cached.len();
+        self.enter_prompt(seq, &mut active);
         active.prompt_started = Instant::now();
         self.seqs[seq].active = Some(active);
     }
@@ -709,86 +464,6 @@ impl<'m> Engine<'m> {
     /// The sequence id of sample `i >= 1` of lane `seq`.
     fn sample_id(&self, seq: usize, i: usize) -> i32 {
         (self.seqs.len() + seq * (self.max_samples - 1) + i - 1) as i32
-    }
-
-    /// Before a job's prompt on `seq` (see `prompt_cache`): saves the
-    /// sequence's cells when the job would drop enough of them, then,
-    /// when the job reuses cells at all (`reuse`; one that scores its
-    /// prompt does not), restores the saved conversation that shares the
-    /// most with `prompt`, when it shares enough more than the sequence.
-    fn recall(&mut self, seq: usize, prompt: &[LlamaToken], reuse: bool) {
-        let Some(cache) = self.prompt_cache.as_mut() else {
-            return;
-        };
-        let id = seq as i32;
-        let held = &self.seqs[seq].cached;
-        let own = if reuse { reusable(held, prompt) } else { 0 };
-        if cache.wants(held, own) {
-            let started = Instant::now();
-            match self.ctx.state_seq_get(id, LlamaStateSeqFlags::empty()) {
-                Ok(state) => {
-                    tracing::debug!(
-                        target: "edgecloud_local::prompt_cache",
-                        seq,
-                        tokens = held.len(),
-                        bytes = state.byte_len(),
-                        took_us = started.elapsed().as_micros() as u64,
-                        "saved a conversation"
-                    );
-                    cache.insert(held.clone(), state);
-                }
-                Err(e) => tracing::debug!(seq, error = %e, "a sequence's cells could not be saved"),
-            }
-        }
-        if !reuse {
-            return;
-        }
-        let Some((tokens, state)) = cache.take_best(prompt, own) else {
-            return;
-        };
-        let started = Instant::now();
-        let _ = self.ctx.kv_cache_seq_rm(id, None, None);
-        self.seqs[seq].cached.clear();
-        match self.ctx.state_seq_set(&state, id) {
-            Ok(()) => {
-                tracing::debug!(
-                    target: "edgecloud_local::prompt_cache",
-                    seq,
-                    restored = tokens.len(),
-                    own,
-                    took_us = started.elapsed().as_micros() as u64,
-                    entries = cache.len(),
-                    bytes = cache.bytes(),
-                    "restored a saved conversation"
-                );
-                self.seqs[seq].cached = tokens;
-            }
-            Err(e) => {
-                let _ = self.ctx.kv_cache_seq_rm(id, None, None);
-                tracing::warn!(seq, error = %e, "a saved conversation could not be restored");
-            }
-        }
-    }
-
-    /// Keeps the longest common prefix of the sequence's cache and
-    /// `tokens` (leaving at least one token to decode, for fresh logits)
-    /// and drops the rest of its cells. Returns how many are reused.
-    fn reuse_prefix(&mut self, seq: usize, tokens: &[LlamaToken]) -> usize {
-        let cached = &self.seqs[seq].cached;
-        let common = reusable(cached, tokens);
-        if common < cached.len() && !self.cut(seq, common) {
-            return 0;
-        }
-        self.seqs[seq].cached.truncate(common);
-        common
-    }
-
-    /// Drops every cell of the sequence.
-    fn forget_cells(&mut self, seq: usize) {
-        if !self.seqs[seq].cached.is_empty() {
-            self.cut(seq, 0);
-            self.seqs[seq].cached.clear();
-        }
     }
 
     /// Drops the sequence's cells from position `from` on; when the memory
@@ -806,160 +481,6 @@ impl<'m> Engine<'m> {
         let _ = self.ctx.kv_cache_seq_rm(id, None, None);
         self.seqs[seq].cached.clear();
         false
-    }
-
-    /// The drafts to decode after a lane's pending token this step (see
-    /// `draft`): none unless its answer drafts. At most as many as could
-    /// be kept: the answer's remaining `max_tokens` after the pending
-    /// token's own pick, and the sequence's cells (a pick at the last
-    /// cells ends the answer, as `sample` says).
-    fn draft(&mut self, seq: usize, most: usize) -> Vec<LlamaToken> {
-        let mut drafts = Vec::new();
-        // No drafts on a step that measures what a plain step costs (the
-        // baseline a draft row's cost is a share of).
-        if most == 0 || self.row_cost.wants_plain() {
-            return drafts;
-        }
-        let s = &mut self.seqs[seq];
-        let Some(a) = s.active.as_mut().filter(|a| a.prompt_done) else {
-            return drafts;
-        };
-        let max_tokens = a.job.sampling.max_tokens as usize;
-        let Some(br) = a.branches.first_mut() else {
-            return drafts;
-        };
-        let (Some(token), Some(drafter)) = (br.pending, br.drafter.as_mut()) else {
-            return drafts;
-        };
-        let room = max_tokens
-            .saturating_sub(br.out.completion_tokens + 1)
-            .min(self.seq_context.saturating_sub(br.len + 3))
-            .min(most);
-        // A paused sequence looks nothing up.
-        let most = drafter.room(room);
-        if most == 0 {
-            return drafts;
-        }
-        self.history.clear();
-        self.history.extend_from_slice(&s.cached);
-        self.history.push(token);
-        match self.draft_model.as_mut() {
-            // Before the draft model is filled with the prompt: what a row
-            // costs here, measured with drafts that are free to find.
-            Some(_) if self.row_cost.wants_probe() => {
-                let k = most.min(PROBE_DRAFTS.max(drafter.draft_min()));
-                drafter.probe(&self.history, k, &mut drafts);
-            }
-            Some(model) => {
-                // The cost model first: the draft model's proposals cost
-                // its own steps besides their rows.
-                let k = drafter.count(Source::Model, most, &self.row_cost);
-                if k == 0 {
-                    return drafts;
-                }
-                let started = Instant::now();
-                let first = drafter.first_proposal();
-                let fill = model.propose(&self.history, k, &mut drafts, first);
-                self.row_cost.proposed_by_model(
-                    started.elapsed().saturating_sub(fill).as_secs_f64(),
-                    drafts.len(),
-                );
-            }
-            None => drafter.lookup(&self.history, most, &self.row_cost, &mut drafts),
-        }
-        if drafts.len() < drafter.draft_min().max(1) {
-            drafts.clear();
-        }
-        drafts
-    }
-
-    /// The cells the context's sequences hold before this step (a bound
-    /// from above: a consensus's samples count their shared prompt each).
-    fn cells_in_use(&self) -> usize {
-        self.seqs
-            .iter()
-            .map(|s| {
-                s.cached.len()
-                    + s.active.as_ref().map_or(0, |a| {
-                        a.branches.iter().skip(1).map(|b| b.len).sum::<usize>()
-                    })
-            })
-            .sum()
-    }
-
-    /// Verifies a lane's drafts, decoded this step after its pending token
-    /// (batch row `row`; the drafts' rows from `draft_row` on). The picker picks at
-    /// the token's row as always; while its pick is the next draft, that
-    /// draft is the token the lane would have decoded next (its cell is in
-    /// the cache, its row holds the logits that step would have given), so
-    /// it is kept and the picker picks again at the draft's row. Every pick
-    /// goes through `sample`, the one per-token path (grammar, signals,
-    /// log-probs, stop strings, streaming, max_tokens), in order, so all
-    /// that follows sees exactly the tokens of a run without drafts. The
-    /// cells of the drafts not kept are cut; the last pick is pending, as
-    /// after any step.
-    fn verify(
-        &mut self,
-        seq: usize,
-        branch: usize,
-        row: i32,
-        drafts: &[LlamaToken],
-        draft_row: i32,
-    ) -> Result<(), LocalError> {
-        let mut next = self.sample(seq, branch, row, drafts.first().copied());
-        let mut accepted = 0;
-        for (i, &draft) in drafts.iter().enumerate() {
-            if !matches!(next, Next::Continue(token) if token == draft) {
-                break;
-            }
-            let s = &mut self.seqs[seq];
-            let Some(a) = s.active.as_mut() else {
-                break;
-            };
-            // A job stopped (its sink cancelled it, its deadline passed)
-            // ends before its next step: here, before its next draft.
-            if a.job.stop_reason().is_some() {
-                break;
-            }
-            a.branches[branch].len += 1;
-            s.cached.push(draft);
-            accepted += 1;
-            next = self.sample(
-                seq,
-                branch,
-                draft_row + accepted as i32 - 1,
-                drafts.get(i + 1).copied(),
-            );
-        }
-        if let Some(br) = self.seqs[seq]
-            .active
-            .as_mut()
-            .and_then(|a| a.branches.get_mut(branch))
-        {
-            br.out.drafts_verified(drafts.len(), accepted);
-            if let Some(drafter) = br.drafter.as_mut() {
-                let row_cost = self.row_cost.per_draft(drafts.len(), drafter.by_model());
-                tracing::trace!(
-                    target: "edgecloud_local::draft",
-                    class = drafter.last_class(),
-                    drafted = drafts.len(),
-                    accepted,
-                    row_cost,
-                    "drafts verified"
-                );
-                drafter.verified(drafts.len(), accepted, row_cost);
-            }
-        }
-        if accepted < drafts.len() {
-            let from = self.seqs[seq].cached.len();
-            if !self.cut(seq, from) {
-                return Err(LocalError::Decode {
-                    detail: "the cells of rejected drafts could not be removed".into(),
-                });
-            }
-        }
-        self.advance(seq, branch, next);
-        Ok(())
     }
 
     /// Puts every generating branch's pending token into the batch, then
@@ -990,126 +511,9 @@ impl<'m> Engine<'m> {
                 });
             }
         }
-        let mut budget = self.batch_size;
-        let n = self.seqs.len();
-        for turn in 0..n {
-            if budget == 0 {
-                break;
-            }
-            let seq = (self.prompt_turn + turn) % n;
-            let s = &mut self.seqs[seq];
-            let Some(active) = s.active.as_mut().filter(|a| !a.prompt_done) else {
-                continue;
-            };
-            let done = s.cached.len();
-            let total = active.tokens.len();
-            if let Some(report) = active.progress.as_mut() {
-                report(PromptProgress {
-                    done: done as u32,
-                    total: total as u32,
-                });
-            }
-            let take = (total - done).min(budget);
-            let chunk = active.tokens[done..done + take].to_vec();
-            let last = done + take == total;
-            let scores = active.job.sampling.score_prompt;
-            let first_row = self.batch.n_tokens();
-            for (j, &token) in chunk.iter().enumerate() {
-                self.batch
-                    .add(
-                        token,
-                        (done + j) as i32,
-                        &[seq as i32],
-                        scores || (last && j + 1 == take),
-                    )
-                    .expect("prompt chunks fit the batch's prompt budget");
-            }
-            budget -= take;
-            entries.push(Entry {
-                seq,
-                branch: 0,
-                logits: last.then(|| first_row + take as i32 - 1),
-                tokens: chunk,
-                drafts: Vec::new(),
-                draft_row: 0,
-                score_row: scores.then_some(first_row),
-            });
-        }
-        self.prompt_turn = (self.prompt_turn + 1) % n;
+        self.add_prompt_chunks(&mut entries);
         self.add_drafts(&mut entries);
         entries
-    }
-
-    /// Adds one lane's drafts, the next in turn that has any, as the
-    /// batch's last rows.
-    ///
-    /// Why one lane and last: llama.cpp puts a step's tokens into free
-    /// cells in row order and, when cells are removed, fills the lowest
-    /// free ones first; attention then sums over a sequence's cells in
-    /// cell order. Rejected drafts in the last rows leave free cells only
-    /// above every cell in use, so every sequence's later tokens still go
-    /// into cells above its earlier ones, in the order a run without
-    /// drafts gives them, and its sums are the same to the last bit.
-    /// Drafts of two lanes in one step would leave the first one's
-    /// rejected cells below the second one's kept ones.
-    ///
-    /// And, when exact (`LocalConfig::spec_exact`, the default), no more
-    /// drafts than keep every row on the attention kernel it takes without
-    /// them (see [`TILED_ROWS`]): a step under 64 rows stays under 64; a
-    /// lone row (the lane decoding alone, as a run without drafts decodes
-    /// every token) drafts only while its tokens and the drafts' stay
-    /// within the cells where a lone row is not split, unless every step
-    /// runs on one thread: the split kernel's one chunk is then summed in
-    /// the order of the other (its partials are combined with a factor of
-    /// exactly 1). So on several threads a lone lane drafts in its first
-    /// 256 cells only: past them llama.cpp would sum the run without
-    /// drafts in another order. And on weights whose matrix products take
-    /// another kernel from some row count on (`exact_rows`: repacked Q4_K
-    /// and Q4_0 from 4 rows), no more drafts than keep the step under that
-    /// count. Not exact: drafts on every step.
-    fn add_drafts(&mut self, entries: &mut [Entry]) {
-        let Some(spec) = self.spec else {
-            return;
-        };
-        let rows = usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX);
-        let mut most = if rows < TILED_ROWS && spec.exact {
-            TILED_ROWS - 1 - rows
-        } else {
-            usize::MAX
-        };
-        if rows == 1 && spec.exact && self.max_threads > 1 {
-            most = most.min(SPLIT_KV_USED.saturating_sub(self.cells_in_use() + rows));
-        }
-        if spec.exact {
-            most = most.min(self.exact_rows.saturating_sub(rows));
-        }
-        let n = self.seqs.len();
-        for turn in 0..n {
-            let seq = (self.draft_turn + turn) % n;
-            let drafts = self.draft(seq, most);
-            if drafts.is_empty() {
-                continue;
-            }
-            let Some(entry) = entries
-                .iter_mut()
-                .find(|e| e.seq == seq && e.branch == 0 && e.logits.is_some())
-            else {
-                continue;
-            };
-            let (len, id) = match self.seqs[seq].active.as_ref() {
-                Some(a) => (a.branches[0].len, a.branches[0].seq_id),
-                None => continue,
-            };
-            entry.draft_row = self.batch.n_tokens();
-            for (j, &draft) in drafts.iter().enumerate() {
-                self.batch
-                    .add(draft, (len + 1 + j) as i32, &[id], true)
-                    .expect("the batch has draft_max rows for one lane's drafts");
-            }
-            entry.drafts = drafts;
-            self.draft_turn = (seq + 1) % n;
-            return;
-        }
     }
 
     fn after_decode(&mut self, entries: Vec<Entry>) {
@@ -1159,106 +563,6 @@ impl<'m> Engine<'m> {
                 Err(panic) => self.fail_after_panic(seq, &*panic),
             }
         }
-    }
-
-    /// A prompt chunk of a job that scores its prompt is decoded: each of
-    /// its rows gives the log-probability of the prompt token that follows
-    /// it (the prompt's last row predicts the answer, not the prompt, and
-    /// is left out). Runs before the chunk joins the cache, so the cache's
-    /// length is the chunk's first position.
-    fn score_prompt_chunk(&mut self, entry: &Entry, first_row: i32) {
-        let start = self.seqs[entry.seq].cached.len();
-        let Some(a) = self.seqs[entry.seq].active.as_mut() else {
-            return;
-        };
-        for j in 0..entry.tokens.len() {
-            let Some(&next) = a.tokens.get(start + j + 1) else {
-                break;
-            };
-            let logits = self.ctx.get_logits_ith(first_row + j as i32);
-            let logprob = signals::token_logprob(logits, next.0 as usize);
-            a.branches[0].out.prompt_token_scored(logprob);
-        }
-    }
-
-    /// The prompt's last row of logits is in: the prompt's figures, the
-    /// other samples' sequences (sharing the prompt's cells), and every
-    /// sample's first token from that one row.
-    fn prompt_decoded(&mut self, seq: usize, row: i32) -> Result<(), LocalError> {
-        let cached = self.seqs[seq].cached.len();
-        let ids: Vec<i32> = {
-            let a = self.seqs[seq]
-                .active
-                .as_ref()
-                .expect("checked by the caller");
-            (1..a.samples).map(|i| self.sample_id(seq, i)).collect()
-        };
-        for &id in &ids {
-            // Nothing of an earlier job may be left on these ids.
-            let _ = self.ctx.kv_cache_seq_rm(id, None, None);
-            // Each id has a stream of its own, and llama.cpp copies
-            // between streams whole: the source's stream holds the prompt
-            // and nothing else (a reused prefix's tail was cut before it).
-            self.ctx
-                .kv_cache_seq_cp(seq as i32, id, None, None)
-                .map_err(|e| LocalError::Decode {
-                    detail: format!("sharing the prompt's cells with a sample: {e}"),
-                })?;
-        }
-        let model = self.model;
-        let a = self.seqs[seq]
-            .active
-            .as_mut()
-            .expect("checked by the caller");
-        a.prompt_done = true;
-        let first = &mut a.branches[0];
-        first.out.prompt_eval = a.prompt_started.elapsed();
-        first.out.prompt_decoded = cached.saturating_sub(first.out.reused);
-        if let Some(report) = a.progress.as_mut() {
-            let total = a.tokens.len() as u32;
-            report(PromptProgress { done: total, total });
-        }
-        // A two-stage cascade reads the prompt's score before any answer
-        // token exists.
-        if let (Some(score), Some(sink)) = (
-            a.branches[0].out.prompt_logprob(),
-            a.job.on_prompt_score.take(),
-        ) {
-            sink(PromptScore {
-                tokens: a.tokens.len() as u32,
-                logprob: Some(score),
-            });
-        }
-        for (i, &id) in ids.iter().enumerate() {
-            let (picker, stops) = prepare::sample_parts(
-                model,
-                self.grammar_pass,
-                &a.job,
-                a.grammar.as_ref(),
-                a.tools.as_ref(),
-                i as u32 + 1,
-            )?;
-            let out = a.branches[0].out.clone();
-            a.branches.push(Branch {
-                seq_id: id,
-                len: cached,
-                out,
-                pending: None,
-                picker,
-                stops,
-                utf8: Utf8Stream::default(),
-                ended: None,
-                drafter: None,
-            });
-        }
-        for branch in 0..a.branches.len() {
-            let next = self.sample(seq, branch, row, None);
-            self.advance(seq, branch, next);
-            if self.seqs[seq].active.is_none() {
-                break;
-            }
-        }
-        Ok(())
     }
 
     /// Applies a branch's sampled outcome: its next token, or its end (the
