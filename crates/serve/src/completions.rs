@@ -7,7 +7,7 @@
 //! not parse requests or choose lanes.
 
 use super::engine::Summary;
-use super::response::{extension, json_response, usage, Body};
+use super::respond::{extension, json_response, usage, Body};
 use super::stream::{event, Shape, DONE};
 use super::wire::ApiError;
 use edgecloud_wire::openai::{Ids, LegacyLogprobs, TextCompletion};

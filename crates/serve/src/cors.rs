@@ -7,7 +7,7 @@
 //! bearer token (browsers send none); every other request still does. It
 //! must not route requests or look at bodies.
 
-use super::response::{error_response, Body};
+use super::respond::{error_response, Body};
 use super::wire::{ApiError, INVALID_REQUEST};
 use super::ServeError;
 use hyper::header::{
@@ -139,7 +139,7 @@ pub(crate) fn preflight(
             .insert(VARY, HeaderValue::from_static("Origin"));
         return Some(r);
     };
-    let mut r = Response::new(super::response::full(""));
+    let mut r = Response::new(super::respond::full(""));
     *r.status_mut() = StatusCode::NO_CONTENT;
     let h = r.headers_mut();
     h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allow);

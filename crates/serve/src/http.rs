@@ -17,7 +17,7 @@
 
 use super::app::App;
 use super::engine::{Job, ModelEntry, Param, StartError};
-use super::response::{
+use super::respond::{
     self, all_instances_busy, error_response, full, json_response, shutting_down, Body,
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
@@ -436,12 +436,12 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
         let shape = stream::ChatShape::new(ids, params.include_usage);
         stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(
+        respond::whole(
             app,
             run,
             head.request_id,
             "messages",
-            |summary, text, finish| response::chat_completion(&ids, summary, text, finish),
+            |summary, text, finish| respond::chat_completion(&ids, summary, text, finish),
         )
         .await
     }
@@ -457,7 +457,7 @@ async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<B
         let shape = completions::Stream::new(ids, echo, params.chat.include_usage);
         stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(
+        respond::whole(
             app,
             run,
             head.request_id,
@@ -477,15 +477,15 @@ async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response
     let ids = Ids::prefixed("resp", run.info().run_id, &params.chat.model);
     let meta = edgecloud_wire::openai::Meta::new(ids, params.echo);
     if params.chat.stream {
-        let shape = responses::Stream::new(meta);
+        let shape = responses_api::Stream::new(meta);
         stream::respond(app.clone(), run, shape, head.request_id).await
     } else {
-        response::whole(
+        respond::whole(
             app,
             run,
             head.request_id,
             "input",
-            |summary, text, finish| responses::whole(&meta, summary, text, finish),
+            |summary, text, finish| responses_api::whole(&meta, summary, text, finish),
         )
         .await
     }

@@ -9,7 +9,7 @@
 
 use super::app::App;
 use super::engine::{Run, Summary};
-use super::response::{
+use super::respond::{
     self, extension, failure, full, outcome_headers, success, usage, AbortOnDrop, Body,
 };
 use super::wire::ApiError;
@@ -79,8 +79,8 @@ pub(crate) async fn respond<S: Shape>(
     let guard = AbortOnDrop::new(&*run);
     let Some(first) = run.next_token().await else {
         // Settled before any text: answer with the outcome at once.
-        let summary = response::settle(&app, run, guard).await?;
-        return Ok(response::settled(
+        let summary = respond::settle(&app, run, guard).await?;
+        return Ok(respond::settled(
             &app,
             &info,
             &summary,
@@ -208,7 +208,7 @@ async fn pump<S: Shape>(
         // so the lanes stop before we wait for the settled run.
         guard.fire();
     }
-    let summary = match response::settle(&app, run, guard).await {
+    let summary = match respond::settle(&app, run, guard).await {
         Ok(s) => s,
         Err(e) => {
             let _ = tx.send(Bytes::from(shape.failure(&e))).await;

@@ -11,7 +11,7 @@
 //! lanes.
 
 use super::engine::Summary;
-use super::response::{extension, json_response, usage, Body};
+use super::respond::{extension, json_response, usage, Body};
 use super::stream::Shape;
 use super::wire::ApiError;
 use edgecloud_wire::openai::{fields, Ending, Meta};
