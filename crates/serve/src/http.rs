@@ -22,7 +22,7 @@ use super::respond::{
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
-use super::{completions, cors, embeddings, responses, stream};
+use super::{completions, cors, embeddings, responses_api, stream};
 use bytes::Bytes;
 use edgecloud_core::request::Request as LlmRequest;
 use edgecloud_wire::openai::{Ids, Model, ModelList};
