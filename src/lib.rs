@@ -65,7 +65,7 @@
 //!   schema, a call of a declared tool) and the checks that say whether it
 //!   is.
 //! - [`millis`]: durations as milliseconds, the unit of every report.
-//! - `embed`: what the bindings share (settings with overrides, requests
+//! - `bindings`: what the bindings share (settings with overrides, requests
 //!   as JSON, the outcome JSON, error kinds); `capi` (feature `capi`): the
 //!   C ABI over it (`include/edgecloud.h`, docs/embedding.md).
 //!
@@ -82,7 +82,7 @@
 //! | `serve` | [`serve`] over any harness (no lane needed) | hyper, hyper-util, http-body-util, subtle |
 //! | `bench` | the CLI's `edgecloud bench` (crate `edgecloud-bench`, not re-exported); implies `local` | regex, sha2 |
 //! | `cli` | the `edgecloud` binary: all of the above | clap, clap_complete, anyhow, tracing-subscriber |
-//! | `capi` | `embed`, the layer the C ABI (crate `edgecloud-capi`, `scripts/capi`) and the Python package share; implies `local`, `cloud` and `serve` | nothing more |
+//! | `capi` | `bindings`, the layer the C ABI (crate `edgecloud-capi`, `scripts/capi`) and the Python package share; implies `local`, `cloud` and `serve` | nothing more |
 //!
 //! `cuda`, `vulkan`, `metal` and `portable` select llama.cpp builds and
 //! imply `local`. The binary, the integration tests, the benches and the
@@ -97,11 +97,11 @@ pub use edgecloud_local as local;
 #[cfg(feature = "local")]
 pub use edgecloud_local::fetch;
 
+#[cfg(all(feature = "local", feature = "cloud", feature = "serve"))]
+pub mod bindings;
 #[doc(hidden)]
 pub mod build_facts;
 mod config;
-#[cfg(all(feature = "local", feature = "cloud", feature = "serve"))]
-pub mod embed;
 #[cfg(feature = "local")]
 pub mod modelref;
 #[cfg(feature = "serve")]

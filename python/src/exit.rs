@@ -14,7 +14,7 @@
 //! decide anything about a run (aborting is what the user's `Run.abort`
 //! does).
 
-use edgecloud::embed::Embedded;
+use edgecloud::bindings::Embedded;
 use edgecloud::harness::AbortHandle;
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};

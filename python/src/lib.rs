@@ -1,5 +1,5 @@
 //! `edgecloud._edgecloud`: the native half of the Python package, a thin
-//! skin over `edgecloud::embed` (docs/DESIGN.md point 15). It holds an
+//! skin over `edgecloud::bindings` (docs/DESIGN.md point 15). It holds an
 //! `Arc` of the one embedded harness, releases the GIL around every wait
 //! on the lanes (`allow_threads`), and takes the GIL only inside a Python
 //! callback. JSON crosses the boundary (requests as serve's wire JSON, the
@@ -11,7 +11,7 @@
 //! becomes a caught panic, which the harness turns into the callback's
 //! documented default and reports on the outcome).
 
-use edgecloud::embed::{self, Callbacks, DeltaStream, Embedded, ErrorKind, Overrides};
+use edgecloud::bindings::{self, Callbacks, DeltaStream, Embedded, ErrorKind, Overrides};
 use edgecloud::harness::{
     AbortHandle, Candidate, Compressed, Harness, InstantBackend, Outcome, Policy, PolicyKind,
     Score, ScoreContext, Scored,
@@ -70,7 +70,7 @@ create_exception!(
     "The harness is shutting down or its runtime is gone."
 );
 
-fn to_py(e: embed::Error) -> PyErr {
+fn to_py(e: bindings::Error) -> PyErr {
     let msg = e.message.clone();
     let err = match e.kind {
         ErrorKind::Config => ConfigError::new_err(msg),
@@ -92,7 +92,7 @@ fn to_py(e: embed::Error) -> PyErr {
 }
 
 fn config_err(msg: impl Into<String>) -> PyErr {
-    to_py(embed::Error::new(ErrorKind::Config, msg.into()))
+    to_py(bindings::Error::new(ErrorKind::Config, msg.into()))
 }
 
 /// Calls a Python adapter (built by `edgecloud/__init__.py`: JSON text in,
@@ -177,7 +177,7 @@ type OutcomeHead = (
 
 fn outcome_head(o: Outcome) -> OutcomeHead {
     (
-        embed::outcome_json(&o),
+        bindings::outcome_json(&o),
         o.status.as_str(),
         o.winner.map(|l| l.as_str()),
         o.text,
@@ -198,7 +198,7 @@ impl NativeHarness {
             .expect("no code panics holding this lock")
             .clone()
             .ok_or_else(|| {
-                to_py(embed::Error::new(
+                to_py(bindings::Error::new(
                     ErrorKind::Internal,
                     "the harness is closed",
                 ))
@@ -232,13 +232,13 @@ impl NativeHarness {
         compressor: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let mut cfg = match (config_toml, config_json) {
-            (Some(t), _) => embed::config_from_toml(&t).map_err(|e| to_py(e.into()))?,
+            (Some(t), _) => bindings::config_from_toml(&t).map_err(|e| to_py(e.into()))?,
             (None, Some(j)) => {
                 let v: serde_json::Value =
                     serde_json::from_str(&j).map_err(|e| config_err(format!("config: {e}")))?;
-                embed::config_from_value(&v).map_err(|e| to_py(e.into()))?
+                bindings::config_from_value(&v).map_err(|e| to_py(e.into()))?
             }
-            (None, None) => embed::config_from_toml("").map_err(|e| to_py(e.into()))?,
+            (None, None) => bindings::config_from_toml("").map_err(|e| to_py(e.into()))?,
         };
         let mut o = Overrides::default();
         o.model = model.map(PathBuf::from);
@@ -278,7 +278,7 @@ impl NativeHarness {
             .allow_threads(move || {
                 let run = h.start_run(&request_json, false)?;
                 exit::track_run(run.abort_handle());
-                run.wait().map_err(embed::Error::from)
+                run.wait().map_err(bindings::Error::from)
             })
             .map_err(to_py)?;
         Ok(outcome_head(outcome))
@@ -318,10 +318,10 @@ impl NativeHarness {
                     let t = std::time::Instant::now();
                     h.harness()
                         .run_blocking_with(p.request.clone(), p.options.clone())
-                        .map_err(embed::Error::from)?;
+                        .map_err(bindings::Error::from)?;
                     Ok(t.elapsed().as_secs_f64() * 1e6)
                 })
-                .collect::<Result<Vec<f64>, embed::Error>>()
+                .collect::<Result<Vec<f64>, bindings::Error>>()
         })
         .map_err(to_py)
     }

@@ -1,4 +1,4 @@
-//! The layer every binding shares (`edgecloud::embed`), through the public
+//! The layer every binding shares (`edgecloud::bindings`), through the public
 //! API on the real tiny model: a JSON request gives the outcome JSON that
 //! `edgecloud run --json` prints, overrides win over the configuration as
 //! the CLI's flags do, and each mistake comes back in its kind, naming
@@ -7,7 +7,7 @@
 
 use crate::support::cli::{bin, json_of};
 use crate::support::models::tiny_model;
-use edgecloud::embed::{self, Callbacks, Embedded, ErrorKind, Overrides};
+use edgecloud::bindings::{self, Callbacks, Embedded, ErrorKind, Overrides};
 use serde_json::Value;
 use std::process::Command;
 
@@ -16,8 +16,9 @@ fn model() -> &'static str {
 }
 
 fn local_only() -> Embedded {
-    let mut cfg = embed::config_from_toml("[harness]\npolicy = \"cascade\"\ndeadline_ms = 60000\n")
-        .expect("valid");
+    let mut cfg =
+        bindings::config_from_toml("[harness]\npolicy = \"cascade\"\ndeadline_ms = 60000\n")
+            .expect("valid");
     let mut o = Overrides::default();
     o.model = Some(model().into());
     o.threads = Some(2);
@@ -32,7 +33,7 @@ fn a_json_request_gives_the_outcome_json_of_run_json() {
     let outcome = embedded
         .run(r#"{"messages":[{"role":"user","content":"Hello"}],"max_tokens":8,"seed":3}"#)
         .expect("the run starts");
-    let ours: Value = serde_json::from_str(&embed::outcome_json(&outcome)).expect("JSON");
+    let ours: Value = serde_json::from_str(&bindings::outcome_json(&outcome)).expect("JSON");
     assert_eq!(ours["status"], "ok", "{ours}");
     assert_eq!(ours["winner"], "local");
 
@@ -82,7 +83,7 @@ fn mistakes_come_back_in_their_kind() {
     assert!(o.is_ok(), "{:?}", o.error);
 
     let start = |toml: &str| {
-        let cfg = embed::config_from_toml(toml).map_err(embed::Error::from)?;
+        let cfg = bindings::config_from_toml(toml).map_err(bindings::Error::from)?;
         Embedded::start(&cfg, Callbacks::default())
     };
     let e = start("[harness]\npolicy = \"racer\"\n").unwrap_err();
@@ -97,14 +98,14 @@ fn mistakes_come_back_in_their_kind() {
     assert_eq!(e.kind, ErrorKind::Config, "a malformed reference: {e}");
 }
 
-/// A streamed run read as a binding reads it ([`embed::DeltaStream`], what
+/// A streamed run read as a binding reads it ([`bindings::DeltaStream`], what
 /// C's `on_delta` and Python's `stream()` get): the committed text as
 /// content deltas, then the winner's tool call as OpenAI streams it (a
 /// delta with its id, type and name, then one with its arguments), then
 /// the end; the outcome after. The real SmolLM2 with a tool it must call.
 #[test]
 fn a_stream_gives_the_text_then_the_winners_tool_calls_as_serve_streams_them() {
-    let mut cfg = embed::config_from_toml("[harness]\ndeadline_ms = 120000\n").expect("valid");
+    let mut cfg = bindings::config_from_toml("[harness]\ndeadline_ms = 120000\n").expect("valid");
     let mut o = Overrides::default();
     o.model = Some(crate::support::real_model::smollm2().into());
     o.threads = Some(2);
@@ -122,7 +123,8 @@ fn a_stream_gives_the_text_then_the_winners_tool_calls_as_serve_streams_them() {
         "tool_choice": "required",
     })
     .to_string();
-    let mut deltas = embed::DeltaStream::new(embedded.start_run(&request, true).expect("starts"));
+    let mut deltas =
+        bindings::DeltaStream::new(embedded.start_run(&request, true).expect("starts"));
     let mut seen: Vec<Value> = Vec::new();
     while let Some(d) = deltas.next_blocking().expect("streams") {
         seen.push(serde_json::from_str(&d).expect("each delta is JSON"));

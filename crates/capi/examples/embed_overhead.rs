@@ -3,7 +3,7 @@
 //! bindings' figures have a same-run peer under the same upstream and the
 //! same moment's noise: the Rust API (`Harness::run_blocking` on a built
 //! `Request`); the binding-neutral layer the C ABI and the Python package
-//! wrap (`embed::Embedded::run` on the request's JSON, then the outcome's
+//! wrap (`bindings::Embedded::run` on the request's JSON, then the outcome's
 //! JSON); and `ec_run` itself, called through its C ABI (`extern "C"`, a C
 //! string in, a C string out freed with `ec_string_free`: the machine code
 //! a C program runs, whose own side of the call adds only the call).
@@ -17,7 +17,7 @@
 // Calling the C ABI is what this example measures.
 #![allow(unsafe_code)]
 
-use edgecloud::embed::{self, Callbacks, Embedded};
+use edgecloud::bindings::{self, Callbacks, Embedded};
 use edgecloud::harness::{Harness, InstantBackend, Policy};
 use edgecloud::Request;
 use edgecloud_capi::{ec_harness_free, ec_run, ec_string_free, harness_from_embedded, EC_OK};
@@ -46,7 +46,7 @@ fn embedded(source: &str) -> Embedded {
         return Embedded::from_harness(harness);
     }
     let text = std::fs::read_to_string(source).expect("the config file reads");
-    let cfg = embed::config_from_toml(&text).expect("the config parses");
+    let cfg = bindings::config_from_toml(&text).expect("the config parses");
     Embedded::start(&cfg, Callbacks::default()).expect("the harness starts")
 }
 
@@ -96,7 +96,7 @@ fn main() {
         assert!(o.text.is_some(), "{:?}", o.error);
         let t = Instant::now();
         let o = embedded.run(REQUEST).expect("runs");
-        let _ = embed::outcome_json(&o);
+        let _ = bindings::outcome_json(&o);
         json.push(t.elapsed().as_secs_f64() * 1e6);
         let t = Instant::now();
         c_run();

@@ -2,7 +2,7 @@
 //! pointers, read C strings, hand strings out. Nothing here knows runs.
 
 use super::{ec_status, EC_ERR_INVALID_ARGUMENT, EC_ERR_PANIC};
-use edgecloud::embed::{Error, ErrorKind};
+use edgecloud::bindings::{Error, ErrorKind};
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -5,7 +5,7 @@
 
 use super::boundary::c_string;
 use super::{ec_arbitrate_fn, ec_callbacks, EC_ARBITRATE_REJECT_ALL};
-use edgecloud::embed::Callbacks;
+use edgecloud::bindings::Callbacks;
 use edgecloud::harness::{Arbiter, Candidate, Score, ScoreContext, Scored, Scorer};
 use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex};

@@ -1,5 +1,5 @@
 //! The C ABI (`libedgecloud`, header `include/edgecloud.h`, feature
-//! `capi`): a thin skin over [`edgecloud::embed`], so a C, C++, Swift or
+//! `capi`): a thin skin over [`edgecloud::bindings`], so a C, C++, Swift or
 //! Kotlin program gets the same harness as Rust (docs/DESIGN.md point 15).
 //!
 //! Habits (rustls-ffi's): opaque handles (`ec_harness`, `ec_handle`),
@@ -23,7 +23,7 @@ mod boundary;
 mod callbacks;
 
 use boundary::{c_string, guard, put, str_arg, Failure};
-use edgecloud::embed::{self, DeltaStream, Embedded, ErrorKind};
+use edgecloud::bindings::{self, DeltaStream, Embedded, ErrorKind};
 use edgecloud::harness::{AbortHandle, AbortResult, Outcome, RunHandle};
 use std::ffi::{c_char, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,7 +138,7 @@ enum HandleState {
     Running(RunHandle),
     /// Streaming: the thread that calls `on_delta`, then returns the
     /// outcome.
-    Streaming(std::thread::JoinHandle<Result<Outcome, embed::Error>>),
+    Streaming(std::thread::JoinHandle<Result<Outcome, bindings::Error>>),
     /// Waited for: what every later wait returns.
     Done(Finished),
     /// A wait is in progress (or panicked).
@@ -167,13 +167,13 @@ fn status_of(kind: ErrorKind) -> ec_status {
 }
 
 impl Finished {
-    fn of(result: Result<Outcome, embed::Error>) -> Self {
+    fn of(result: Result<Outcome, bindings::Error>) -> Self {
         match result {
             Ok(outcome) => {
-                let error = embed::Error::of_outcome(&outcome);
+                let error = bindings::Error::of_outcome(&outcome);
                 Finished {
                     status: error.as_ref().map_or(EC_OK, |e| status_of(e.kind)),
-                    outcome: Some(embed::outcome_json(&outcome)),
+                    outcome: Some(bindings::outcome_json(&outcome)),
                     error: error.map(|e| e.message),
                 }
             }
@@ -282,7 +282,7 @@ pub unsafe extern "C" fn ec_harness_create(
         unsafe { *out = std::ptr::null_mut() };
         // SAFETY: the contract.
         let text = unsafe { str_arg(config_toml, "config_toml") }?;
-        let cfg = embed::config_from_toml(text).map_err(embed::Error::from)?;
+        let cfg = bindings::config_from_toml(text).map_err(bindings::Error::from)?;
         // SAFETY: the contract.
         let (cbs, gate) = unsafe { callbacks::from_c(callbacks) };
         let embedded = Embedded::start(&cfg, cbs)?;
@@ -390,7 +390,7 @@ pub unsafe extern "C" fn ec_harness_shutdown(
             .embedded
             .harness()
             .shutdown_blocking(std::time::Duration::from_millis(grace_ms))
-            .map_err(|e| Failure::from(embed::Error::from(e)))?;
+            .map_err(|e| Failure::from(bindings::Error::from(e)))?;
         if report.is_clean() {
             return Ok(EC_OK);
         }
@@ -534,7 +534,7 @@ pub unsafe extern "C" fn ec_handle_wait(
             unsafe { handle.as_ref() }.ok_or_else(|| Failure::argument("`handle` is NULL"))?;
         let mut state = handle.state.lock().unwrap_or_else(|p| p.into_inner());
         let finished = match std::mem::replace(&mut *state, HandleState::Taken) {
-            HandleState::Running(run) => Finished::of(run.wait().map_err(embed::Error::from)),
+            HandleState::Running(run) => Finished::of(run.wait().map_err(bindings::Error::from)),
             HandleState::Streaming(thread) => match thread.join() {
                 Ok(result) => Finished::of(result),
                 Err(payload) => Finished {

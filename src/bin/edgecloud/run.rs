@@ -9,7 +9,7 @@ use crate::exit::{self, usage, usage_from};
 use crate::output::JsonArgs;
 use crate::prompt::PromptArgs;
 use anyhow::Context as _;
-use edgecloud::embed::{Overrides, SettingsError};
+use edgecloud::bindings::{Overrides, SettingsError};
 use edgecloud::harness::{
     AbortHandle, CancelResult, ConfigError, Harness, HarnessConfig, LaneReport, Outcome,
     PolicyKind, RunOptions, RunStatus, EXAMPLE_CONFIG,
@@ -129,7 +129,7 @@ pub(crate) struct HarnessArgs {
 
 /// The OpenAI SDKs' base URL variable, when set and not empty.
 pub(crate) fn openai_base_url() -> Option<String> {
-    edgecloud::embed::openai_base_url()
+    edgecloud::bindings::openai_base_url()
 }
 
 impl HarnessArgs {

@@ -26,15 +26,15 @@
 //! (its request reader).
 //!
 //! ```no_run
-//! use edgecloud::embed::{self, Callbacks, Embedded, Overrides};
-//! # fn main() -> Result<(), edgecloud::embed::Error> {
-//! let mut cfg = embed::config_from_toml("[harness]\npolicy = \"local-only\"\n")?;
+//! use edgecloud::bindings::{self, Callbacks, Embedded, Overrides};
+//! # fn main() -> Result<(), edgecloud::bindings::Error> {
+//! let mut cfg = bindings::config_from_toml("[harness]\npolicy = \"local-only\"\n")?;
 //! let mut overrides = Overrides::default();
 //! overrides.model = Some("models/tiny.gguf".into()); // or "hf:..." / "ollama:..."
 //! overrides.apply(&mut cfg)?;
 //! let embedded = Embedded::start(&cfg, Callbacks::default())?;
 //! let outcome = embedded.run(r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}"#)?;
-//! println!("{}", embed::outcome_json(&outcome));
+//! println!("{}", bindings::outcome_json(&outcome));
 //! # Ok(())
 //! # }
 //! ```

@@ -103,7 +103,7 @@ fn policy_named(name: &str, presets: &[Policy]) -> Result<Policy, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::ErrorKind;
+    use crate::bindings::ErrorKind;
 
     fn parse(json: &str) -> Result<Prepared, Error> {
         request_from_json(
