@@ -1000,7 +1000,7 @@ mod tests {
         let text = m
             .render(&health, 3)
             .replace(env!("CARGO_PKG_VERSION"), "VERSION");
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/serve/metrics.golden.prom");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics.golden.prom");
         if std::env::var_os("EDGECLOUD_WRITE_GOLDEN").is_some() {
             std::fs::write(path, &text).unwrap();
         }
