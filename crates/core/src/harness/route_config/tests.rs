@@ -175,7 +175,6 @@ fn mistakes_get_named() {
     assert!(
         err("[routes.a]\npolicy = \"race\"\ncloud_share = 0.2").contains("applies to `fallback`")
     );
-    assert!(err("[harness]\ndefault_route = \"nope\"").contains("`nope`"));
     assert!(err("[harness]\npolicy = \"cascade\"\nlocal_share = 2.0").contains("local_share"));
     let cfg = HarnessConfig::from_toml_str("[harness]\nscorer = \"mine\"").expect("parses");
     let e = cfg
