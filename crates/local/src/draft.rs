@@ -23,13 +23,11 @@
 //!
 //! When to draft, and how many (a cost model, per sequence and class): a
 //! verify step's extra rows are not free. On a CPU they are compute like any
-//! other row (measured on SmolLM2 Q4_1, one thread, quiet: one row about
-//! 16 ms, 17 rows about 160 ms, so a draft row costs about 0.56 of a
-//! plain step); on a GPU they are nearly free. What a row costs also
-//! depends on how many there are: ggml's CPU kernels take a batch of rows
-//! in blocks (Qwen2.5-Coder-1.5B Q4_K_M on two threads: a draft row costs
-//! 0.71 of a step with one draft, 0.58 with three, 0.61 with four to six,
-//! 0.92 with seven, 0.62-0.80 beyond). So the decode loop measures it per
+//! other row (about half a plain step each on the 2-core VM: the figures
+//! are in docs/performance.md, "What a draft row costs"); on a GPU they
+//! are nearly free. What a row costs also depends on how many there are
+//! (ggml's CPU kernels take a batch of rows in blocks). So the decode loop
+//! measures it per
 //! draft count ([`RowCost`]: its plain steps' time and its verify steps'
 //! extra time per draft row, as `alpha(k)`, a share of a plain step; a
 //! count not measured yet takes the mean over all counts), and each

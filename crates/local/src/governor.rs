@@ -35,13 +35,8 @@
 //! A periodic probe of more threads asks too: without a core for each of
 //! the bigger arm's threads, one of them would share a core with another
 //! program and every barrier would wait through its time slices, so more
-//! threads cannot win and the probe is not run (measured under one busy
-//! loop on the 2-core VM, SmolLM2: such look ups' steps took 20-25 ms
-//! against 12 on one thread, and were abandoned).
-//! Measured on the quiet 2-core VM before this: 4 to 12 one-thread steps
-//! in 12 of 18 64-token jobs of `vs_llama_bench` on Qwen2.5-Coder-1.5B,
-//! from periodic probes and steps abandoned when another program held a
-//! core for a few milliseconds. More
+//! threads cannot win and the probe is not run (docs/busy-device.md has
+//! the measurements that led here). More
 //! threads are only tried while the steps are not contended (with no free
 //! core they would be the slowest steps of all), and a probe wins only by
 //! a clear margin, so noise does not flap the count.
