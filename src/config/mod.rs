@@ -53,6 +53,7 @@ use crate::harness::RouteConfig;
 use crate::local::LocalConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+#[cfg(feature = "local")]
 use std::path::PathBuf;
 
 /// An example configuration, shown by `edgecloud run --help`.
