@@ -14,7 +14,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///
 /// Stopping by deadline or cancellation *after* the first token is not an
 /// error: [`crate::CloudLane::run`] then returns the partial text with
-/// [`crate::FinishReason::Deadline`] or [`crate::FinishReason::Cancelled`].
+/// [`edgecloud_core::FinishReason::Deadline`] or [`edgecloud_core::FinishReason::Cancelled`].
 /// Before the first token there is no text to return, so it is an error
 /// ([`CloudError::DeadlineBeforeHeaders`],
 /// [`CloudError::DeadlineBeforeFirstToken`], [`CloudError::Cancelled`]).

@@ -35,10 +35,10 @@
 //!
 //! This module must not know about generation jobs, the harness or HTTP.
 
+use super::backend_init::{backend, LOAD_LOCK};
 use super::embedding::{normalise, EmbedJob, EmbeddingInfo, Embeddings};
 use super::ffi::{AbortSignal, ThreadControl};
 use super::governor::{Governor, StepFigure, StepKind};
-use super::worker::{backend, LOAD_LOCK};
 use super::{LocalError, ThreadPolicy};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;

@@ -66,6 +66,7 @@
 
 mod accept;
 mod backend;
+mod backend_init;
 mod batch;
 pub mod devices;
 mod draft;

@@ -21,6 +21,7 @@
 //! thread, 146-151 after the other model answered. Two models used by turns
 //! within [`LINGER`] still share the short spins, as before.
 
+use super::backend_init::{backend, LOAD_LOCK};
 use super::batch::{Engine, SeqIds, Speculation};
 use super::draft::SpecType;
 use super::draftmodel::DraftModel;
@@ -31,13 +32,12 @@ use super::generate::PromptFormat;
 use super::governor::{Governor, ThreadPolicy};
 use super::{LocalConfig, LocalError, LocalInfo, Work};
 use llama_cpp_2::context::params::LlamaContextParams;
-use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use std::num::NonZeroU32;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 /// What `spawn` hands back once the worker is ready.
@@ -48,23 +48,6 @@ pub(super) struct Started {
     pub(super) model: Arc<LlamaModel>,
     pub(super) embedding: EmbeddingInfo,
 }
-
-/// llama.cpp's backend is initialised once per process and shared.
-pub(super) fn backend() -> &'static LlamaBackend {
-    static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
-    BACKEND.get_or_init(|| {
-        ffi::install_log_hook();
-        // The portable build's ggml backends must be loaded before llama.cpp
-        // looks for devices.
-        super::devices::ensure_loaded();
-        LlamaBackend::init().expect("llama.cpp backend is initialised only here, once")
-    })
-}
-
-/// Serialises model loads and context creation: creating contexts from one
-/// model in parallel is unsound, and the recent-log record must belong to
-/// one load at a time.
-pub(super) static LOAD_LOCK: Mutex<()> = Mutex::new(());
 
 pub(super) fn spawn(
     config: LocalConfig,

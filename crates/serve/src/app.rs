@@ -2,7 +2,7 @@
 //! the server's shutdown flags. Data only; it must not handle requests.
 
 use super::config::RouteEmbedders;
-use super::embeddings::Embedder;
+use super::embedder::Embedder;
 use super::engine::{BoxFuture, Engine, ModelEntry, StartError};
 use super::metrics::Metrics;
 use super::wire::Limits;

@@ -67,7 +67,7 @@ pub struct ServeConfig {
     /// What answers `POST /v1/embeddings`: set by
     /// [`embeddings`](Self::embeddings); without it the endpoint answers
     /// 400 `model_cannot_embed`.
-    pub(crate) embedder: Option<std::sync::Arc<dyn super::embeddings::Embedder>>,
+    pub(crate) embedder: Option<std::sync::Arc<dyn super::embedder::Embedder>>,
     /// Routes whose embeddings go elsewhere (the cloud lane): by route,
     /// `None` for the default route. Set by
     /// [`cloud_embeddings`](Self::cloud_embeddings).
@@ -76,7 +76,7 @@ pub struct ServeConfig {
 
 /// Embedders by route (`None`: the default route).
 pub(crate) type RouteEmbedders =
-    std::collections::BTreeMap<Option<String>, std::sync::Arc<dyn super::embeddings::Embedder>>;
+    std::collections::BTreeMap<Option<String>, std::sync::Arc<dyn super::embedder::Embedder>>;
 
 impl Default for ServeConfig {
     fn default() -> Self {

@@ -15,48 +15,10 @@
 //!
 //! This module must not run generation or touch the harness.
 
-use super::engine::BoxFuture;
+use super::embedder::{BoxFuture, Embedder, Input, Params, Vectors, MAX_INPUTS};
 use super::wire::{self, ApiError, INVALID_REQUEST};
 use edgecloud_core::lane::Lane;
 use serde_json::{json, Map, Value};
-
-/// Most inputs one request may hold (OpenAI's bound).
-pub const MAX_INPUTS: usize = 2048;
-
-/// One input, as the request gave it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Input {
-    /// A string.
-    Text(String),
-    /// Token ids of the model's vocabulary.
-    Tokens(Vec<u32>),
-}
-
-/// The vectors of a request's inputs, in order, and what they cost.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Vectors {
-    /// One vector per input, in order.
-    pub vectors: Vec<Vec<f32>>,
-    /// The tokens the inputs took (the usage reported).
-    pub prompt_tokens: u32,
-}
-
-/// What answers embeddings requests: the local lane, or the cloud
-/// endpoint passed through (`cloud_embeddings`).
-pub trait Embedder: std::fmt::Debug + Send + Sync + 'static {
-    /// Which lane it is (the metrics' `lane` label).
-    fn lane(&self) -> Lane;
-    /// Embeds the request's inputs, honouring its `dimensions` or refusing
-    /// it by name (dropping the future drops the request).
-    fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>>;
-    /// Called once when the model it embeds for is unloaded (the local
-    /// lane stops its worker, waiting at most `grace`); `false`: it did
-    /// not stop in time. Nothing to do by default.
-    fn release(&self, grace: std::time::Duration) -> bool {
-        let _ = grace;
-        true
-    }
-}
 
 /// An embedder whose requests are counted by its lane (what
 /// `App::embedder_for` hands out).
@@ -80,19 +42,6 @@ impl Embedder for Counted {
             out
         })
     }
-}
-
-/// A validated embeddings request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Params {
-    /// The `model` asked for.
-    pub model: String,
-    /// The inputs, in order.
-    pub inputs: Vec<Input>,
-    /// `encoding_format: "base64"`.
-    pub base64: bool,
-    /// `dimensions`, when given.
-    pub dimensions: Option<u64>,
 }
 
 /// Reads an embeddings body; every mistake is a 400 naming the field.
@@ -211,22 +160,6 @@ fn tokens(ids: &[Value], index: Option<usize>) -> Result<Input, String> {
         .map(Input::Tokens)
 }
 
-/// `dimensions` is accepted only as the model's own width (the local
-/// model cannot shorten its vectors).
-pub fn check_dimensions(asked: Option<u64>, width: usize) -> Result<(), ApiError> {
-    match asked {
-        Some(d) if d != width as u64 => Err(ApiError::invalid(
-            "dimensions",
-            format!(
-                "`dimensions` {d} is not supported: this model's embeddings have {width} dimensions, \
-                 and it cannot give fewer (leave `dimensions` out, or send {width})"
-            ),
-        )
-        .code("unsupported_value")),
-        _ => Ok(()),
-    }
-}
-
 /// The response body, as OpenAI shapes it.
 pub(crate) fn body(model: &str, out: Vectors, base64: bool) -> Value {
     let data: Vec<Value> = out
@@ -291,6 +224,7 @@ pub(crate) fn no_embedder(model: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embedder::check_dimensions;
 
     fn err(body: &str) -> ApiError {
         parse(body.as_bytes()).unwrap_err()

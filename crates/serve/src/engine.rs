@@ -6,19 +6,15 @@
 //! module must not know HTTP, and the server must not know the harness
 //! beyond this trait.
 
-use super::embeddings::Embedder;
+pub(crate) use super::embedder::BoxFuture;
+use super::embedder::Embedder;
 use edgecloud_core::harness::{LaneErrorKind, LaneHealth};
 use edgecloud_core::lane::{FinishReason, Lane, TokenLogprob};
 use edgecloud_core::request::Request;
 use edgecloud_core::tools::ToolCall;
 use serde::Serialize;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A boxed future that can cross threads.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One request for the engine.
 #[derive(Debug, Clone)]

@@ -119,6 +119,7 @@ mod app;
 mod completions;
 mod config;
 mod cors;
+pub mod embedder;
 mod embeddings;
 mod engine;
 mod harness_engine;
@@ -138,14 +139,6 @@ pub mod wire;
 mod tests;
 
 pub use self::config::{ServeConfig, DEFAULT_PORT};
-/// The seam embeddings plug into: a lane (or a pass-through) implements
-/// [`Embedder`](embedder::Embedder); `edgecloud` provides the local lane's
-/// and the cloud endpoint's.
-pub mod embedder {
-    pub use crate::embeddings::{check_dimensions, Embedder, Input, Params, Vectors, MAX_INPUTS};
-    pub use crate::engine::BoxFuture;
-    pub use crate::wire::{ApiError, INVALID_REQUEST};
-}
 pub use self::cors::CorsOrigins;
 pub use self::models::{KeepAlive, MaxLoaded};
 pub use self::models_config::{LoadError, LoadedModel, Models};

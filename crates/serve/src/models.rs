@@ -23,7 +23,7 @@
 //! that model for as long as the run (or embeddings request) lasts. It
 //! must not know HTTP nor how a model is built (the loader does).
 
-use super::embeddings::{Embedder, Params, Vectors};
+use super::embedder::{Embedder, Params, Vectors};
 use super::engine::{
     BoxFuture, Drained, Engine, Health, Job, LaneState, ModelEntry, ModelState, Param, Run,
     RunInfo, StartError, Summary,

@@ -5,7 +5,7 @@
 //! turns it into the model set (`models`). Plain data and the loader
 //! adapter; it must not decide when a model loads.
 
-use super::embeddings::Embedder;
+use super::embedder::Embedder;
 use super::engine::BoxFuture;
 use super::harness_engine::{HarnessEngine, DEFAULT_MODEL};
 use super::models::{KeepAlive, Loaded, Loader, MaxLoaded, Names, Release};

@@ -5,8 +5,8 @@
 //! `edgecloud_bench`.
 
 use crate::exit::{self, usage};
+use crate::harness_args::HarnessArgs;
 use crate::output::JsonArgs;
-use crate::run::HarnessArgs;
 use anyhow::Context as _;
 use edgecloud::harness::{Harness, PolicyKind, EXAMPLE_CONFIG};
 use edgecloud_bench::{
@@ -247,7 +247,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         vec![PolicyKind::CloudOnly]
     };
     if !has_local && !has_cloud {
-        crate::run::require_a_lane(&cfg)?;
+        crate::harness_args::require_a_lane(&cfg)?;
     }
     for p in &policies {
         if (*p == PolicyKind::LocalOnly && !has_local)

@@ -83,7 +83,11 @@ async fn diagnose(args: CloudArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let deadline = started + Duration::from_millis(args.deadline_ms);
 
-    let Some(base_url) = args.base_url.clone().or_else(crate::run::openai_base_url) else {
+    let Some(base_url) = args
+        .base_url
+        .clone()
+        .or_else(crate::harness_args::openai_base_url)
+    else {
         return Err(usage(
             "the cloud lane needs a base URL: --base-url, EDGECLOUD_BASE_URL or OPENAI_BASE_URL",
         ));

@@ -8,8 +8,8 @@
 //! It starts no lane.
 
 use crate::exit;
+use crate::harness_args::{openai_base_url, HarnessArgs};
 use crate::output::JsonArgs;
-use crate::run::{openai_base_url, HarnessArgs};
 use anyhow::Context as _;
 use clap::parser::ValueSource;
 use clap::ArgMatches;

@@ -11,6 +11,7 @@ mod config_cmd;
 mod doctor;
 mod exit;
 mod fetch;
+mod harness_args;
 mod interrupt;
 mod local;
 mod model;

@@ -4,7 +4,7 @@
 //! it), and serves until SIGINT or SIGTERM.
 
 use crate::exit::{usage, usage_from};
-use crate::run::HarnessArgs;
+use crate::harness_args::{named_model, HarnessArgs};
 use anyhow::Context as _;
 use edgecloud::cloud::CloudLane;
 use edgecloud::harness::{
@@ -176,7 +176,7 @@ Example: edgecloud serve -m models/tiny.gguf --policy local-only \
 --served-model-name gpt-4o-mini --listen 127.0.0.1:0
 
 {}",
-        crate::run::example_help()
+        crate::harness_args::example_help()
     )
 }
 
@@ -190,21 +190,6 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     args.lanes.model = vec![models[0].model.clone()];
     let cfg = args.lanes.load_config_as_given()?;
     serve(args, cfg, Some(models))
-}
-
-/// `NAME=MODEL` as NAME and MODEL; `None` for a plain model (a file, which
-/// may hold `=`, or a reference). A name is letters, digits and `._:-`.
-pub(crate) fn named_model(arg: &Path) -> Option<(String, PathBuf)> {
-    if arg.exists() {
-        return None;
-    }
-    let (name, model) = arg.to_str()?.split_once('=')?;
-    let ok = !name.is_empty()
-        && !model.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c));
-    ok.then(|| (name.to_string(), PathBuf::from(model)))
 }
 
 /// The models of a server of several: `[[models]]` of --config, then each
@@ -309,7 +294,7 @@ fn serve(
     mut cfg: HarnessConfig,
     several: Option<Vec<ModelConfig>>,
 ) -> anyhow::Result<ExitCode> {
-    crate::run::require_a_lane(&cfg)?;
+    crate::harness_args::require_a_lane(&cfg)?;
     cfg.check_cloud_routes()?;
     if let Some(pooling) = args.pooling {
         match cfg.local.as_mut() {

@@ -382,7 +382,7 @@ impl std::fmt::Display for LaneErrorKind {
 /// a program can act on, a message in the backend's own words, and the
 /// backend's original error as [`source`](std::error::Error::source) (its
 /// text is never parsed). Render the whole story with
-/// [`error_chain`](crate::error_chain); JSON carries the kind and that
+/// [`error_chain`](fn@crate::error_chain); JSON carries the kind and that
 /// chain as `message`.
 #[derive(Clone)]
 pub struct BackendError {

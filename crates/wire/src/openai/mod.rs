@@ -29,7 +29,7 @@ mod responses;
 pub use completions::{parse_completion, LegacyLogprobs, TextCompletion};
 pub use error::{error_message, provider_error, ErrorBody, ErrorObject, FieldError};
 pub use refused::REFUSED;
-pub use request::{parse_request, string, unsigned, ChatRequest, ParseOptions};
+pub use request::{parse_request, string, unsigned, ChatRequest, ParseOptions, Parsed};
 pub use response::{
     to_json, ChatChunk, ChatCompletion, Delta, Ids, Model, ModelList, ToolCallDelta, Usage,
 };
