@@ -72,7 +72,10 @@ pub(super) fn completion(
         let mut stops = br.stops;
         emit(job, stops.release_rest());
         let reason = br.ended.unwrap_or(reason);
-        return br.out.finish(reason, stops.into_text(), aborted_in_decode);
+        let matched = stops.matched().map(str::to_string);
+        let mut c = br.out.finish(reason, stops.into_text(), aborted_in_decode);
+        c.stop_sequence = matched;
+        return c;
     }
     let kind = job.sampling.consensus.map(|c| c.answer).unwrap_or_default();
     // A job stopped before its prompt was decoded has one branch.

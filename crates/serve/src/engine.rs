@@ -337,6 +337,15 @@ pub(crate) struct Summary {
     /// The lane the log-probabilities come from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) logprobs_from: Option<Lane>,
+    /// The stop string that ended the winner's text, when its lane knows
+    /// (Anthropic's `stop_sequence`).
+    #[serde(skip)]
+    pub(crate) stop_sequence: Option<String>,
+    /// The winner's own timings (prompt processing and generation, where
+    /// its lane measures them: Ollama's `prompt_eval_duration` and
+    /// `eval_duration`).
+    #[serde(skip)]
+    pub(crate) timings: Option<edgecloud_core::harness::Timings>,
     /// A two-stage cascade's first stage: the prompt's score, its
     /// threshold and whether it sent the run straight to the cloud.
     #[serde(skip_serializing_if = "Option::is_none")]

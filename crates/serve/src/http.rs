@@ -18,11 +18,11 @@
 use super::app::App;
 use super::engine::{Job, ModelEntry, Param, StartError};
 use super::respond::{
-    self, all_instances_busy, error_response, full, json_response, shutting_down, Body,
+    self, all_instances_busy, error_response, full, json_response, shutting_down, Body, ErrorWriter,
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
-use super::{completions, cors, embeddings, responses_api, stream};
+use super::{anthropic_api, completions, cors, embeddings, responses_api, stream};
 use bytes::Bytes;
 use edgecloud_core::request::Request as LlmRequest;
 use edgecloud_wire::openai::{Ids, Model, ModelList};
@@ -68,18 +68,25 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/completions" => "/v1/completions",
         "/v1/responses" => "/v1/responses",
         "/v1/embeddings" => "/v1/embeddings",
+        "/v1/messages" => "/v1/messages",
+        "/v1/messages/count_tokens" => "/v1/messages/count_tokens",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     };
+    // Each API's errors in its own shape, from the token check on.
+    let errors = errors_of(&path);
     if endpoint != "/health" {
         if let Err(e) = check_token(app.token.as_ref(), req.headers()) {
-            return (endpoint, error_response(&e));
+            return (endpoint, errors(&e));
         }
     }
     let allowed = match endpoint {
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/embeddings" => {
-            Method::POST
-        }
+        "/v1/chat/completions"
+        | "/v1/completions"
+        | "/v1/responses"
+        | "/v1/embeddings"
+        | "/v1/messages"
+        | "/v1/messages/count_tokens" => Method::POST,
         "other" => {
             let e = ApiError::new(
                 404,
@@ -90,7 +97,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
                 ),
             )
             .code("unknown_url");
-            return (endpoint, error_response(&e));
+            return (endpoint, errors(&e));
         }
         _ => Method::GET,
     };
@@ -101,7 +108,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
             format!("{path} accepts {allowed}, not {method}"),
         )
         .code("method_not_allowed");
-        let mut r = error_response(&e);
+        let mut r = errors(&e);
         let allow = if allowed == Method::POST {
             "POST"
         } else {
@@ -124,12 +131,26 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
             .await
             .unwrap_or_else(|e| error_response(&e)),
         "/v1/embeddings" => embed(app, req).await.unwrap_or_else(|e| error_response(&e)),
+        "/v1/messages" => messages(app, req).await.unwrap_or_else(|e| errors(&e)),
+        "/v1/messages/count_tokens" => count_tokens(app, req).await.unwrap_or_else(|e| errors(&e)),
         _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
     };
     (endpoint, response)
 }
 
-/// Checks `Authorization: Bearer <token>` when the server has a token.
+/// How errors under `path` are written: Anthropic's shape under
+/// `/v1/messages`, OpenAI's elsewhere.
+fn errors_of(path: &str) -> ErrorWriter {
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        anthropic_api::error_response
+    } else {
+        error_response
+    }
+}
+
+/// Checks `Authorization: Bearer <token>` when the server has a token;
+/// `x-api-key: <token>` (how Anthropic's clients send a key) is the same
+/// token.
 fn check_token(token: Option<&BearerToken>, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = token else {
         return Ok(());
@@ -140,12 +161,19 @@ fn check_token(token: Option<&BearerToken>, headers: &HeaderMap) -> Result<(), A
         .and_then(|v| {
             let (scheme, rest) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .or_else(|| {
+            headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
         });
     match given {
         None => Err(ApiError::new(
             401,
             INVALID_REQUEST,
-            "missing bearer token: send the header `Authorization: Bearer <token>`",
+            "missing bearer token: send the header `Authorization: Bearer <token>` (or \
+             `x-api-key: <token>`)",
         )
         .code("missing_api_key")),
         Some(given) if token.matches(given) => Ok(()),
@@ -161,6 +189,8 @@ pub(crate) const ENDPOINTS: &[&str] = &[
     "POST /v1/completions",
     "POST /v1/responses",
     "POST /v1/embeddings",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
     "GET /v1/models",
     "GET /v1/models/{id}",
     "GET /health",
@@ -441,6 +471,7 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
             run,
             head.request_id,
             "messages",
+            error_response,
             |summary, text, finish| respond::chat_completion(&ids, summary, text, finish),
         )
         .await
@@ -462,6 +493,7 @@ async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<B
             run,
             head.request_id,
             "prompt",
+            error_response,
             |summary, text, finish| {
                 completions::whole(&ids, echo.as_deref(), summary, text, finish)
             },
@@ -485,6 +517,7 @@ async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response
             run,
             head.request_id,
             "input",
+            error_response,
             |summary, text, finish| responses_api::whole(&meta, summary, text, finish),
         )
         .await
@@ -515,4 +548,60 @@ async fn embed(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
         200,
         &embeddings::body(&params.model, out, params.base64),
     ))
+}
+
+/// `POST /v1/messages` (Anthropic's Messages API): read by
+/// `anthropic_api`, run like every generation request, answered as a
+/// `message` or its events.
+async fn messages(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params =
+        anthropic_api::parse(&body, app.limits, edgecloud_wire::anthropic::Body::Create)?;
+    let run = start(app, &head, &mut params).await?;
+    let ids = Ids::prefixed("msg", run.info().run_id, &params.model);
+    if params.stream {
+        let shape = anthropic_api::Stream::new(ids);
+        stream::respond(app.clone(), run, shape, head.request_id).await
+    } else {
+        respond::whole(
+            app,
+            run,
+            head.request_id,
+            "messages",
+            anthropic_api::error_response,
+            |summary, text, finish| anthropic_api::whole(&ids, summary, text, finish),
+        )
+        .await
+    }
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt a Messages request makes,
+/// counted by the tokenizer of the local model its `model` selects (its
+/// chat template and tools included; the model is loaded when the server
+/// holds several), or estimated where no local model can count.
+async fn count_tokens(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let body = read_body(app, req).await?;
+    let params = anthropic_api::parse(
+        &body,
+        app.limits,
+        edgecloud_wire::anthropic::Body::CountTokens,
+    )?;
+    let Some(entry) = app.resolve_model(&params.model) else {
+        return Err(unknown_model(&params.model, &app.models()).param("model"));
+    };
+    // The local model (never a route's cloud pass-through): the one
+    // whose tokenizer a run's local lane counts with.
+    let counter = match app
+        .engine
+        .embedder(entry.model)
+        .await
+        .map_err(|e| start_error(app, e, H_POLICY))?
+    {
+        Some(e) => Some(e),
+        None => app.embedder.clone(),
+    };
+    let counted = counter
+        .and_then(|c| c.count_prompt(&params.messages, &params.sampling))
+        .transpose()?;
+    Ok(anthropic_api::tokens_count(counted, &params))
 }

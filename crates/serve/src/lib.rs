@@ -115,6 +115,7 @@
 //! # }
 //! ```
 
+mod anthropic_api;
 mod app;
 mod completions;
 mod config;

@@ -700,6 +700,8 @@ mod tests {
             tool_calls: Vec::new(),
             logprobs: None,
             logprobs_from: None,
+            stop_sequence: None,
+            timings: None,
             prompt_stage: None,
         }
     }

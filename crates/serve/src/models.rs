@@ -817,6 +817,14 @@ impl Embedder for LeasedEmbedder {
     fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>> {
         self.embedder.embed(params)
     }
+
+    fn count_prompt(
+        &self,
+        messages: &[edgecloud_core::request::ChatMessage],
+        sampling: &edgecloud_core::request::Sampling,
+    ) -> Option<Result<u64, ApiError>> {
+        self.embedder.count_prompt(messages, sampling)
+    }
 }
 
 #[cfg(test)]

@@ -47,6 +47,12 @@ pub(crate) trait Shape: Send + 'static {
     fn prompt_param(&self) -> &'static str {
         "messages"
     }
+    /// How the endpoint writes an error response (a run that failed
+    /// before its first byte): OpenAI's error object unless the format
+    /// has its own.
+    fn errors(&self) -> respond::ErrorWriter {
+        respond::error_response
+    }
 }
 
 /// Frames buffered between the run and a slow client; beyond this the pump
@@ -86,6 +92,7 @@ pub(crate) async fn respond<S: Shape>(
             &summary,
             request_id.as_deref(),
             shape.prompt_param(),
+            shape.errors(),
             |text, finish| {
                 let mut frames = shape.opening();
                 if !text.is_empty() {

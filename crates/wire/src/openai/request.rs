@@ -306,7 +306,7 @@ pub(super) fn max_tokens(
 }
 
 /// A number field (its range is `Sampling::validate`'s).
-pub(super) fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>, FieldError> {
+pub(crate) fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>, FieldError> {
     let name = param.rsplit('.').next().unwrap_or(param);
     let Some(v) = present(obj, name) else {
         return Ok(None);
@@ -316,7 +316,7 @@ pub(super) fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>
 
 /// `seed`: OpenAI accepts any 64-bit integer; a negative seed keeps its
 /// bits.
-pub(super) fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError> {
+pub(crate) fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError> {
     let Some(v) = present(obj, "seed") else {
         return Ok(None);
     };
@@ -352,7 +352,7 @@ pub(super) fn stream_options(
 /// `response_format`: `text` (`None`), `json_object`, or `json_schema`
 /// with a schema inside the supported subset (`edgecloud_core::structured`); a
 /// keyword outside it is named, never ignored.
-pub(super) fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldError> {
+pub(crate) fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldError> {
     let Value::Object(o) = v else {
         return Err(type_error(p, "an object", v));
     };
@@ -498,7 +498,7 @@ pub fn string<'a>(v: &'a Value, param: &str) -> Result<&'a str, FieldError> {
     v.as_str().ok_or_else(|| type_error(param, "a string", v))
 }
 
-pub(super) fn number(v: &Value, param: &str) -> Result<f64, FieldError> {
+pub(crate) fn number(v: &Value, param: &str) -> Result<f64, FieldError> {
     v.as_f64().ok_or_else(|| type_error(param, "a number", v))
 }
 
@@ -515,7 +515,7 @@ pub fn unsigned(v: &Value, param: &str) -> Result<u64, FieldError> {
     Err(type_error(param, "an integer", v))
 }
 
-pub(super) fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
+pub(crate) fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
     v.as_bool().ok_or_else(|| type_error(param, "a boolean", v))
 }
 
