@@ -32,6 +32,7 @@ mod serve_completions;
 mod serve_cors;
 mod serve_embeddings;
 mod serve_fuzz;
+mod serve_messages;
 mod serve_models;
 mod serve_responses;
 mod serve_routes;
