@@ -139,7 +139,10 @@ async fn a_message_maps_blocks_onto_the_chat_request_whole_and_streamed() {
     );
     assert_eq!(ev[0].1["message"]["content"], json!([]));
     assert_eq!(ev[0].1["message"]["stop_reason"], Value::Null);
-    assert_eq!(ev[2].1["content_block"], json!({"type": "text", "text": ""}));
+    assert_eq!(
+        ev[2].1["content_block"],
+        json!({"type": "text", "text": ""})
+    );
     let deltas: String = ev
         .iter()
         .filter(|(n, _)| n == "content_block_delta")
@@ -343,27 +346,43 @@ async fn bad_bodies_are_a_4xx_naming_the_field_and_the_server_keeps_serving() {
         ),
         (with("max_tokens", json!(0)), 400, "max_tokens"),
         (
-            with("messages", json!([{"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}])),
+            with(
+                "messages",
+                json!([{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}]),
+            ),
             400,
             "messages.0.content.0.tool_use_id",
         ),
         (
-            with("messages", json!([{"role": "user", "content": [{"type": "audio"}]}])),
+            with(
+                "messages",
+                json!([{"role": "user", "content": [{"type": "audio"}]}]),
+            ),
             400,
             "messages.0.content.0.type",
         ),
         (
-            with("messages", json!([{"role": "user", "content": [{"type": "image",
-                "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}}]}])),
+            with(
+                "messages",
+                json!([{"role": "user", "content": [{"type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}}]}]),
+            ),
             400,
             "messages.0.content.0.type",
         ),
         (with("temperature", json!(1.5)), 400, "temperature"),
-        (with("stop_sequences", json!(["a", ""])), 400, "stop_sequences.1"),
         (
-            with("tools", json!([{"name": "f", "input_schema": {"type": "object",
-                "properties": {"x": {"type": "string", "pattern": "a+"}}}}])),
+            with("stop_sequences", json!(["a", ""])),
+            400,
+            "stop_sequences.1",
+        ),
+        (
+            with(
+                "tools",
+                json!([{"name": "f", "input_schema": {"type": "object",
+                "properties": {"x": {"type": "string", "pattern": "a+"}}}}]),
+            ),
             400,
             "tools.0.input_schema",
         ),
@@ -388,7 +407,10 @@ async fn bad_bodies_are_a_4xx_naming_the_field_and_the_server_keeps_serving() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
-    assert_eq!(anthropic_error(&resp.text().await.unwrap()).0, "invalid_request_error");
+    assert_eq!(
+        anthropic_error(&resp.text().await.unwrap()).0,
+        "invalid_request_error"
+    );
     let resp = reqwest::get(format!("{url}/messages")).await.unwrap();
     assert_eq!(resp.status(), 405);
     let (status, _, text) = post_to(&url, "/messages/batches", json!({}), &[]).await;
@@ -431,13 +453,7 @@ async fn x_api_key_is_the_bearer_token_and_a_missing_one_is_anthropics_401() {
     next_task(&local).await.complete("fine");
     assert_eq!(ok.await.unwrap().0, 200);
     // The OpenAI endpoints take it too.
-    let (status, _, _) = post_to(
-        &url,
-        "/models",
-        json!({}),
-        &[("x-api-key", "s3cret")],
-    )
-    .await;
+    let (status, _, _) = post_to(&url, "/models", json!({}), &[("x-api-key", "s3cret")]).await;
     assert_eq!(status, 405, "past the token check: GET only");
     assert!(server.shutdown().await.is_clean());
 }
@@ -478,7 +494,8 @@ async fn the_real_binary_answers_messages_and_counts_their_tokens_locally() {
     assert_eq!(ev[0].0, "message_start");
     assert_eq!(ev.last().unwrap().0, "message_stop");
     assert_eq!(
-        ev[ev.len() - 2].1["usage"]["input_tokens"], input_tokens,
+        ev[ev.len() - 2].1["usage"]["input_tokens"],
+        input_tokens,
         "{text}"
     );
 
@@ -487,7 +504,10 @@ async fn the_real_binary_answers_messages_and_counts_their_tokens_locally() {
         "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}}]}]);
     let (status, _, text) = post_to(url, "/messages", image, &[]).await;
     assert_eq!(status, 400, "{text}");
-    assert!(anthropic_error(&text).1.contains("not supported yet"), "{text}");
+    assert!(
+        anthropic_error(&text).1.contains("not supported yet"),
+        "{text}"
+    );
     let (status, _, _) = post_to(
         url,
         "/messages",

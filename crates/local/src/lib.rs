@@ -108,7 +108,9 @@ pub use draft::{
     check_settings as check_spec_settings, SpecSettingError, SpecType, DRAFT_MAX_LIMIT,
 };
 pub use edgecloud_core::cores::physical_cores;
-pub use embedding::{EmbedInput, EmbedTicket, EmbeddingInfo, Embeddings, Pooling};
+pub use embedding::{
+    EmbedInput, EmbedTicket, EmbeddingInfo, Embeddings, Pooling, EMBEDDING_ARCHITECTURES,
+};
 pub use error::LocalError;
 pub use governor::ThreadPolicy;
 pub use pick::GrammarPass;

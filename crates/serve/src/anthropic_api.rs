@@ -38,18 +38,10 @@ fn status_and_type(status: u16) -> (u16, &'static str) {
     }
 }
 
-/// The error's message, naming its field first when it does not already.
-fn described(e: &ApiError) -> String {
-    match &e.param {
-        Some(p) if !e.message.contains(p.as_str()) => format!("{p}: {}", e.message),
-        _ => e.message.clone(),
-    }
-}
-
 /// An error as Anthropic's clients read it.
 pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
     let (status, kind) = status_and_type(e.status());
-    error_as(e, status, &anthropic::error_body(kind, &described(e)))
+    error_as(e, status, &anthropic::error_body(kind, &e.described()))
 }
 
 /// Reads a Messages body (`create`) or a `count_tokens` body: the
@@ -188,7 +180,7 @@ impl Shape for Stream {
 
     fn failure(&mut self, e: &ApiError) -> Vec<u8> {
         let (_, kind) = status_and_type(e.status());
-        Events::error(kind, &described(e)).into_bytes()
+        Events::error(kind, &e.described()).into_bytes()
     }
 
     fn errors(&self) -> super::respond::ErrorWriter {
@@ -215,9 +207,9 @@ mod tests {
             assert_eq!(status_and_type(ours), (theirs, kind), "{ours}");
         }
         let e = ApiError::invalid("messages.0.role", "unsupported role `bot`");
-        assert_eq!(described(&e), "messages.0.role: unsupported role `bot`");
+        assert_eq!(e.described(), "messages.0.role: unsupported role `bot`");
         let e = ApiError::invalid("max_tokens", "`max_tokens`: field required");
-        assert_eq!(described(&e), "`max_tokens`: field required");
+        assert_eq!(e.described(), "`max_tokens`: field required");
     }
 
     #[test]

@@ -156,6 +156,10 @@ pub(crate) struct ModelState {
     /// Since its last request ended, while loaded and idle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) idle_ms: Option<f64>,
+    /// Until its keep-alive unloads it, while loaded (`None`: never for
+    /// idleness); a model in use counts its whole keep-alive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_in_ms: Option<f64>,
     pub(crate) loads: u64,
     pub(crate) load_seconds: f64,
     pub(crate) load_failures: u64,
@@ -196,6 +200,13 @@ pub(crate) trait Engine: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Option<Arc<dyn Embedder>>, StartError>> {
         let _ = model;
         Box::pin(async { Ok(None) })
+    }
+    /// Keeps the local model `model` selects loaded for `keep` after its
+    /// last request from now on (Ollama's per-request `keep_alive`), where
+    /// the engine unloads idle models; an engine that never unloads has
+    /// nothing to do.
+    fn keep_alive(&self, model: Option<String>, keep: super::models::KeepAlive) {
+        let _ = (model, keep);
     }
 }
 

@@ -22,7 +22,9 @@ use super::respond::{
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
-use super::{anthropic_api, completions, cors, embeddings, responses_api, stream};
+use super::{
+    anthropic_api, completions, cors, embeddings, ollama_api, ollama_models, responses_api, stream,
+};
 use bytes::Bytes;
 use edgecloud_core::request::Request as LlmRequest;
 use edgecloud_wire::openai::{Ids, Model, ModelList};
@@ -70,6 +72,18 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/embeddings" => "/v1/embeddings",
         "/v1/messages" => "/v1/messages",
         "/v1/messages/count_tokens" => "/v1/messages/count_tokens",
+        "/api/version" => "/api/version",
+        "/api/tags" => "/api/tags",
+        "/api/ps" => "/api/ps",
+        "/api/show" => "/api/show",
+        "/api/chat" => "/api/chat",
+        "/api/generate" => "/api/generate",
+        "/api/embed" => "/api/embed",
+        "/api/embeddings" => "/api/embeddings",
+        "/api/pull" | "/api/push" | "/api/create" | "/api/copy" | "/api/delete" => {
+            "/api/{management}"
+        }
+        p if p.starts_with("/api/blobs/") => "/api/{management}",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     };
@@ -86,7 +100,16 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         | "/v1/responses"
         | "/v1/embeddings"
         | "/v1/messages"
-        | "/v1/messages/count_tokens" => Method::POST,
+        | "/v1/messages/count_tokens"
+        | "/api/show"
+        | "/api/chat"
+        | "/api/generate"
+        | "/api/embed"
+        | "/api/embeddings" => Method::POST,
+        // Whatever the method: not offered.
+        "/api/{management}" => {
+            return (endpoint, errors(&ollama_models::management(&path)));
+        }
         "other" => {
             let e = ApiError::new(
                 404,
@@ -133,16 +156,36 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/embeddings" => embed(app, req).await.unwrap_or_else(|e| error_response(&e)),
         "/v1/messages" => messages(app, req).await.unwrap_or_else(|e| errors(&e)),
         "/v1/messages/count_tokens" => count_tokens(app, req).await.unwrap_or_else(|e| errors(&e)),
+        "/api/version" => ollama_models::version(),
+        "/api/tags" => ollama_models::tags(app).await,
+        "/api/ps" => ollama_models::ps(app).await,
+        "/api/show" => ollama_models::show(app, req)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/chat" => ollama_api::answer(app, req, ollama_api::Call::Chat)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/generate" => ollama_api::answer(app, req, ollama_api::Call::Generate)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/embed" => ollama_models::embed(app, req, false)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/embeddings" => ollama_models::embed(app, req, true)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
         _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
     };
     (endpoint, response)
 }
 
 /// How errors under `path` are written: Anthropic's shape under
-/// `/v1/messages`, OpenAI's elsewhere.
+/// `/v1/messages`, Ollama's under `/api/`, OpenAI's elsewhere.
 fn errors_of(path: &str) -> ErrorWriter {
     if path == "/v1/messages" || path.starts_with("/v1/messages/") {
         anthropic_api::error_response
+    } else if path.starts_with("/api/") {
+        ollama_api::error_response
     } else {
         error_response
     }
@@ -196,6 +239,14 @@ pub(crate) const ENDPOINTS: &[&str] = &[
     "GET /health",
     "GET /metrics",
     "GET /",
+    "GET /api/version",
+    "GET /api/tags",
+    "POST /api/show",
+    "GET /api/ps",
+    "POST /api/chat",
+    "POST /api/generate",
+    "POST /api/embed",
+    "POST /api/embeddings",
 ];
 
 /// `GET /`: what this server is, its version, models and endpoints (a
@@ -271,7 +322,7 @@ fn model(app: &App, id: &str) -> Response<Body> {
     }
 }
 
-fn unknown_model(id: &str, known: &[ModelEntry]) -> ApiError {
+pub(crate) fn unknown_model(id: &str, known: &[ModelEntry]) -> ApiError {
     let names: Vec<&str> = known.iter().map(|m| m.id.as_str()).collect();
     ApiError::new(
         404,
@@ -285,7 +336,7 @@ fn unknown_model(id: &str, known: &[ModelEntry]) -> ApiError {
 }
 
 /// Reads the body within the size cap and the body timeout.
-async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             413,
@@ -362,14 +413,17 @@ fn request_id(headers: &HeaderMap) -> Option<String> {
 
 /// What a generation request's headers say: the policy and deadline
 /// options and the request id.
-struct Head {
+pub(crate) struct Head {
     policy: Option<String>,
     deadline: Option<Duration>,
-    request_id: Option<String>,
+    pub(crate) request_id: Option<String>,
 }
 
 /// Reads a generation request's headers and body.
-async fn read_request(app: &App, req: Request<Incoming>) -> Result<(Head, Bytes), ApiError> {
+pub(crate) async fn read_request(
+    app: &App,
+    req: Request<Incoming>,
+) -> Result<(Head, Bytes), ApiError> {
     let (policy, deadline) = header_options(req.headers(), &app.limits)?;
     let request_id = request_id(req.headers());
     let body = read_body(app, req).await?;
@@ -386,7 +440,7 @@ async fn read_request(app: &App, req: Request<Incoming>) -> Result<(Head, Bytes)
 /// Starts the run of a validated request on the route its `model`
 /// selects: every generation endpoint's one way to the engine. Takes the
 /// messages and sampling out of `params`.
-async fn start(
+pub(crate) async fn start(
     app: &App,
     head: &Head,
     params: &mut wire::ChatParams,
@@ -423,7 +477,7 @@ async fn start(
 
 /// Why a run (or an embeddings request) could not start, as the client's
 /// answer.
-fn start_error(app: &App, e: StartError, policy_param: &str) -> ApiError {
+pub(crate) fn start_error(app: &App, e: StartError, policy_param: &str) -> ApiError {
     match e {
         StartError::Invalid { param, message } => {
             let e = ApiError::new(400, INVALID_REQUEST, message);

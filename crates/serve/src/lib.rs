@@ -125,8 +125,11 @@ mod engine;
 mod harness_engine;
 mod http;
 mod metrics;
+mod model_facts;
 mod models;
 mod models_config;
+mod ollama_api;
+mod ollama_models;
 mod respond;
 mod responses_api;
 mod server;
@@ -148,6 +151,7 @@ pub mod embedder {
     pub use crate::wire::{ApiError, INVALID_REQUEST};
 }
 pub use self::cors::CorsOrigins;
+pub use self::model_facts::ModelFacts;
 pub use self::models::{KeepAlive, MaxLoaded};
 pub use self::models_config::{LoadError, LoadedModel, Models};
 pub use self::token::BearerToken;
@@ -368,6 +372,7 @@ impl Server {
             accept_any_model: config.accept_any_model,
             embedder: config.embedder,
             route_embedders: config.route_embedders,
+            model_facts: config.model_facts,
             created,
             shutting_down: AtomicBool::new(false),
             connections: AtomicUsize::new(0),

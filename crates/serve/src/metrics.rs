@@ -982,6 +982,7 @@ mod tests {
                 memory_bytes: Some(98_400_000),
                 in_flight: 1,
                 idle_ms: None,
+                expires_in_ms: None,
                 loads: 2,
                 load_seconds: 0.5,
                 load_failures: 1,

@@ -53,6 +53,11 @@ pub(crate) trait Shape: Send + 'static {
     fn errors(&self) -> respond::ErrorWriter {
         respond::error_response
     }
+    /// The stream's content type: Server-Sent Events unless the format
+    /// streams otherwise (Ollama: one JSON object per line).
+    fn content_type(&self) -> &'static str {
+        "text/event-stream"
+    }
 }
 
 /// Frames buffered between the run and a slow client; beyond this the pump
@@ -65,10 +70,10 @@ pub(crate) fn event(v: &impl Serialize) -> Bytes {
 
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
-fn sse_response(body: Body) -> Response<Body> {
+fn sse_response(body: Body, content_type: &'static str) -> Response<Body> {
     let mut r = Response::new(body);
     let h = r.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }
@@ -99,14 +104,16 @@ pub(crate) async fn respond<S: Shape>(
                     shape.text(&mut frames, text);
                 }
                 frames.extend(shape.ending(&summary, finish));
-                sse_response(full(frames))
+                let content_type = shape.content_type();
+                sse_response(full(frames), content_type)
             },
         ));
     };
     app.metrics.request_ttft(started.elapsed());
+    let content_type = shape.content_type();
     let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT);
     tokio::spawn(pump(app, run, guard, first, tx, shape));
-    let mut response = sse_response(ChannelBody(rx).boxed());
+    let mut response = sse_response(ChannelBody(rx).boxed(), content_type);
     outcome_headers(response.headers_mut(), &info, None, request_id.as_deref());
     Ok(response)
 }

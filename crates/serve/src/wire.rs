@@ -72,6 +72,15 @@ impl ApiError {
         self.code
     }
 
+    /// Its message, naming its field first when it does not already (for
+    /// the error shapes that have no `param`: Anthropic's, Ollama's).
+    pub(crate) fn described(&self) -> String {
+        match &self.param {
+            Some(p) if !self.message.contains(p.as_str()) => format!("{p}: {}", self.message),
+            _ => self.message.clone(),
+        }
+    }
+
     /// The parameter it names and its message (for another error shape).
     pub fn into_param_and_message(self) -> (Option<String>, String) {
         (self.param, self.message)

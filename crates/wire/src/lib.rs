@@ -20,3 +20,7 @@ pub mod openai;
 // As for `openai`: the types mirror Anthropic's API reference.
 #[allow(missing_docs)]
 pub mod anthropic;
+
+// As for `openai`: the types mirror Ollama's API reference.
+#[allow(missing_docs)]
+pub mod ollama;

@@ -34,7 +34,7 @@ pub use refused::REFUSED;
 pub use request::{parse_request, string, unsigned, ChatRequest, ParseOptions};
 // The field readers the other wire formats share (one home of each
 // field's type check).
-pub(crate) use request::{boolean, float, number, present, response_format, seed, type_error};
+pub(crate) use request::{boolean, float, number, present, seed, stop, tools, type_error};
 pub use response::{
     to_json, ChatChunk, ChatCompletion, Delta, Ids, Model, ModelList, ToolCallDelta, Usage,
 };

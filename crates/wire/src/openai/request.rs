@@ -9,7 +9,7 @@
 
 use super::error::FieldError;
 use super::refused;
-use edgecloud_core::request::{ChatMessage, Role, Sampling};
+use edgecloud_core::request::{ChatMessage, Role, Sampling, MAX_TOKENS_UNBOUNDED};
 use edgecloud_core::structured::ResponseFormat;
 use edgecloud_core::tools::{check_tools, Tool, ToolCall, ToolChoice};
 use serde::Serialize;
@@ -76,7 +76,9 @@ impl<'a> ChatRequest<'a> {
         Self {
             model: Cow::Borrowed(model),
             messages: Cow::Borrowed(messages),
-            max_tokens: Some(sampling.max_tokens),
+            // No limit of the request's own: the provider's applies.
+            max_tokens: (sampling.max_tokens != MAX_TOKENS_UNBOUNDED)
+                .then_some(sampling.max_tokens),
             max_completion_tokens: None,
             temperature: Some(sampling.temperature),
             top_p: Some(sampling.top_p),
@@ -403,7 +405,7 @@ pub(crate) fn response_format(v: &Value, p: &str) -> Result<Option<ResponseForma
 /// inside the supported schema subset, a keyword outside it named) and
 /// OpenAI's choices. `tool_choice` without `tools` is ignored when it is
 /// `none` or `auto`, as OpenAI does.
-pub(super) fn tools(
+pub(crate) fn tools(
     obj: &Map<String, Value>,
     at: &str,
 ) -> Result<(Vec<Tool>, Option<ToolChoice>), FieldError> {
@@ -519,7 +521,7 @@ pub(crate) fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
     v.as_bool().ok_or_else(|| type_error(param, "a boolean", v))
 }
 
-pub(super) fn stop(v: &Value, at: &str) -> Result<Vec<String>, FieldError> {
+pub(crate) fn stop(v: &Value, at: &str) -> Result<Vec<String>, FieldError> {
     let list: Vec<String> = match v {
         Value::String(s) => vec![s.clone()],
         Value::Array(items) => items
