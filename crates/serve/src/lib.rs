@@ -28,6 +28,8 @@
 //! | `POST /v1/completions` | legacy text completion of a raw prompt (no chat template), whole or streamed |
 //! | `POST /v1/responses` | the Responses API (stateless), whole or streamed as its events |
 //! | `POST /v1/embeddings` | the local model's embeddings ([`ServeConfig::embeddings`]; see `embeddings`), or the cloud endpoint's on a route that passes them through (`ServeConfig::cloud_embeddings`) |
+//! | `POST /v1/messages`, `POST /v1/messages/count_tokens` | Anthropic's Messages API, whole or streamed as its events, errors in its shape (`anthropic_api`) |
+//! | `GET /api/version`, `/api/tags`, `/api/ps`; `POST /api/show`, `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings` | Ollama's native API, NDJSON streaming by default, errors in its shape (`ollama_api`, `ollama_models`; models described by [`ServeConfig::model_facts`]) |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
@@ -62,6 +64,8 @@
 //! see `cors`.
 //!
 //! # Errors
+//! Each API's own shape: Anthropic's under `/v1/messages`, Ollama's under
+//! `/api/`; elsewhere
 //! `{"error": {"message", "type", "param", "code"}}`, as OpenAI sends them:
 //! 400 malformed (`param` names the field), 401 bearer token, 404 unknown
 //! model or endpoint, 405, 408 slow body, 413 body over the cap, 502 every

@@ -159,7 +159,9 @@ fn serve_help() -> String {
         "Endpoints: POST /v1/chat/completions (whole or streamed), POST /v1/completions \
 (a raw prompt, no chat template), POST /v1/responses (stateless), POST /v1/embeddings (the local \
 model's, or the cloud's on a route with embeddings = \"cloud\"), GET /v1/models, GET /health, GET /metrics (Prometheus), \
-GET / (name, version, models, endpoints).
+GET / (name, version, models, endpoints). Anthropic's Messages API: POST /v1/messages (whole or streamed), \
+POST /v1/messages/count_tokens (x-api-key works as the token). Ollama's native API: GET /api/version, /api/tags, \
+/api/ps, POST /api/show, /api/chat, /api/generate (NDJSON streaming by default), /api/embed, /api/embeddings.
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
 (and any name with --accept-any-model); each route of --config is also a \
