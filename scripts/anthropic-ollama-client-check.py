@@ -77,7 +77,10 @@ WEATHER = {"name": "get_weather", "description": "The current weather in a city.
 
 def anthropic_checks(root):
     client = anthropic.Anthropic(base_url=root, api_key=TOKEN, max_retries=0)
-    asked = dict(model="edgecloud", max_tokens=40, temperature=0,
+    # Greedy: anthropic 2.x has no `temperature` argument any more; the
+    # server still reads the field (older clients send it).
+    greedy = {"temperature": 0}
+    asked = dict(model="edgecloud", max_tokens=40, extra_body=greedy,
                  system="You are a helpful assistant. Answer in one short sentence.",
                  messages=[{"role": "user", "content": "What is the capital of France?"}])
     whole = client.messages.create(**asked)
@@ -112,7 +115,7 @@ def anthropic_checks(root):
           f"{final.stop_reason} {helper_text!r}")
 
     called = client.messages.create(
-        model="edgecloud", max_tokens=60, temperature=0, tools=[WEATHER],
+        model="edgecloud", max_tokens=60, extra_body=greedy, tools=[WEATHER],
         tool_choice={"type": "tool", "name": "get_weather"},
         messages=[{"role": "user", "content": "What is the weather in Oslo?"}])
     uses = [b for b in called.content if b.type == "tool_use"]
@@ -120,7 +123,7 @@ def anthropic_checks(root):
           len(uses) == 1 and uses[0].name == "get_weather" and called.stop_reason == "tool_use",
           f"{called.stop_reason} {[(b.type, getattr(b, 'input', None)) for b in called.content]}")
     with client.messages.stream(
-            model="edgecloud", max_tokens=60, temperature=0, tools=[WEATHER],
+            model="edgecloud", max_tokens=60, extra_body=greedy, tools=[WEATHER],
             tool_choice={"type": "any"},
             messages=[{"role": "user", "content": "What is the weather in Rome?"}]) as s:
         streamed_call = s.get_final_message()
@@ -130,7 +133,7 @@ def anthropic_checks(root):
           repr([(b.type, getattr(b, "input", None)) for b in streamed_call.content]))
     if uses:
         follow = client.messages.create(
-            model="edgecloud", max_tokens=40, temperature=0, tools=[WEATHER],
+            model="edgecloud", max_tokens=40, extra_body=greedy, tools=[WEATHER],
             messages=[
                 {"role": "user", "content": "What is the weather in Oslo?"},
                 {"role": "assistant", "content": [b.model_dump() for b in called.content]},
@@ -205,36 +208,11 @@ def ollama_checks(root):
           and whole.prompt_eval_count and whole.total_duration,
           f"{whole.done_reason} eval {whole.eval_count} in {whole.eval_duration} ns "
           f"{whole.message.content!r}")
-    parts = list(client.chat(model="edgecloud", messages=messages, options=opts))
+    parts = list(client.chat(model="edgecloud", messages=messages, options=opts, stream=True))
     streamed = "".join(p.message.content or "" for p in parts)
     check("ollama chat streamed: NDJSON pieces, the last done",
           len(parts) > 1 and parts[-1].done and streamed == whole.message.content,
           f"{len(parts)} objects {streamed!r}")
-
-    tool_msgs = [{"role": "user", "content": "What is the weather in Oslo?"}]
-    called = client.chat(model="edgecloud", messages=tool_msgs, tools=[get_weather],
-                         stream=False, options={"temperature": 0, "num_predict": 60})
-    calls = called.message.tool_calls or []
-    check("ollama chat with a Python function as a tool: a tool call",
-          len(calls) >= 1 and calls[0].function.name == "get_weather",
-          f"{[(c.function.name, dict(c.function.arguments)) for c in calls]} "
-          f"{called.message.content!r}")
-    streamed_calls = []
-    for part in client.chat(model="edgecloud", messages=tool_msgs, tools=[get_weather],
-                            options={"temperature": 0, "num_predict": 60}):
-        streamed_calls += part.message.tool_calls or []
-    check("ollama chat streamed with a tool: the call in the stream",
-          len(streamed_calls) >= 1 and streamed_calls[0].function.name == "get_weather",
-          f"{[(c.function.name, dict(c.function.arguments)) for c in streamed_calls]}")
-    if calls:
-        follow = client.chat(
-            model="edgecloud", stream=False, tools=[get_weather],
-            options={"temperature": 0, "num_predict": 40},
-            messages=tool_msgs + [called.message,
-                                  {"role": "tool", "tool_name": "get_weather",
-                                   "content": get_weather(**calls[0].function.arguments)}])
-        check("ollama tool result turn: answered", follow.done,
-              f"{follow.done_reason} {follow.message.content!r}")
 
     gen = client.generate(model="edgecloud", prompt="What is the capital of Germany?",
                           system="Answer in one word.", options=opts)
@@ -269,11 +247,48 @@ def ollama_checks(root):
         check("ollama unknown model: 404", e.status_code == 404, e.error[:70])
 
 
+def ollama_tool_checks(root, which):
+    """A Python function as a tool, whole and streamed, then its result.
+    Ollama's API has no tool_choice: the model decides (`auto`), so this
+    runs on a model that calls tools when asked (`which`)."""
+    client = ollama.Client(host=root, headers={"Authorization": f"Bearer {TOKEN}"})
+    tool_msgs = [{"role": "system",
+                  "content": "Call the get_weather tool to answer questions about weather."},
+                 {"role": "user", "content": "What is the weather in Oslo?"}]
+    called = client.chat(model="edgecloud", messages=tool_msgs, tools=[get_weather],
+                         stream=False, options={"temperature": 0, "num_predict": 60})
+    calls = called.message.tool_calls or []
+    check(f"ollama chat with a Python function as a tool ({which}): a tool call",
+          len(calls) >= 1 and calls[0].function.name == "get_weather",
+          f"{[(c.function.name, dict(c.function.arguments)) for c in calls]} "
+          f"{called.message.content!r}")
+    streamed_calls = []
+    for part in client.chat(model="edgecloud", messages=tool_msgs, tools=[get_weather],
+                            options={"temperature": 0, "num_predict": 60}, stream=True):
+        streamed_calls += part.message.tool_calls or []
+    check(f"ollama chat streamed with a tool ({which}): the call in the stream",
+          len(streamed_calls) >= 1 and streamed_calls[0].function.name == "get_weather",
+          f"{[(c.function.name, dict(c.function.arguments)) for c in streamed_calls]}")
+    if calls:
+        follow = client.chat(
+            model="edgecloud", stream=False, tools=[get_weather],
+            options={"temperature": 0, "num_predict": 40},
+            messages=tool_msgs + [called.message,
+                                  {"role": "tool", "tool_name": "get_weather",
+                                   "content": get_weather(**calls[0].function.arguments)}])
+        check(f"ollama tool result turn ({which}): answered", follow.done,
+              f"{follow.done_reason} {follow.message.content!r}")
+
+
 def main():
     target = os.environ.get("CARGO_TARGET_DIR", "target")
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(target, "release", "edgecloud"))
     ap.add_argument("--model")
+    ap.add_argument("--tools-model",
+                    help="a model for Ollama's tool calls (no tool_choice there: the model must "
+                         "choose to call); default: the Qwen2.5-Coder-0.5B the tests fetch, "
+                         "else --model")
     args = ap.parse_args()
     if anthropic is None and ollama is None:
         print("anthropic-ollama-client-check: skipped: neither the `anthropic` nor the "
@@ -300,6 +315,16 @@ def main():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    if ollama is not None:
+        tools_model = args.tools_model or next(
+            (p for p in [os.path.join(target, "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")]
+             if os.path.exists(p)), model)
+        proc, root = start_server(args.bin, tools_model)
+        try:
+            ollama_tool_checks(root, os.path.basename(tools_model))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
     if FAILED:
         print(f"anthropic-ollama-client-check: {len(FAILED)} failed: {', '.join(FAILED)}")
         sys.exit(1)
