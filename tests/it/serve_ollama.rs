@@ -229,11 +229,7 @@ async fn generate_takes_system_and_prompt_or_the_raw_prompt_and_loads_on_an_empt
             async move { api(&url, "/api/generate", body).await }
         });
         let task = next_task(&local).await;
-        assert_eq!(
-            task.index,
-            0 + u64::from(raw),
-            "the load request ran nothing"
-        );
+        assert_eq!(task.index, u64::from(raw), "the load request ran nothing");
         assert_eq!(task.sampling.raw_prompt, raw);
         if raw {
             assert_eq!(task.messages, [ChatMessage::user("<|im_start|>user\nHi")]);
