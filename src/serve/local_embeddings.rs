@@ -6,6 +6,7 @@
 
 use crate::lane::Lane;
 use crate::local::{EmbedInput, LocalError, LocalLane};
+use crate::request::{ChatMessage, Sampling};
 use edgecloud_serve::embedder::{check_dimensions, ApiError, BoxFuture, Embedder, Input};
 use edgecloud_serve::embedder::{Params, Vectors, INVALID_REQUEST};
 
@@ -29,6 +30,22 @@ impl Embedder for LocalEmbedder {
 
     fn lane(&self) -> Lane {
         Lane::Local
+    }
+
+    fn count_prompt(
+        &self,
+        messages: &[ChatMessage],
+        sampling: &Sampling,
+    ) -> Option<Result<u64, ApiError>> {
+        if !self.0.can_generate() {
+            return None;
+        }
+        Some(
+            self.0
+                .count_prompt(messages, sampling)
+                .map(|n| n as u64)
+                .map_err(|e| ApiError::new(400, INVALID_REQUEST, e.to_string()).param("messages")),
+        )
     }
 
     fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>> {

@@ -328,6 +328,13 @@ impl Sampling {
     }
 }
 
+/// [`Sampling::max_tokens`] meaning "no limit of the request's own": the
+/// answer ends when the model stops, its context is full or the deadline
+/// passes (what OpenAI, llama-server and Ollama do for a request that
+/// names no limit). The cloud lane then sends no `max_tokens`, leaving
+/// the provider's own limit.
+pub const MAX_TOKENS_UNBOUNDED: u32 = u32::MAX;
+
 /// The most alternatives per token a request may ask for (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: u8 = 20;
 

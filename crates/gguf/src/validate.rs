@@ -91,6 +91,11 @@ pub struct ModelInfo {
     /// The template family llama.cpp's matcher would pick ("chatml",
     /// "llama3", ...), or "unknown" (llama.cpp cannot apply those).
     pub chat_template_family: Option<String>,
+    /// The text of `tokenizer.chat_template` (what Ollama's `/api/show`
+    /// reports as `template`); not in the JSON summary, which says only
+    /// whether there is one.
+    #[serde(skip)]
+    pub chat_template_text: Option<String>,
     /// Number of tensors.
     pub tensor_count: u64,
     /// Number of metadata entries.
@@ -618,6 +623,7 @@ fn summarize(path: &Path, h: &Header) -> ModelInfo {
             .map(|a| a.len),
         chat_template: template.is_some(),
         chat_template_family: template.as_deref().map(|t| template_family(t).to_string()),
+        chat_template_text: template,
         tensor_count: h.tensors.len() as u64,
         metadata_count: h.metadata.len() as u64,
         alignment: h.alignment,

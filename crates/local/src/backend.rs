@@ -105,6 +105,7 @@ pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
     candidate.http_status = None;
     candidate.tool_calls = c.tool_calls;
     candidate.logprobs = c.logprobs;
+    candidate.stop_sequence = c.stop_sequence;
     candidate
 }
 

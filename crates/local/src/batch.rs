@@ -101,6 +101,7 @@ use llama_cpp_2::{DecodeError, SeqState};
 use speculate::Speculator;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Instant;
 use step_threads::StepThreads;
 use tokio::sync::oneshot;
@@ -112,7 +113,7 @@ const DECODE_ABORTED: i32 = 2;
 pub(super) struct Engine<'m> {
     model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
-    format: PromptFormat,
+    format: Arc<PromptFormat>,
     grammar_pass: GrammarPass,
     batch: LlamaBatch<'static>,
     batch_size: usize,
@@ -233,7 +234,7 @@ impl<'m> Engine<'m> {
     pub(super) fn new(
         model: &'m LlamaModel,
         ctx: LlamaContext<'m>,
-        format: PromptFormat,
+        format: Arc<PromptFormat>,
         batch_size: u32,
         ids: SeqIds,
         threads: usize,

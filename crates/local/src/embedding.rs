@@ -203,7 +203,7 @@ fn model_pooling(model: &LlamaModel) -> Option<Pooling> {
 
 /// llama.cpp's architectures that are encoders for embeddings: no
 /// language-model head, so no text to generate.
-const EMBEDDING_ARCHITECTURES: &[&str] = &[
+pub const EMBEDDING_ARCHITECTURES: &[&str] = &[
     "bert",
     "nomic-bert",
     "nomic-bert-moe",

@@ -25,9 +25,13 @@ pub(super) struct Ended {
 }
 
 /// A whole answer split into its text and its tool calls, then checked:
-/// under a grammar it is valid unless it was cut short (max_tokens, a
-/// stop string), and that is a typed error, never a malformed answer
-/// passed on as good. A cancelled or late job keeps its partial text (the
+/// under a grammar it is valid unless it was cut short, and a stop
+/// string cutting it is a typed error, never a malformed answer passed
+/// on as good. An answer cut by its length (`max_tokens`, the context)
+/// is the model's answer as far as it went, as OpenAI returns it (200,
+/// `finish_reason: "length"`): a call cut short keeps its name and its
+/// partial arguments, a schema answer its partial JSON; the caller sees
+/// the finish reason. A cancelled or late job keeps its partial text (the
 /// harness does not accept it as an answer anyway).
 pub(super) fn answer(
     c: LocalCompletion,
@@ -43,12 +47,23 @@ pub(super) fn answer(
     // caller's (the harness rejects an invalid answer as it would a
     // cloud's).
     let unconstrained = grammar_pass == GrammarPass::Off;
+    let cut = c.finish_reason == FinishReason::Length;
     let c = match tools.filter(|t| t.offered) {
         Some(t) if unconstrained => with_tool_calls(c.clone(), t.style).unwrap_or(c),
+        Some(t) if cut => with_tool_calls(c.clone(), t.style).unwrap_or_else(|_| {
+            match toolcall::parse_cut(t.style, &c.text) {
+                Some((content, calls)) => LocalCompletion {
+                    text: content,
+                    tool_calls: calls,
+                    ..c
+                },
+                None => c,
+            }
+        }),
         Some(t) => with_tool_calls(c, t.style)?,
         None => c,
     };
-    if sampling.constrains_answer() && !unconstrained {
+    if sampling.constrains_answer() && !unconstrained && !cut {
         sampling.check_answer(&c.text, &c.tool_calls)?;
     }
     Ok(c)
@@ -72,7 +87,10 @@ pub(super) fn completion(
         let mut stops = br.stops;
         emit(job, stops.release_rest());
         let reason = br.ended.unwrap_or(reason);
-        return br.out.finish(reason, stops.into_text(), aborted_in_decode);
+        let matched = stops.matched().map(str::to_string);
+        let mut c = br.out.finish(reason, stops.into_text(), aborted_in_decode);
+        c.stop_sequence = matched;
+        return c;
     }
     let kind = job.sampling.consensus.map(|c| c.answer).unwrap_or_default();
     // A job stopped before its prompt was decoded has one branch.

@@ -341,6 +341,7 @@ impl Progress {
             prompt_logprob: self.prompt_logprob(),
             token_logprobs: self.logprobs,
             tool_calls: Vec::new(),
+            stop_sequence: None,
             logprobs: self.detail,
             samples: Vec::new(),
             agreement: None,

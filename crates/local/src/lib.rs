@@ -94,6 +94,7 @@ pub mod wait;
 mod worker;
 
 use edgecloud_core::lane::LaneJob;
+use edgecloud_core::request::{ChatMessage, Sampling};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::path::PathBuf;
@@ -108,7 +109,9 @@ pub use draft::{
     check_settings as check_spec_settings, SpecSettingError, SpecType, DRAFT_MAX_LIMIT,
 };
 pub use edgecloud_core::cores::physical_cores;
-pub use embedding::{EmbedInput, EmbedTicket, EmbeddingInfo, Embeddings, Pooling};
+pub use embedding::{
+    EmbedInput, EmbedTicket, EmbeddingInfo, Embeddings, Pooling, EMBEDDING_ARCHITECTURES,
+};
 pub use error::LocalError;
 pub use governor::ThreadPolicy;
 pub use pick::GrammarPass;
@@ -444,6 +447,9 @@ pub struct LocalCompletion {
     /// The tool calls the answer makes, parsed from the model's tool-call
     /// markup (then `text` is what came before it).
     pub tool_calls: Vec<edgecloud_core::tools::ToolCall>,
+    /// The stop string (`Sampling::stop`) that ended the text, when one
+    /// did.
+    pub stop_sequence: Option<String>,
     /// Per-token log-probabilities with the most likely alternatives, when
     /// the job asked for them (`Sampling::logprobs`).
     pub logprobs: Option<Vec<edgecloud_core::lane::TokenLogprob>>,
@@ -539,6 +545,8 @@ struct Inner {
     exited: Mutex<mpsc::Receiver<()>>,
     info: LocalInfo,
     model: Arc<llama_cpp_2::model::LlamaModel>,
+    /// The worker's prompt format, for counting a prompt off the worker.
+    format: Arc<generate::PromptFormat>,
     embedding: EmbeddingInfo,
     /// The architecture of an embedding-only model (no generation).
     embedding_only: Option<String>,
@@ -624,6 +632,7 @@ impl LocalLane {
             exited: Mutex::new(started.exited),
             info: started.info,
             model: started.model,
+            format: started.format,
             embedding_only,
             embedding: started.embedding,
         });
@@ -779,6 +788,29 @@ impl LocalLane {
             .vocab()
             .tokenize(text.as_bytes(), false, false)
             .len()
+    }
+
+    /// How many prompt tokens a generation job of `messages` under
+    /// `sampling` would take: rendered as a job is (the chat template, or
+    /// the model's own Jinja with the tools; a raw prompt as written) and
+    /// counted by the model's tokenizer, special tokens included. Any
+    /// thread; does not wait for the worker. A template that cannot render
+    /// the messages is the error a job would get.
+    pub fn count_prompt(
+        &self,
+        messages: &[ChatMessage],
+        sampling: &Sampling,
+    ) -> Result<usize, LocalError> {
+        let (prompt, _) = self
+            .inner
+            .format
+            .render_job(&self.inner.model, messages, sampling)?;
+        Ok(self
+            .inner
+            .model
+            .vocab()
+            .tokenize(prompt.as_bytes(), true, true)
+            .len())
     }
 
     /// Stops taking jobs (for every clone), lets the running job finish, and

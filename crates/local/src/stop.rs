@@ -19,6 +19,8 @@ pub struct StopMatcher {
     /// Where the first held marker starts, once one has appeared (0 when
     /// everything is held).
     held_from: Option<usize>,
+    /// The stop string that matched, once one did (an index of `stops`).
+    matched: Option<usize>,
 }
 
 /// What the matcher decided after new text arrived.
@@ -39,6 +41,7 @@ impl StopMatcher {
             released: 0,
             holds: Vec::new(),
             held_from: None,
+            matched: None,
         }
     }
 
@@ -65,10 +68,12 @@ impl StopMatcher {
         let first_match = self
             .stops
             .iter()
-            .filter_map(|stop| self.text[search_from..].find(stop.as_str()))
+            .enumerate()
+            .filter_map(|(i, stop)| Some((self.text[search_from..].find(stop.as_str())?, i)))
             .min();
         let state = match first_match {
-            Some(at) => {
+            Some((at, i)) => {
+                self.matched = Some(i);
                 self.text.truncate(search_from + at);
                 self.released = self.released.min(self.text.len());
                 StopState::Stopped
@@ -91,6 +96,11 @@ impl StopMatcher {
                 .map(|at| from + at);
         }
         state
+    }
+
+    /// The stop string that ended the text, once one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|i| self.stops[i].as_str())
     }
 
     /// Text that is now safe to show: it cannot become part of a stop string.

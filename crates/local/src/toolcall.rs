@@ -422,6 +422,53 @@ pub(super) fn parse(
     Ok((content, calls))
 }
 
+/// An answer cut short (by `max_tokens` or the context) inside a call:
+/// the text before the call, and the call as far as it got, its
+/// arguments the partial JSON text they are (OpenAI returns a call cut
+/// by `length` so: the model's answer, whole as far as it went). `None`
+/// when the call's name was not written whole.
+pub(super) fn parse_cut(style: CallStyle, text: &str) -> Option<(String, Vec<ToolCall>)> {
+    let start = style
+        .markers()
+        .iter()
+        .filter_map(|m| text.find(m.as_str()))
+        .min()?;
+    let content = text[..start].trim_end().to_string();
+    let body = &text[start..];
+    let body = body
+        .strip_prefix(HERMES_OPEN)
+        .or_else(|| body.strip_prefix(PYTHON_TAG))
+        .unwrap_or(body);
+    let after_key = |s: &str, key: &str| -> Option<usize> {
+        let at = s.find(&format!("\"{key}\""))? + key.len() + 2;
+        let colon = s[at..].find(':')?;
+        Some(at + colon + 1)
+    };
+    let name_at = after_key(body, "name")?;
+    let rest = body[name_at..].trim_start();
+    let name = serde_json::Deserializer::from_str(rest)
+        .into_iter::<String>()
+        .next()?
+        .ok()?;
+    let arguments = [style.arguments_key(), "arguments", "parameters"]
+        .iter()
+        .find_map(|k| after_key(body, k))
+        .map(|at| {
+            body[at..]
+                .trim()
+                .trim_end_matches(HERMES_CLOSE)
+                .trim_end()
+                .to_string()
+        })
+        .unwrap_or_default();
+    let call = ToolCall {
+        id: call_id(),
+        kind: "function".into(),
+        function: edgecloud_core::tools::FunctionCall { name, arguments },
+    };
+    Some((content, vec![call]))
+}
+
 /// An answer that is nothing but a call's JSON object (maybe in a
 /// Markdown code fence), without the family's marker: small models write
 /// that when not held to their syntax, and it is a call all the same.
@@ -482,6 +529,29 @@ fn call_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_cut_short_keeps_its_name_and_its_partial_arguments() {
+        let (content, calls) = parse_cut(
+            CallStyle::Hermes,
+            "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os",
+        )
+        .unwrap();
+        assert_eq!(content, "Checking.");
+        assert_eq!(calls[0].function.name, "get_weather");
+        assert_eq!(calls[0].function.arguments, "{\"city\": \"Os");
+        let (_, calls) =
+            parse_cut(CallStyle::Llama3, "{\"name\": \"f\", \"parameters\": {").unwrap();
+        assert_eq!(
+            (
+                calls[0].function.name.as_str(),
+                calls[0].function.arguments.as_str()
+            ),
+            ("f", "{")
+        );
+        assert!(parse_cut(CallStyle::Hermes, "<tool_call>{\"name\": \"get_wea").is_none());
+        assert!(parse_cut(CallStyle::Hermes, "no call at all").is_none());
+    }
 
     fn weather() -> Tool {
         Tool::function(

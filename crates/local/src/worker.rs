@@ -46,6 +46,9 @@ pub(super) struct Started {
     pub(super) exited: mpsc::Receiver<()>,
     pub(super) info: LocalInfo,
     pub(super) model: Arc<LlamaModel>,
+    /// How the worker renders prompts, shared so that a prompt's tokens
+    /// can be counted on any thread (`LocalLane::count_prompt`).
+    pub(super) format: Arc<PromptFormat>,
     pub(super) embedding: EmbeddingInfo,
 }
 
@@ -69,7 +72,7 @@ pub(super) fn spawn(
         .map_err(|e| LocalError::Spawn {
             detail: e.to_string(),
         })?;
-    let (info, model, embedding) = startup_rx.recv().unwrap_or_else(|_| {
+    let (info, model, format, embedding) = startup_rx.recv().unwrap_or_else(|_| {
         Err(LocalError::Panicked {
             detail: "the worker died while starting".into(),
         })
@@ -79,11 +82,12 @@ pub(super) fn spawn(
         exited: exited_rx,
         info,
         model,
+        format,
         embedding,
     })
 }
 
-type Startup = Result<(LocalInfo, Arc<LlamaModel>, EmbeddingInfo), LocalError>;
+type Startup = Result<(LocalInfo, Arc<LlamaModel>, Arc<PromptFormat>, EmbeddingInfo), LocalError>;
 
 fn run_worker(
     config: LocalConfig,
@@ -126,6 +130,7 @@ fn run_worker(
             return;
         }
     };
+    let format = Arc::new(format);
     let chat_template = format.describe();
     let tool_calls = super::toolcall::ToolTemplate::detect(format.jinja_text())
         .describe()
@@ -164,7 +169,7 @@ fn run_worker(
     let mut engine = Engine::new(
         &model,
         ctx,
-        format,
+        Arc::clone(&format),
         config.batch_size,
         SeqIds {
             lanes: sequences,
@@ -229,7 +234,7 @@ fn run_worker(
     let embedding = EmbeddingInfo::resolve(&model, config.pooling, config.embed_batch);
     let mut embedder = Embedder::new(&model, embedding.clone(), threads, config.thread_policy);
     if startup
-        .send(Ok((info, Arc::clone(&model), embedding)))
+        .send(Ok((info, Arc::clone(&model), format, embedding)))
         .is_err()
     {
         return;

@@ -30,6 +30,9 @@ pub(crate) struct App {
     pub(crate) embedder: Option<Arc<dyn Embedder>>,
     /// Routes whose embeddings another embedder answers (the cloud lane).
     pub(crate) route_embedders: RouteEmbedders,
+    /// What the APIs that describe models say about each local model, by
+    /// its name (`edgecloud` for a server of one).
+    pub(crate) model_facts: std::collections::BTreeMap<String, super::ModelFacts>,
     pub(crate) created: u64,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) connections: AtomicUsize,
@@ -88,6 +91,15 @@ impl App {
                 }) as Arc<dyn Embedder>
             }))
         })
+    }
+
+    /// The facts of the local model `entry` selects, when known.
+    pub(crate) fn facts_of(&self, entry: &ModelEntry) -> Option<&super::ModelFacts> {
+        let name = entry
+            .model
+            .as_deref()
+            .unwrap_or(super::harness_engine::DEFAULT_MODEL);
+        self.model_facts.get(name)
     }
 
     /// What the model name `id` selects; `None`: it is unknown here.

@@ -33,7 +33,10 @@ pub struct ServeConfig {
     pub max_messages: usize,
     /// Longest deadline a request may ask for.
     pub max_deadline: Duration,
-    /// `max_tokens` for requests that do not say.
+    /// `max_tokens` for requests that do not say
+    /// ([`MAX_TOKENS_UNBOUNDED`](edgecloud_core::request::MAX_TOKENS_UNBOUNDED)
+    /// by default: the answer ends when the model stops or its context is
+    /// full, and the request's deadline bounds the run).
     pub default_max_tokens: u32,
     /// The `Retry-After` a busy (503) answer suggests.
     pub retry_after: Duration,
@@ -72,6 +75,10 @@ pub struct ServeConfig {
     /// `None` for the default route. Set by
     /// [`cloud_embeddings`](Self::cloud_embeddings).
     pub(crate) route_embedders: RouteEmbedders,
+    /// What the APIs that describe models (Ollama's `/api/tags`,
+    /// `/api/show`, `/api/ps`) say about each local model, by name. Set by
+    /// [`model_facts`](Self::model_facts).
+    pub(crate) model_facts: std::collections::BTreeMap<String, super::ModelFacts>,
 }
 
 /// Embedders by route (`None`: the default route).
@@ -87,7 +94,9 @@ impl Default for ServeConfig {
             max_body_bytes: 1024 * 1024,
             max_messages: 256,
             max_deadline: Duration::from_secs(600),
-            default_max_tokens: 256,
+            // No limit of its own (OpenAI's, llama-server's and Ollama's
+            // default): the model, its context and the deadline end it.
+            default_max_tokens: edgecloud_core::request::MAX_TOKENS_UNBOUNDED,
             retry_after: Duration::from_secs(1),
             max_queue: None,
             shutdown_grace: Duration::from_secs(10),
@@ -99,6 +108,7 @@ impl Default for ServeConfig {
             accept_any_model: false,
             embedder: None,
             route_embedders: RouteEmbedders::new(),
+            model_facts: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -145,6 +155,14 @@ impl ServeConfig {
     ) -> Self {
         self.route_embedders
             .insert(route.map(str::to_owned), std::sync::Arc::new(embedder));
+        self
+    }
+
+    /// Describes the local model `name` (`edgecloud` for a server of one
+    /// model; each model's name for a server of several) to the APIs that
+    /// list models: Ollama's `/api/tags`, `/api/show` and `/api/ps`.
+    pub fn model_facts(mut self, name: impl Into<String>, facts: super::ModelFacts) -> Self {
+        self.model_facts.insert(name.into(), facts);
         self
     }
 

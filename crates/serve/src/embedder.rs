@@ -7,6 +7,7 @@
 
 pub use super::wire::{ApiError, INVALID_REQUEST};
 use edgecloud_core::lane::Lane;
+use edgecloud_core::request::{ChatMessage, Sampling};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -42,6 +43,19 @@ pub trait Embedder: std::fmt::Debug + Send + Sync + 'static {
     /// Embeds the request's inputs, honouring its `dimensions` or refusing
     /// it by name (dropping the future drops the request).
     fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>>;
+    /// How many prompt tokens a generation job of `messages` under
+    /// `sampling` takes on this lane's model (its chat template and tools
+    /// included): what `POST /v1/messages/count_tokens` answers. `None`:
+    /// this embedder has no tokenizer of a generating model to count with
+    /// (the cloud pass-through); the answer is then an estimate, labelled.
+    fn count_prompt(
+        &self,
+        messages: &[ChatMessage],
+        sampling: &Sampling,
+    ) -> Option<Result<u64, ApiError>> {
+        let _ = (messages, sampling);
+        None
+    }
     /// Called once when the model it embeds for is unloaded (the local
     /// lane stops its worker, waiting at most `grace`); `false`: it did
     /// not stop in time. Nothing to do by default.

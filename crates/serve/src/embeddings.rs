@@ -18,6 +18,7 @@
 use super::embedder::{BoxFuture, Embedder, Input, Params, Vectors, MAX_INPUTS};
 use super::wire::{self, ApiError, INVALID_REQUEST};
 use edgecloud_core::lane::Lane;
+use edgecloud_core::request::{ChatMessage, Sampling};
 use serde_json::{json, Map, Value};
 
 /// An embedder whose requests are counted by its lane (what
@@ -41,6 +42,14 @@ impl Embedder for Counted {
             metrics.embeddings(lane, out.is_err());
             out
         })
+    }
+
+    fn count_prompt(
+        &self,
+        messages: &[ChatMessage],
+        sampling: &Sampling,
+    ) -> Option<Result<u64, ApiError>> {
+        self.inner.count_prompt(messages, sampling)
     }
 }
 

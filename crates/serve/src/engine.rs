@@ -152,6 +152,10 @@ pub(crate) struct ModelState {
     /// Since its last request ended, while loaded and idle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) idle_ms: Option<f64>,
+    /// Until its keep-alive unloads it, while loaded (`None`: never for
+    /// idleness); a model in use counts its whole keep-alive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_in_ms: Option<f64>,
     pub(crate) loads: u64,
     pub(crate) load_seconds: f64,
     pub(crate) load_failures: u64,
@@ -192,6 +196,13 @@ pub(crate) trait Engine: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Option<Arc<dyn Embedder>>, StartError>> {
         let _ = model;
         Box::pin(async { Ok(None) })
+    }
+    /// Keeps the local model `model` selects loaded for `keep` after its
+    /// last request from now on (Ollama's per-request `keep_alive`), where
+    /// the engine unloads idle models; an engine that never unloads has
+    /// nothing to do.
+    fn keep_alive(&self, model: Option<String>, keep: super::models::KeepAlive) {
+        let _ = (model, keep);
     }
 }
 
@@ -333,6 +344,15 @@ pub(crate) struct Summary {
     /// The lane the log-probabilities come from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) logprobs_from: Option<Lane>,
+    /// The stop string that ended the winner's text, when its lane knows
+    /// (Anthropic's `stop_sequence`).
+    #[serde(skip)]
+    pub(crate) stop_sequence: Option<String>,
+    /// The winner's own timings (prompt processing and generation, where
+    /// its lane measures them: Ollama's `prompt_eval_duration` and
+    /// `eval_duration`).
+    #[serde(skip)]
+    pub(crate) timings: Option<edgecloud_core::harness::Timings>,
     /// A two-stage cascade's first stage: the prompt's score, its
     /// threshold and whether it sent the run straight to the cloud.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -248,6 +248,8 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
             .as_ref()
             .filter(|c| c.logprobs.is_some())
             .and(o.winner),
+        stop_sequence: o.completion.as_ref().and_then(|c| c.stop_sequence.clone()),
+        timings: o.completion.as_ref().map(|c| c.timings.clone()),
         prompt_stage: o.prompt_stage.clone(),
     }
 }

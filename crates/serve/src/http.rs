@@ -18,11 +18,13 @@
 use super::app::App;
 use super::engine::{Job, ModelEntry, Param, StartError};
 use super::respond::{
-    self, all_instances_busy, error_response, full, json_response, shutting_down, Body,
+    self, all_instances_busy, error_response, full, json_response, shutting_down, Body, ErrorWriter,
 };
 use super::wire::{self, ApiError, Limits, INVALID_REQUEST};
 use super::BearerToken;
-use super::{completions, cors, embeddings, responses_api, stream};
+use super::{
+    anthropic_api, completions, cors, embeddings, ollama_api, ollama_models, responses_api, stream,
+};
 use bytes::Bytes;
 use edgecloud_core::request::Request as LlmRequest;
 use edgecloud_wire::openai::{Ids, Model, ModelList};
@@ -68,17 +70,45 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
         "/v1/completions" => "/v1/completions",
         "/v1/responses" => "/v1/responses",
         "/v1/embeddings" => "/v1/embeddings",
+        "/v1/messages" => "/v1/messages",
+        "/v1/messages/count_tokens" => "/v1/messages/count_tokens",
+        "/api/version" => "/api/version",
+        "/api/tags" => "/api/tags",
+        "/api/ps" => "/api/ps",
+        "/api/show" => "/api/show",
+        "/api/chat" => "/api/chat",
+        "/api/generate" => "/api/generate",
+        "/api/embed" => "/api/embed",
+        "/api/embeddings" => "/api/embeddings",
+        "/api/pull" | "/api/push" | "/api/create" | "/api/copy" | "/api/delete" => {
+            "/api/{management}"
+        }
+        p if p.starts_with("/api/blobs/") => "/api/{management}",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         _ => "other",
     };
+    // Each API's errors in its own shape, from the token check on.
+    let errors = errors_of(&path);
     if endpoint != "/health" {
         if let Err(e) = check_token(app.token.as_ref(), req.headers()) {
-            return (endpoint, error_response(&e));
+            return (endpoint, errors(&e));
         }
     }
     let allowed = match endpoint {
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/embeddings" => {
-            Method::POST
+        "/v1/chat/completions"
+        | "/v1/completions"
+        | "/v1/responses"
+        | "/v1/embeddings"
+        | "/v1/messages"
+        | "/v1/messages/count_tokens"
+        | "/api/show"
+        | "/api/chat"
+        | "/api/generate"
+        | "/api/embed"
+        | "/api/embeddings" => Method::POST,
+        // Whatever the method: not offered.
+        "/api/{management}" => {
+            return (endpoint, errors(&ollama_models::management(&path)));
         }
         "other" => {
             let e = ApiError::new(
@@ -90,7 +120,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
                 ),
             )
             .code("unknown_url");
-            return (endpoint, error_response(&e));
+            return (endpoint, errors(&e));
         }
         _ => Method::GET,
     };
@@ -101,7 +131,7 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
             format!("{path} accepts {allowed}, not {method}"),
         )
         .code("method_not_allowed");
-        let mut r = error_response(&e);
+        let mut r = errors(&e);
         let allow = if allowed == Method::POST {
             "POST"
         } else {
@@ -124,12 +154,46 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> (&'static str, Respons
             .await
             .unwrap_or_else(|e| error_response(&e)),
         "/v1/embeddings" => embed(app, req).await.unwrap_or_else(|e| error_response(&e)),
+        "/v1/messages" => messages(app, req).await.unwrap_or_else(|e| errors(&e)),
+        "/v1/messages/count_tokens" => count_tokens(app, req).await.unwrap_or_else(|e| errors(&e)),
+        "/api/version" => ollama_models::version(),
+        "/api/tags" => ollama_models::tags(app).await,
+        "/api/ps" => ollama_models::ps(app).await,
+        "/api/show" => ollama_models::show(app, req)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/chat" => ollama_api::answer(app, req, ollama_api::Call::Chat)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/generate" => ollama_api::answer(app, req, ollama_api::Call::Generate)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/embed" => ollama_models::embed(app, req, false)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
+        "/api/embeddings" => ollama_models::embed(app, req, true)
+            .await
+            .unwrap_or_else(|e| errors(&e)),
         _ => chat(app, req).await.unwrap_or_else(|e| error_response(&e)),
     };
     (endpoint, response)
 }
 
-/// Checks `Authorization: Bearer <token>` when the server has a token.
+/// How errors under `path` are written: Anthropic's shape under
+/// `/v1/messages`, Ollama's under `/api/`, OpenAI's elsewhere.
+fn errors_of(path: &str) -> ErrorWriter {
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        anthropic_api::error_response
+    } else if path.starts_with("/api/") {
+        ollama_api::error_response
+    } else {
+        error_response
+    }
+}
+
+/// Checks `Authorization: Bearer <token>` when the server has a token;
+/// `x-api-key: <token>` (how Anthropic's clients send a key) is the same
+/// token.
 fn check_token(token: Option<&BearerToken>, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = token else {
         return Ok(());
@@ -140,12 +204,19 @@ fn check_token(token: Option<&BearerToken>, headers: &HeaderMap) -> Result<(), A
         .and_then(|v| {
             let (scheme, rest) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .or_else(|| {
+            headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
         });
     match given {
         None => Err(ApiError::new(
             401,
             INVALID_REQUEST,
-            "missing bearer token: send the header `Authorization: Bearer <token>`",
+            "missing bearer token: send the header `Authorization: Bearer <token>` (or \
+             `x-api-key: <token>`)",
         )
         .code("missing_api_key")),
         Some(given) if token.matches(given) => Ok(()),
@@ -161,11 +232,21 @@ pub(crate) const ENDPOINTS: &[&str] = &[
     "POST /v1/completions",
     "POST /v1/responses",
     "POST /v1/embeddings",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
     "GET /v1/models",
     "GET /v1/models/{id}",
     "GET /health",
     "GET /metrics",
     "GET /",
+    "GET /api/version",
+    "GET /api/tags",
+    "POST /api/show",
+    "GET /api/ps",
+    "POST /api/chat",
+    "POST /api/generate",
+    "POST /api/embed",
+    "POST /api/embeddings",
 ];
 
 /// `GET /`: what this server is, its version, models and endpoints (a
@@ -241,7 +322,7 @@ fn model(app: &App, id: &str) -> Response<Body> {
     }
 }
 
-fn unknown_model(id: &str, known: &[ModelEntry]) -> ApiError {
+pub(crate) fn unknown_model(id: &str, known: &[ModelEntry]) -> ApiError {
     let names: Vec<&str> = known.iter().map(|m| m.id.as_str()).collect();
     ApiError::new(
         404,
@@ -255,7 +336,7 @@ fn unknown_model(id: &str, known: &[ModelEntry]) -> ApiError {
 }
 
 /// Reads the body within the size cap and the body timeout.
-async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             413,
@@ -332,14 +413,17 @@ fn request_id(headers: &HeaderMap) -> Option<String> {
 
 /// What a generation request's headers say: the policy and deadline
 /// options and the request id.
-struct Head {
+pub(crate) struct Head {
     policy: Option<String>,
     deadline: Option<Duration>,
-    request_id: Option<String>,
+    pub(crate) request_id: Option<String>,
 }
 
 /// Reads a generation request's headers and body.
-async fn read_request(app: &App, req: Request<Incoming>) -> Result<(Head, Bytes), ApiError> {
+pub(crate) async fn read_request(
+    app: &App,
+    req: Request<Incoming>,
+) -> Result<(Head, Bytes), ApiError> {
     let (policy, deadline) = header_options(req.headers(), &app.limits)?;
     let request_id = request_id(req.headers());
     let body = read_body(app, req).await?;
@@ -356,7 +440,7 @@ async fn read_request(app: &App, req: Request<Incoming>) -> Result<(Head, Bytes)
 /// Starts the run of a validated request on the route its `model`
 /// selects: every generation endpoint's one way to the engine. Takes the
 /// messages and sampling out of `params`.
-async fn start(
+pub(crate) async fn start(
     app: &App,
     head: &Head,
     params: &mut wire::ChatParams,
@@ -393,7 +477,7 @@ async fn start(
 
 /// Why a run (or an embeddings request) could not start, as the client's
 /// answer.
-fn start_error(app: &App, e: StartError, policy_param: &str) -> ApiError {
+pub(crate) fn start_error(app: &App, e: StartError, policy_param: &str) -> ApiError {
     match e {
         StartError::Invalid { param, message } => {
             let e = ApiError::new(400, INVALID_REQUEST, message);
@@ -441,6 +525,7 @@ async fn chat(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
             run,
             head.request_id,
             "messages",
+            error_response,
             |summary, text, finish| respond::chat_completion(&ids, summary, text, finish),
         )
         .await
@@ -462,6 +547,7 @@ async fn completion(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<B
             run,
             head.request_id,
             "prompt",
+            error_response,
             |summary, text, finish| {
                 completions::whole(&ids, echo.as_deref(), summary, text, finish)
             },
@@ -485,6 +571,7 @@ async fn response_api(app: &Arc<App>, req: Request<Incoming>) -> Result<Response
             run,
             head.request_id,
             "input",
+            error_response,
             |summary, text, finish| responses_api::whole(&meta, summary, text, finish),
         )
         .await
@@ -515,4 +602,60 @@ async fn embed(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
         200,
         &embeddings::body(&params.model, out, params.base64),
     ))
+}
+
+/// `POST /v1/messages` (Anthropic's Messages API): read by
+/// `anthropic_api`, run like every generation request, answered as a
+/// `message` or its events.
+async fn messages(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (head, body) = read_request(app, req).await?;
+    let mut params =
+        anthropic_api::parse(&body, app.limits, edgecloud_wire::anthropic::Body::Create)?;
+    let run = start(app, &head, &mut params).await?;
+    let ids = Ids::prefixed("msg", run.info().run_id, &params.model);
+    if params.stream {
+        let shape = anthropic_api::Stream::new(ids);
+        stream::respond(app.clone(), run, shape, head.request_id).await
+    } else {
+        respond::whole(
+            app,
+            run,
+            head.request_id,
+            "messages",
+            anthropic_api::error_response,
+            |summary, text, finish| anthropic_api::whole(&ids, summary, text, finish),
+        )
+        .await
+    }
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt a Messages request makes,
+/// counted by the tokenizer of the local model its `model` selects (its
+/// chat template and tools included; the model is loaded when the server
+/// holds several), or estimated where no local model can count.
+async fn count_tokens(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let body = read_body(app, req).await?;
+    let params = anthropic_api::parse(
+        &body,
+        app.limits,
+        edgecloud_wire::anthropic::Body::CountTokens,
+    )?;
+    let Some(entry) = app.resolve_model(&params.model) else {
+        return Err(unknown_model(&params.model, &app.models()).param("model"));
+    };
+    // The local model (never a route's cloud pass-through): the one
+    // whose tokenizer a run's local lane counts with.
+    let counter = match app
+        .engine
+        .embedder(entry.model)
+        .await
+        .map_err(|e| start_error(app, e, H_POLICY))?
+    {
+        Some(e) => Some(e),
+        None => app.embedder.clone(),
+    };
+    let counted = counter
+        .and_then(|c| c.count_prompt(&params.messages, &params.sampling))
+        .transpose()?;
+    Ok(anthropic_api::tokens_count(counted, &params))
 }

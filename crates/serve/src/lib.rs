@@ -28,6 +28,8 @@
 //! | `POST /v1/completions` | legacy text completion of a raw prompt (no chat template), whole or streamed |
 //! | `POST /v1/responses` | the Responses API (stateless), whole or streamed as its events |
 //! | `POST /v1/embeddings` | the local model's embeddings ([`ServeConfig::embeddings`]; see `embeddings`), or the cloud endpoint's on a route that passes them through (`ServeConfig::cloud_embeddings`) |
+//! | `POST /v1/messages`, `POST /v1/messages/count_tokens` | Anthropic's Messages API, whole or streamed as its events, errors in its shape (`anthropic_api`) |
+//! | `GET /api/version`, `/api/tags`, `/api/ps`; `POST /api/show`, `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings` | Ollama's native API, NDJSON streaming by default, errors in its shape (`ollama_api`, `ollama_models`; models described by [`ServeConfig::model_facts`]) |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the names a request may put in `model` |
 //! | `GET /health` | `ok` (200) or `shutting_down` (503), lanes busy or not; never needs the token |
 //! | `GET /metrics` | Prometheus text format, every name prefixed `edgecloud_` |
@@ -62,6 +64,8 @@
 //! see `cors`.
 //!
 //! # Errors
+//! Each API's own shape: Anthropic's under `/v1/messages`, Ollama's under
+//! `/api/`; elsewhere
 //! `{"error": {"message", "type", "param", "code"}}`, as OpenAI sends them:
 //! 400 malformed (`param` names the field), 401 bearer token, 404 unknown
 //! model or endpoint, 405, 408 slow body, 413 body over the cap, 502 every
@@ -115,6 +119,7 @@
 //! # }
 //! ```
 
+mod anthropic_api;
 mod app;
 mod completions;
 mod config;
@@ -125,8 +130,11 @@ mod engine;
 mod harness_engine;
 mod http;
 mod metrics;
+mod model_facts;
 mod models;
 mod models_config;
+mod ollama_api;
+mod ollama_models;
 mod respond;
 mod responses_api;
 mod server;
@@ -140,6 +148,7 @@ mod tests;
 
 pub use self::config::{ServeConfig, DEFAULT_PORT};
 pub use self::cors::CorsOrigins;
+pub use self::model_facts::ModelFacts;
 pub use self::models::{KeepAlive, MaxLoaded};
 pub use self::models_config::{LoadError, LoadedModel, Models};
 pub use self::token::BearerToken;
@@ -360,6 +369,7 @@ impl Server {
             accept_any_model: config.accept_any_model,
             embedder: config.embedder,
             route_embedders: config.route_embedders,
+            model_facts: config.model_facts,
             created,
             shutting_down: AtomicBool::new(false),
             connections: AtomicUsize::new(0),

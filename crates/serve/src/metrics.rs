@@ -700,6 +700,8 @@ mod tests {
             tool_calls: Vec::new(),
             logprobs: None,
             logprobs_from: None,
+            stop_sequence: None,
+            timings: None,
             prompt_stage: None,
         }
     }
@@ -980,6 +982,7 @@ mod tests {
                 memory_bytes: Some(98_400_000),
                 in_flight: 1,
                 idle_ms: None,
+                expires_in_ms: None,
                 loads: 2,
                 load_seconds: 0.5,
                 load_failures: 1,

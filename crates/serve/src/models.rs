@@ -214,6 +214,9 @@ struct Slot {
     /// Leases held now.
     in_flight: u64,
     last_used: Option<Instant>,
+    /// The keep-alive the last request that named one asked for
+    /// (Ollama's per-request `keep_alive`); `None`: the server's.
+    keep_alive: Option<KeepAlive>,
     /// Loads finished (either way), to tell a waiter whether the load it
     /// waited for failed.
     attempts: u64,
@@ -543,9 +546,6 @@ impl Inner {
     /// Takes out the models whose keep-alive ran out at `now` and are
     /// idle; says when to look again.
     fn expired(&self, now: Instant) -> (Vec<Arc<Loaded>>, Option<Instant>) {
-        let KeepAlive::For(keep) = self.keep_alive else {
-            return (Vec::new(), None);
-        };
         let mut st = self.lock();
         let mut out = Vec::new();
         let mut next: Option<Instant> = None;
@@ -554,6 +554,9 @@ impl Inner {
             if slot.loaded.is_none() || slot.in_flight > 0 {
                 continue;
             }
+            let KeepAlive::For(keep) = slot.keep_alive.unwrap_or(self.keep_alive) else {
+                continue;
+            };
             let at = slot.last_used.unwrap_or(now) + keep;
             if at > now {
                 soonest(at);
@@ -675,6 +678,20 @@ impl Engine for ModelSet {
                         .filter(|_| s.in_flight == 0)
                         .and(s.last_used)
                         .map(|t| now.saturating_duration_since(t).as_secs_f64() * 1e3),
+                    expires_in_ms: match (&s.loaded, s.keep_alive.unwrap_or(self.inner.keep_alive))
+                    {
+                        (None, _) | (_, KeepAlive::Forever) => None,
+                        // In use: its keep-alive starts when it ends.
+                        (Some(_), KeepAlive::For(keep)) if s.in_flight > 0 => {
+                            Some(keep.as_secs_f64() * 1e3)
+                        }
+                        (Some(_), KeepAlive::For(keep)) => Some(
+                            s.last_used
+                                .map_or(keep, |t| (t + keep).saturating_duration_since(now))
+                                .as_secs_f64()
+                                * 1e3,
+                        ),
+                    },
                     loads: s.loads,
                     load_seconds: s.load_seconds,
                     load_failures: s.load_failures,
@@ -755,6 +772,15 @@ impl Engine for ModelSet {
         })
     }
 
+    fn keep_alive(&self, model: Option<String>, keep: KeepAlive) {
+        let name = self.model_of(model);
+        if let Some(slot) = self.inner.lock().slots.get_mut(&name) {
+            slot.keep_alive = Some(keep);
+        }
+        // The sweeper looks again with the new keep-alive.
+        self.inner.wake.notify_one();
+    }
+
     fn embedder(
         &self,
         model: Option<String>,
@@ -816,6 +842,14 @@ impl Embedder for LeasedEmbedder {
 
     fn embed(&self, params: &Params) -> BoxFuture<'static, Result<Vectors, ApiError>> {
         self.embedder.embed(params)
+    }
+
+    fn count_prompt(
+        &self,
+        messages: &[edgecloud_core::request::ChatMessage],
+        sampling: &edgecloud_core::request::Sampling,
+    ) -> Option<Result<u64, ApiError>> {
+        self.embedder.count_prompt(messages, sampling)
     }
 }
 

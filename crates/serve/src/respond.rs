@@ -19,15 +19,22 @@ use std::convert::Infallible;
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
+/// How an endpoint writes an error as a response: OpenAI's error object
+/// ([`error_response`]) for the OpenAI endpoints, Anthropic's and
+/// Ollama's for theirs (`anthropic_api`, `ollama_api`).
+pub(crate) type ErrorWriter = fn(&ApiError) -> Response<Body>;
+
 /// Answers a non-streaming request: one JSON body once the run settles,
 /// `render(summary, text, finish_reason)` on success (the endpoint's
-/// shape), the OpenAI error otherwise (a prompt over the context names
-/// `prompt_param`, the field the endpoint's prompt came in).
+/// shape), the error written by `errors` otherwise (a prompt over the
+/// context names `prompt_param`, the field the endpoint's prompt came
+/// in).
 pub(crate) async fn whole(
     app: &App,
     run: Box<dyn Run>,
     request_id: Option<String>,
     prompt_param: &'static str,
+    errors: ErrorWriter,
     render: impl FnOnce(&Summary, &str, &'static str) -> Response<Body>,
 ) -> Result<Response<Body>, ApiError> {
     let info = run.info().clone();
@@ -39,6 +46,7 @@ pub(crate) async fn whole(
         &summary,
         request_id.as_deref(),
         prompt_param,
+        errors,
         |text, finish| render(&summary, text, finish),
     ))
 }
@@ -73,18 +81,20 @@ pub(crate) async fn settle(
 
 /// The response to a run that settled before its first byte went out:
 /// `answer(text, finish_reason)` renders a success (JSON or SSE), a
-/// failure is the JSON error; both carry the outcome headers.
+/// failure is the JSON error `errors` writes; both carry the outcome
+/// headers.
 pub(crate) fn settled(
     app: &App,
     info: &RunInfo,
     summary: &Summary,
     request_id: Option<&str>,
     prompt_param: &'static str,
+    errors: ErrorWriter,
     answer: impl FnOnce(&str, &'static str) -> Response<Body>,
 ) -> Response<Body> {
     let mut response = match success(summary) {
         Some((text, finish)) => answer(text, finish),
-        None => error_response(&failure(app, summary, prompt_param)),
+        None => errors(&failure(app, summary, prompt_param)),
     };
     outcome_headers(response.headers_mut(), info, Some(summary), request_id);
     response
@@ -298,7 +308,13 @@ pub(crate) fn json_response(status: u16, body: &(impl Serialize + ?Sized)) -> Re
 }
 
 pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
-    let mut r = json_response(e.status, &e.body());
+    error_as(e, e.status, &e.body())
+}
+
+/// `e` as a response of `status` with `body` (another API's error shape),
+/// with `Retry-After` when `e` has one.
+pub(crate) fn error_as(e: &ApiError, status: u16, body: &impl Serialize) -> Response<Body> {
+    let mut r = json_response(status, body);
     if let Some(secs) = e.retry_after {
         header(r.headers_mut(), "retry-after", secs.max(1));
     }

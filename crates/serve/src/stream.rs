@@ -47,6 +47,17 @@ pub(crate) trait Shape: Send + 'static {
     fn prompt_param(&self) -> &'static str {
         "messages"
     }
+    /// How the endpoint writes an error response (a run that failed
+    /// before its first byte): OpenAI's error object unless the format
+    /// has its own.
+    fn errors(&self) -> respond::ErrorWriter {
+        respond::error_response
+    }
+    /// The stream's content type: Server-Sent Events unless the format
+    /// streams otherwise (Ollama: one JSON object per line).
+    fn content_type(&self) -> &'static str {
+        "text/event-stream"
+    }
 }
 
 /// Frames buffered between the run and a slow client; beyond this the pump
@@ -59,10 +70,10 @@ pub(crate) fn event(v: &impl Serialize) -> Bytes {
 
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
-fn sse_response(body: Body) -> Response<Body> {
+fn sse_response(body: Body, content_type: &'static str) -> Response<Body> {
     let mut r = Response::new(body);
     let h = r.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }
@@ -86,20 +97,23 @@ pub(crate) async fn respond<S: Shape>(
             &summary,
             request_id.as_deref(),
             shape.prompt_param(),
+            shape.errors(),
             |text, finish| {
                 let mut frames = shape.opening();
                 if !text.is_empty() {
                     shape.text(&mut frames, text);
                 }
                 frames.extend(shape.ending(&summary, finish));
-                sse_response(full(frames))
+                let content_type = shape.content_type();
+                sse_response(full(frames), content_type)
             },
         ));
     };
     app.metrics.request_ttft(started.elapsed());
+    let content_type = shape.content_type();
     let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT);
     tokio::spawn(pump(app, run, guard, first, tx, shape));
-    let mut response = sse_response(ChannelBody(rx).boxed());
+    let mut response = sse_response(ChannelBody(rx).boxed(), content_type);
     outcome_headers(response.headers_mut(), &info, None, request_id.as_deref());
     Ok(response)
 }

@@ -194,6 +194,8 @@ impl Fake {
             tool_calls: Vec::new(),
             logprobs: None,
             logprobs_from: None,
+            stop_sequence: None,
+            timings: None,
             prompt_stage: None,
         };
         let words: Vec<String> = prompt.split_inclusive(' ').map(str::to_string).collect();

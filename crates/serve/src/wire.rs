@@ -72,6 +72,15 @@ impl ApiError {
         self.code
     }
 
+    /// Its message, naming its field first when it does not already (for
+    /// the error shapes that have no `param`: Anthropic's, Ollama's).
+    pub(crate) fn described(&self) -> String {
+        match &self.param {
+            Some(p) if !self.message.contains(p.as_str()) => format!("{p}: {}", self.message),
+            _ => self.message.clone(),
+        }
+    }
+
     /// The parameter it names and its message (for another error shape).
     pub fn into_param_and_message(self) -> (Option<String>, String) {
         (self.param, self.message)
@@ -288,7 +297,7 @@ pub(crate) fn parse_responses(body: &[u8], limits: Limits) -> Result<ResponsesPa
 /// A request the validator refused, as a 400 naming its field the way
 /// the client's body spelled it.
 /// What a body leaves out: the server's default sampling.
-fn defaults(limits: Limits) -> Sampling {
+pub(crate) fn defaults(limits: Limits) -> Sampling {
     Sampling {
         max_tokens: limits.default_max_tokens,
         ..Sampling::default()
@@ -297,7 +306,7 @@ fn defaults(limits: Limits) -> Sampling {
 
 /// `Request::validate`'s error as the 400 naming the field as an
 /// endpoint's body spells it (`spelled`; `None`: its chat wire name).
-fn invalid_as(
+pub(crate) fn invalid_as(
     e: InvalidRequest,
     spelled: impl Fn(RequestField) -> Option<&'static str>,
 ) -> ApiError {
@@ -381,7 +390,7 @@ pub(crate) fn deadline_ms(ms: u64, param: &str, max: Duration) -> Result<Duratio
     Ok(d)
 }
 
-fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+pub(crate) fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 

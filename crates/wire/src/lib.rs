@@ -1,6 +1,7 @@
 //! The wire formats edgecloud reads and writes, one module each, as serde
 //! types and one reader per request body: [`openai`] (chat completions,
-//! the legacy text completion, the Responses API).
+//! the legacy text completion, the Responses API), [`anthropic`] (the
+//! Messages API) and [`ollama`] (Ollama's native `/api/*`).
 //!
 //! A wire format is a translation: it reads a body into the one
 //! `Request` vocabulary of `edgecloud-core` and writes an outcome back in
@@ -15,3 +16,11 @@
 // is).
 #[allow(missing_docs)]
 pub mod openai;
+
+// As for `openai`: the types mirror Anthropic's API reference.
+#[allow(missing_docs)]
+pub mod anthropic;
+
+// As for `openai`: the types mirror Ollama's API reference.
+#[allow(missing_docs)]
+pub mod ollama;

@@ -20,6 +20,7 @@ mod output;
 mod prompt;
 mod run;
 mod serve;
+mod serve_facts;
 
 use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use std::process::ExitCode;

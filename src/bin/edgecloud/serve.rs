@@ -14,8 +14,11 @@ use edgecloud::harness::{
 use edgecloud::local::{LocalConfig, LocalLane, Pooling};
 use edgecloud::serve::{
     BearerToken, CloudEmbedder, CorsOrigins, KeepAlive, LoadError, LoadedModel, LocalEmbedder,
-    MaxLoaded, Models, ServeConfig, ServeMetrics, Server, DEFAULT_PORT,
+    MaxLoaded, ModelFacts, Models, ServeConfig, ServeMetrics, Server, DEFAULT_PORT,
 };
+
+/// The model name of a server of one model (its default route).
+const DEFAULT_MODEL_NAME: &str = "edgecloud";
 use edgecloud::Lane;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -129,9 +132,12 @@ pub(crate) struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     preload: Option<bool>,
-    /// `max_tokens` for requests that do not set it.
-    #[arg(long, value_name = "N", default_value_t = 256)]
-    max_tokens: u32,
+    /// `max_tokens` for requests that do not set it (Messages requests
+    /// always do). Default: no limit of its own, as OpenAI, llama-server
+    /// and Ollama do: the answer ends when the model stops or its context
+    /// is full, and the request's deadline bounds the run.
+    #[arg(long, value_name = "N")]
+    max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     #[arg(long, value_name = "N", default_value_t = 1024 * 1024)]
     max_body_bytes: usize,
@@ -153,7 +159,9 @@ fn serve_help() -> String {
         "Endpoints: POST /v1/chat/completions (whole or streamed), POST /v1/completions \
 (a raw prompt, no chat template), POST /v1/responses (stateless), POST /v1/embeddings (the local \
 model's, or the cloud's on a route with embeddings = \"cloud\"), GET /v1/models, GET /health, GET /metrics (Prometheus), \
-GET / (name, version, models, endpoints).
+GET / (name, version, models, endpoints). Anthropic's Messages API: POST /v1/messages (whole or streamed), \
+POST /v1/messages/count_tokens (x-api-key works as the token). Ollama's native API: GET /api/version, /api/tags, \
+/api/ps, POST /api/show, /api/chat, /api/generate (NDJSON streaming by default), /api/embed, /api/embeddings.
 
 Models: `edgecloud` runs the default route; so does each --served-model-name \
 (and any name with --accept-any-model); each route of --config is also a \
@@ -341,7 +349,10 @@ fn serve(
         .listen(args.listen)
         .max_body_bytes(args.max_body_bytes)
         .max_messages(args.max_messages)
-        .default_max_tokens(args.max_tokens)
+        .default_max_tokens(
+            args.max_tokens
+                .unwrap_or(edgecloud::request::MAX_TOKENS_UNBOUNDED),
+        )
         .shutdown_grace(Duration::from_millis(args.grace_ms))
         .metrics(metrics.clone())
         .max_queue((max_queue_ms > 0).then(|| Duration::from_millis(max_queue_ms)))
@@ -378,13 +389,23 @@ fn serve(
                 }
                 eprintln!("{pool_line}");
             }
+            if let (Some(lane), Some(local)) = (&embedder, &cfg.local) {
+                config = config.model_facts(
+                    DEFAULT_MODEL_NAME,
+                    crate::serve_facts::from_lane(&local.model, lane),
+                );
+            }
             if let Some(lane) = embedder {
                 config = config.embeddings(LocalEmbedder::new(lane));
             }
             runtime.block_on(Server::bind(harness, config))?
         }
         Some(list) => {
-            let models = models_of(&args, &cfg, list, parallel, &metrics, runtime.handle())?;
+            let (models, facts) =
+                models_of(&args, &cfg, list, parallel, &metrics, runtime.handle())?;
+            for (name, f) in facts {
+                config = config.model_facts(name, f);
+            }
             if !crate::quiet() {
                 eprintln!("{pool_line}");
             }
@@ -439,15 +460,21 @@ fn models_of(
     parallel: usize,
     metrics: &ServeMetrics,
     runtime: &tokio::runtime::Handle,
-) -> anyhow::Result<Models> {
+) -> anyhow::Result<(Models, Vec<(String, ModelFacts)>)> {
     let shared = cfg
         .local
         .clone()
         .expect("the first model's reference makes a local lane");
     let mut locals = std::collections::BTreeMap::new();
     let mut sized = Vec::new();
+    let mut facts = Vec::new();
     for m in &list {
         let local = local_of(&shared, m)?;
+        // The header only (milliseconds): what the model listings say
+        // before the model is loaded.
+        if let Some(f) = crate::serve_facts::from_file(&local.model) {
+            facts.push((m.name.clone(), f));
+        }
         let size = std::fs::metadata(&local.model)
             .map(|md| md.len())
             .unwrap_or(0);
@@ -541,7 +568,7 @@ fn models_of(
     if let Some(m) = default_model {
         models = models.default_model(m);
     }
-    Ok(models)
+    Ok((models, facts))
 }
 
 /// Each route whose embeddings go to the cloud lane (`embeddings =

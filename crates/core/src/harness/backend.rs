@@ -257,6 +257,12 @@ pub struct Candidate {
     /// request asked for them (`Sampling::logprobs`) and the lane has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// The stop string (`Sampling::stop`) that ended the text, when one
+    /// did and the lane knows which (the local lane does; an
+    /// OpenAI-compatible provider does not say). Anthropic's Messages API
+    /// reports it (`stop_sequence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<String>,
 }
 
 impl Candidate {
@@ -271,6 +277,7 @@ impl Candidate {
             http_status: None,
             tool_calls: Vec::new(),
             logprobs: None,
+            stop_sequence: None,
         }
     }
 

@@ -27,9 +27,14 @@ mod response;
 mod responses;
 
 pub use completions::{parse_completion, LegacyLogprobs, TextCompletion};
-pub use error::{error_message, provider_error, ErrorBody, ErrorObject, FieldError};
+pub use error::{
+    error_message, provider_error, ErrorBody, ErrorObject, FieldError, FieldErrorKind,
+};
 pub use refused::REFUSED;
 pub use request::{parse_request, string, unsigned, ChatRequest, ParseOptions, Parsed};
+// The field readers the other wire formats share (one home of each
+// field's type check).
+pub(crate) use request::{boolean, float, number, present, seed, stop, tools, type_error};
 pub use response::{
     to_json, ChatChunk, ChatCompletion, Delta, Ids, Model, ModelList, ToolCallDelta, Usage,
 };

@@ -9,7 +9,7 @@
 
 use super::error::FieldError;
 use super::refused;
-use edgecloud_core::request::{ChatMessage, Role, Sampling};
+use edgecloud_core::request::{ChatMessage, Role, Sampling, MAX_TOKENS_UNBOUNDED};
 use edgecloud_core::structured::ResponseFormat;
 use edgecloud_core::tools::{check_tools, Tool, ToolCall, ToolChoice};
 use serde::Serialize;
@@ -76,7 +76,9 @@ impl<'a> ChatRequest<'a> {
         Self {
             model: Cow::Borrowed(model),
             messages: Cow::Borrowed(messages),
-            max_tokens: Some(sampling.max_tokens),
+            // No limit of the request's own: the provider's applies.
+            max_tokens: (sampling.max_tokens != MAX_TOKENS_UNBOUNDED)
+                .then_some(sampling.max_tokens),
             max_completion_tokens: None,
             temperature: Some(sampling.temperature),
             top_p: Some(sampling.top_p),
@@ -306,7 +308,7 @@ pub(super) fn max_tokens(
 }
 
 /// A number field (its range is `Sampling::validate`'s).
-pub(super) fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>, FieldError> {
+pub(crate) fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>, FieldError> {
     let name = param.rsplit('.').next().unwrap_or(param);
     let Some(v) = present(obj, name) else {
         return Ok(None);
@@ -316,7 +318,7 @@ pub(super) fn float(obj: &Map<String, Value>, param: &str) -> Result<Option<f32>
 
 /// `seed`: OpenAI accepts any 64-bit integer; a negative seed keeps its
 /// bits.
-pub(super) fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError> {
+pub(crate) fn seed(obj: &Map<String, Value>, param: &str) -> Result<Option<u64>, FieldError> {
     let Some(v) = present(obj, "seed") else {
         return Ok(None);
     };
@@ -352,7 +354,7 @@ pub(super) fn stream_options(
 /// `response_format`: `text` (`None`), `json_object`, or `json_schema`
 /// with a schema inside the supported subset (`edgecloud_core::structured`); a
 /// keyword outside it is named, never ignored.
-pub(super) fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldError> {
+pub(crate) fn response_format(v: &Value, p: &str) -> Result<Option<ResponseFormat>, FieldError> {
     let Value::Object(o) = v else {
         return Err(type_error(p, "an object", v));
     };
@@ -403,7 +405,7 @@ pub(super) fn response_format(v: &Value, p: &str) -> Result<Option<ResponseForma
 /// inside the supported schema subset, a keyword outside it named) and
 /// OpenAI's choices. `tool_choice` without `tools` is ignored when it is
 /// `none` or `auto`, as OpenAI does.
-pub(super) fn tools(
+pub(crate) fn tools(
     obj: &Map<String, Value>,
     at: &str,
 ) -> Result<(Vec<Tool>, Option<ToolChoice>), FieldError> {
@@ -498,7 +500,7 @@ pub fn string<'a>(v: &'a Value, param: &str) -> Result<&'a str, FieldError> {
     v.as_str().ok_or_else(|| type_error(param, "a string", v))
 }
 
-pub(super) fn number(v: &Value, param: &str) -> Result<f64, FieldError> {
+pub(crate) fn number(v: &Value, param: &str) -> Result<f64, FieldError> {
     v.as_f64().ok_or_else(|| type_error(param, "a number", v))
 }
 
@@ -515,11 +517,11 @@ pub fn unsigned(v: &Value, param: &str) -> Result<u64, FieldError> {
     Err(type_error(param, "an integer", v))
 }
 
-pub(super) fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
+pub(crate) fn boolean(v: &Value, param: &str) -> Result<bool, FieldError> {
     v.as_bool().ok_or_else(|| type_error(param, "a boolean", v))
 }
 
-pub(super) fn stop(v: &Value, at: &str) -> Result<Vec<String>, FieldError> {
+pub(crate) fn stop(v: &Value, at: &str) -> Result<Vec<String>, FieldError> {
     let list: Vec<String> = match v {
         Value::String(s) => vec![s.clone()],
         Value::Array(items) => items

@@ -197,3 +197,37 @@ fn a_prompt_over_the_local_context_escalates_to_the_cloud_and_says_so() {
         )
     );
 }
+
+/// An answer cut by its length is the model's answer as far as it went
+/// (OpenAI returns a tool call or schema answer cut so, 200 with
+/// `finish_reason: "length"`): it is not rejected as invalid, so a lone
+/// lane's cut call is the run's answer rather than a failure.
+#[test]
+fn an_answer_cut_by_its_length_is_not_rejected_as_invalid() {
+    let mut sim = Sim::begin(with_rules(
+        Policy::LocalOnly,
+        tool_rules(ToolChoice::Required),
+    ));
+    let cut = Candidate::new("", FinishReason::Length).with_tool_calls(vec![ToolCall {
+        function: crate::tools::FunctionCall {
+            name: "get_weather".into(),
+            arguments: "{\"city\": \"Os".into(),
+        },
+        ..ToolCall::new("c1", "get_weather", &json!({}))
+    }]);
+    sim.returned(Lane::Local, Ok(cut), 40);
+    let out = sim.settle(40);
+    assert_eq!(out.status, RunStatus::Ok, "{:?}", out.error);
+    assert_eq!(out.winner, Some(Lane::Local));
+    assert_eq!(out.lane(Lane::Local).rejected, None);
+    let c = out.completion.expect("the cut answer");
+    assert_eq!(c.finish_reason, FinishReason::Length);
+
+    let mut sim = Sim::begin(with_rules(Policy::LocalOnly, schema_rules()));
+    sim.returned(
+        Lane::Local,
+        Ok(Candidate::new("{\"ci", FinishReason::Length)),
+        40,
+    );
+    assert_eq!(sim.settle(40).status, RunStatus::Ok);
+}
