@@ -12,7 +12,9 @@
 //! - RSS: before the harness, with the model loaded, with the server bound
 //!   and idle, and idle again after all the requests;
 //! - per endpoint (chat whole and streamed, `/v1/completions`,
-//!   `/v1/responses`, `/v1/embeddings`, `GET /health`), on a pool of
+//!   `/v1/responses`, Anthropic's `/v1/messages` whole and streamed,
+//!   Ollama's `/api/chat` whole and streamed (NDJSON),
+//!   `/v1/embeddings`, `GET /health`), on a pool of
 //!   instant backends (the embeddings on the model's own lane, driven at
 //!   most at 100 requests/s): the
 //!   server's added median one request at a time, then p50 and p99 of the
@@ -37,7 +39,8 @@
 //!
 //! Usage: serve_overhead [--model PATH] [--requests N] [--max-tokens N]
 //! [--rate N] [--seconds S] [--only-endpoints] [--generator process|runtime]
-//! [--endpoints chat,chat-stream,completions,responses,embeddings,health]
+//! [--endpoints chat,chat-stream,completions,responses,messages,messages-stream,
+//!  ollama-chat,ollama-chat-stream,embeddings,health]
 
 use edgecloud::harness::{
     Backend, BackendFuture, BackendInfo, Candidate, Harness, LocalBackend, RunOptions,
@@ -327,16 +330,24 @@ enum Endpoint {
     ChatStream,
     Completions,
     Responses,
+    Messages,
+    MessagesStream,
+    OllamaChat,
+    OllamaChatStream,
     Embeddings,
     Health,
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 6] = [
+    const ALL: [Endpoint; 10] = [
         Endpoint::ChatWhole,
         Endpoint::ChatStream,
         Endpoint::Completions,
         Endpoint::Responses,
+        Endpoint::Messages,
+        Endpoint::MessagesStream,
+        Endpoint::OllamaChat,
+        Endpoint::OllamaChatStream,
         Endpoint::Embeddings,
         Endpoint::Health,
     ];
@@ -348,6 +359,10 @@ impl Endpoint {
             Endpoint::ChatStream => "chat-stream",
             Endpoint::Completions => "completions",
             Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+            Endpoint::MessagesStream => "messages-stream",
+            Endpoint::OllamaChat => "ollama-chat",
+            Endpoint::OllamaChatStream => "ollama-chat-stream",
             Endpoint::Embeddings => "embeddings",
             Endpoint::Health => "health",
         }
@@ -363,6 +378,10 @@ impl Endpoint {
             Endpoint::ChatStream => "  the same, streamed (SSE)",
             Endpoint::Completions => "POST /v1/completions",
             Endpoint::Responses => "POST /v1/responses",
+            Endpoint::Messages => "POST /v1/messages (Anthropic)",
+            Endpoint::MessagesStream => "  the same, streamed (its events)",
+            Endpoint::OllamaChat => "POST /api/chat (Ollama)",
+            Endpoint::OllamaChatStream => "  the same, streamed (NDJSON)",
             Endpoint::Embeddings => "POST /v1/embeddings",
             Endpoint::Health => "GET /health",
         }
@@ -386,12 +405,16 @@ impl Target {
     /// whole latency is the server's).
     async fn direct(&self, e: Endpoint) -> bool {
         match e {
-            Endpoint::ChatWhole | Endpoint::Completions | Endpoint::Responses => self
+            Endpoint::ChatWhole
+            | Endpoint::Completions
+            | Endpoint::Responses
+            | Endpoint::Messages
+            | Endpoint::OllamaChat => self
                 .harness
                 .run(request(self.max_tokens))
                 .await
                 .is_ok_and(|o| o.is_ok()),
-            Endpoint::ChatStream => {
+            Endpoint::ChatStream | Endpoint::MessagesStream | Endpoint::OllamaChatStream => {
                 let Ok(mut run) = self
                     .harness
                     .start(request(self.max_tokens), RunOptions::new().stream())
@@ -439,6 +462,21 @@ async fn call_server(client: &reqwest::Client, base: &str, m: u32, e: Endpoint) 
             "/v1/responses",
             Some(serde_json::json!({
                 "model": "edgecloud", "input": PROMPT, "max_output_tokens": m,
+            })),
+        ),
+        Endpoint::Messages | Endpoint::MessagesStream => (
+            "/v1/messages",
+            Some(serde_json::json!({
+                "model": "edgecloud", "messages": [{"role": "user", "content": PROMPT}],
+                "max_tokens": m, "stream": matches!(e, Endpoint::MessagesStream),
+            })),
+        ),
+        Endpoint::OllamaChat | Endpoint::OllamaChatStream => (
+            "/api/chat",
+            Some(serde_json::json!({
+                "model": "edgecloud", "messages": [{"role": "user", "content": PROMPT}],
+                "options": {"num_predict": m, "seed": 7},
+                "stream": matches!(e, Endpoint::OllamaChatStream),
             })),
         ),
         Endpoint::Embeddings => (

@@ -31,7 +31,8 @@ pub(super) struct Ended {
 /// is the model's answer as far as it went, as OpenAI returns it (200,
 /// `finish_reason: "length"`): a call cut short keeps its name and its
 /// partial arguments, a schema answer its partial JSON; the caller sees
-/// the finish reason. A cancelled or late job keeps its partial text (the
+/// the finish reason (the harness judges it, and returns it when no lane
+/// has a whole answer). A cancelled or late job keeps its partial text (the
 /// harness does not accept it as an answer anyway).
 pub(super) fn answer(
     c: LocalCompletion,

@@ -258,7 +258,7 @@ fn root(app: &App) -> Response<Body> {
         &json!({
             "name": "edgecloud",
             "version": env!("CARGO_PKG_VERSION"),
-            "api": "OpenAI-compatible, base URL /v1",
+            "api": "OpenAI-compatible, base URL /v1; Anthropic's Messages API at /v1/messages; Ollama's native API at /api",
             "models": models,
             "endpoints": ENDPOINTS,
         }),

@@ -280,16 +280,20 @@ pub(crate) async fn answer(
     }
     let model = p.chat.model.clone();
     if p.load_only {
-        // Ollama's "load the model": a model of several loads now (and
-        // stays for its keep-alive).
-        app.engine
-            .embedder(entry.model)
-            .await
-            .map_err(|e| http::start_error(app, e, http::H_POLICY))?;
+        // Ollama's "load the model" (a model of several loads now and
+        // stays for its keep-alive), or with `keep_alive: 0` "unload it"
+        // (its keep-alive, set above, lets the sweeper unload it once
+        // idle: nothing to load first).
         let reason = match p.keep_alive {
             Some(KeepAlive::For(d)) if d.is_zero() => "unload",
             _ => "load",
         };
+        if reason == "load" {
+            app.engine
+                .embedder(entry.model)
+                .await
+                .map_err(|e| http::start_error(app, e, http::H_POLICY))?;
+        }
         let v = call.object(
             &model,
             "",

@@ -114,20 +114,19 @@ impl Core {
         let status = status_of(&result);
         // Validity is part of acceptance: a whole answer that is not what
         // the request asked for is rejected here, once, with its reason
-        // (a single-lane diagnostic reports any answer as it is). An
-        // answer cut by its length is the model's answer as far as it
-        // went (OpenAI returns a call or schema answer cut so as it is,
-        // `finish_reason: "length"`): it is not judged against the shape
-        // it had no room to finish; a policy may still prefer another.
+        // (a single-lane diagnostic reports any answer as it is). One cut
+        // by its length is rejected too, so another lane's whole answer
+        // wins; when no lane has one, it is still the model's answer as
+        // far as it went (the decision's last pool, `Pool::Cut`), as
+        // OpenAI returns a call or schema answer cut so.
         let invalid = match (&result, &self.run.answer_rules) {
-            (Ok(c), Some(rules))
-                if c.finish_reason == FinishReason::Stop && !self.run.diagnostic =>
-            {
-                rules
-                    .check_answer(&c.text, &c.tool_calls)
-                    .err()
-                    .map(|e| e.to_string())
-            }
+            (Ok(c), Some(rules)) if c.finish_reason.is_complete() && !self.run.diagnostic => rules
+                .check_answer(&c.text, &c.tool_calls)
+                .err()
+                .map(|e| match c.finish_reason {
+                    FinishReason::Length => format!("{e} (cut by its length)"),
+                    _ => e.to_string(),
+                }),
             _ => None,
         };
         let scorable =

@@ -3,8 +3,11 @@
 //! and empty or whitespace), the rules that end a run (the first
 //! acceptable answer; a committed lane that returned; when every lane has
 //! ended, the one candidate or the arbiter over the pool, "acceptable,
-//! else usable, else blank": a blank whole answer is what the model said,
-//! returned as llama-server and OpenAI return it when no lane did better;
+//! else usable, else blank, else cut": a blank whole answer is what the
+//! model said, returned as llama-server and OpenAI return it when no lane
+//! did better, and so is an answer cut by its length before it met the
+//! requested shape (a tool call or schema answer: OpenAI returns it with
+//! `finish_reason: "length"`);
 //! the deadline; an abort), scores and the
 //! arbiter's answer, and what each end means at settlement ([`Verdict`]).
 //! Every reason a run can give is a [`Reason`]. It must not start or
@@ -45,6 +48,9 @@ pub(crate) enum Pool {
     Usable,
     /// None was usable: the whole, valid, blank ones.
     Blank,
+    /// None of those: the answers cut by their length before they met
+    /// the requested shape.
+    Cut,
 }
 
 impl Pool {
@@ -53,6 +59,9 @@ impl Pool {
             Pool::Acceptable => "best acceptable answer",
             Pool::Usable => "no acceptable answer; best usable one",
             Pool::Blank => "no lane gave a non-blank answer; a blank one",
+            Pool::Cut => {
+                "no lane gave a whole answer of the requested shape; one cut by its length"
+            }
         }
     }
 }
@@ -205,6 +214,14 @@ impl Core {
                 .is_some_and(|c| c.finish_reason.is_complete() && !c.is_usable())
     }
 
+    /// Returned cut by its length (its shape unfinished, so invalid).
+    fn cut(&self, lane: Lane) -> bool {
+        let r = &self.lanes[lane];
+        r.has_returned()
+            && r.candidate()
+                .is_some_and(|c| c.finish_reason == FinishReason::Length)
+    }
+
     /// Returned lanes in the order they returned.
     fn returned_in_order(&self) -> Vec<Lane> {
         let mut v: Vec<Lane> = Lane::ALL
@@ -217,7 +234,8 @@ impl Core {
 
     /// The candidates a decision picks from: the acceptable ones, else the
     /// usable ones (a low-scored answer beats no answer), else the blank
-    /// ones (the model's whole answer was empty: that is its answer), in
+    /// ones (the model's whole answer was empty: that is its answer), else
+    /// the ones cut by their length (the answer as far as it went), in
     /// finishing order.
     fn pool(&self) -> (Vec<Lane>, Pool) {
         let done = self.returned_in_order();
@@ -228,6 +246,7 @@ impl Core {
             ),
             (Pool::Usable, &|l| self.usable(l)),
             (Pool::Blank, &|l| self.blank(l)),
+            (Pool::Cut, &|l| self.cut(l)),
         ] {
             let lanes: Vec<Lane> = done.iter().copied().filter(|&l| counts(l)).collect();
             if !lanes.is_empty() {
@@ -356,8 +375,11 @@ impl Core {
                 verdict(RunStatus::Ok, Some(lane), reason, by, None)
             }
             End::Committed(lane) => match self.lanes[lane].result.as_ref() {
+                // Cut by its length, the answer as far as it went is the
+                // committed lane's answer (`Pool::Cut`).
                 Some(Ok(c))
-                    if c.finish_reason.is_complete() && self.lanes[lane].invalid.is_some() =>
+                    if c.finish_reason == FinishReason::Stop
+                        && self.lanes[lane].invalid.is_some() =>
                 {
                     verdict(
                         RunStatus::Failed,

@@ -173,10 +173,14 @@ impl Core {
         rep.error = r.error().cloned();
         rep.cancel = cancel;
         rep.note = r.note.clone();
-        rep.rejected = r
-            .invalid
-            .as_ref()
-            .map(|why| format!("invalid answer: {why}"));
+        match (&r.invalid, winner == Some(lane)) {
+            // The winner cut by its length: its answer as far as it went.
+            (Some(why), true) => {
+                rep.note
+                    .get_or_insert_with(|| format!("answered as cut short: {why}"));
+            }
+            (why, _) => rep.rejected = why.as_ref().map(|why| format!("invalid answer: {why}")),
+        }
         rep.retry_in_ms = r.retry_in.map(to_ms);
         rep
     }

@@ -200,10 +200,11 @@ fn a_prompt_over_the_local_context_escalates_to_the_cloud_and_says_so() {
 
 /// An answer cut by its length is the model's answer as far as it went
 /// (OpenAI returns a tool call or schema answer cut so, 200 with
-/// `finish_reason: "length"`): it is not rejected as invalid, so a lone
-/// lane's cut call is the run's answer rather than a failure.
+/// `finish_reason: "length"`): when no lane has a whole one, a lone
+/// lane's cut call is the run's answer rather than a failure; another
+/// lane's whole valid answer still wins over it.
 #[test]
-fn an_answer_cut_by_its_length_is_not_rejected_as_invalid() {
+fn an_answer_cut_by_its_length_is_the_answer_when_no_lane_has_a_whole_one() {
     let mut sim = Sim::begin(with_rules(
         Policy::LocalOnly,
         tool_rules(ToolChoice::Required),
@@ -220,8 +221,42 @@ fn an_answer_cut_by_its_length_is_not_rejected_as_invalid() {
     assert_eq!(out.status, RunStatus::Ok, "{:?}", out.error);
     assert_eq!(out.winner, Some(Lane::Local));
     assert_eq!(out.lane(Lane::Local).rejected, None);
+    assert!(
+        out.lane(Lane::Local)
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("cut by its length")),
+        "{out:#?}"
+    );
     let c = out.completion.expect("the cut answer");
     assert_eq!(c.finish_reason, FinishReason::Length);
+
+    // A race: the cut call first, then a whole valid one, which wins.
+    let mut sim = Sim::begin(with_rules(Policy::Race, tool_rules(ToolChoice::Required)));
+    let cut = Candidate::new("", FinishReason::Length).with_tool_calls(vec![ToolCall {
+        function: crate::tools::FunctionCall {
+            name: "get_weather".into(),
+            arguments: "{\"city\"".into(),
+        },
+        ..ToolCall::new("c2", "get_weather", &json!({}))
+    }]);
+    sim.returned(Lane::Local, Ok(cut), 30);
+    assert!(
+        !sim.settle_now,
+        "a cut answer decides nothing while a lane runs"
+    );
+    sim.returned(
+        Lane::Cloud,
+        Ok(call("get_weather", json!({"city": "Oslo"}))),
+        80,
+    );
+    let out = sim.settle(80);
+    assert_eq!(out.winner, Some(Lane::Cloud));
+    assert!(out
+        .lane(Lane::Local)
+        .rejected
+        .as_deref()
+        .is_some_and(|r| r.contains("cut by its length")));
 
     let mut sim = Sim::begin(with_rules(Policy::LocalOnly, schema_rules()));
     sim.returned(
