@@ -654,8 +654,15 @@ async fn count_tokens(app: &Arc<App>, req: Request<Incoming>) -> Result<Response
         Some(e) => Some(e),
         None => app.embedder.clone(),
     };
-    let counted = counter
-        .and_then(|c| c.count_prompt(&params.messages, &params.sampling))
-        .transpose()?;
+    // Rendering a template and tokenizing a long prompt take
+    // milliseconds: off the runtime's threads.
+    let (messages, sampling) = (params.messages.clone(), params.sampling.clone());
+    let counted = match counter {
+        Some(c) => tokio::task::spawn_blocking(move || c.count_prompt(&messages, &sampling))
+            .await
+            .map_err(|e| ApiError::new(500, "server_error", e.to_string()))?
+            .transpose()?,
+        None => None,
+    };
     Ok(anthropic_api::tokens_count(counted, &params))
 }
