@@ -24,6 +24,12 @@
 //! doctor` print it); [`check_gpu_layers`] turns "GPU offload asked, no GPU
 //! found" into an error instead of llama.cpp's silent fallback to the CPU.
 //!
+//! A cross build (scripts/cross) links one CPU backend compiled for an ARM
+//! level (`armv8.2_2`: NEON, dotprod, fp16) and names it at compile time
+//! (`EDGECLOUD_CPU_VARIANT`): [`inventory`] reports it as the CPU
+//! variant, and [`check_cpu_level`] refuses, before ggml runs, a CPU that
+//! lacks what the level's kernels use (they would die of SIGILL).
+//!
 //! This module must not load models or measure anything. Its two ggml calls
 //! that llama-cpp-2 does not wrap (loading a folder, the feature lists) are
 //! in `ffi`.
@@ -53,6 +59,21 @@ pub enum DeviceError {
         /// What would give this process a GPU.
         hint: String,
     },
+    /// This binary's ggml kernels were compiled for a CPU level this CPU
+    /// is below (a cross build's `--level`).
+    #[error(
+        "this edgecloud was built for the ARM level {level}, whose kernels use {missing}, \
+         which this CPU lacks; rebuild with `scripts/cross aarch64 --level {fallback}` \
+         (`edgecloud doctor` says what this CPU has)"
+    )]
+    CpuLevel {
+        /// The level the binary was built for.
+        level: String,
+        /// The CPU features it needs and this CPU lacks.
+        missing: String,
+        /// A level this CPU runs.
+        fallback: String,
+    },
     /// The portable build found no backend library at all.
     #[error(
         "ggml has no device to run on: no libggml-cpu library in {searched}; the portable \
@@ -70,6 +91,7 @@ impl DeviceError {
         match self {
             DeviceError::NoGpu { .. } => "no_gpu",
             DeviceError::NoBackends { .. } => "no_backends",
+            DeviceError::CpuLevel { .. } => "cpu_level",
         }
     }
 }
@@ -170,7 +192,10 @@ pub fn inventory() -> Inventory {
         .into_iter()
         .map(|(name, features)| {
             let library = module_for(&modules, &name);
-            let variant = library.as_deref().and_then(|l| cpu_variant_of(&name, l));
+            let variant = match library.as_deref() {
+                Some(l) => cpu_variant_of(&name, l),
+                None => CPU_LEVEL.filter(|_| name == "CPU").map(str::to_string),
+            };
             BackendInfo {
                 devices: devices.iter().filter(|d| d.backend == name).count(),
                 name,
@@ -192,9 +217,65 @@ pub fn inventory() -> Inventory {
     }
 }
 
-/// Refuses `gpu_layers > 0` when ggml has no GPU device, and any work when
-/// it has no device at all (a portable build without its libraries).
+/// The CPU level a cross build compiled ggml's kernels for
+/// (scripts/cross sets it); `None` for the other builds.
+pub const CPU_LEVEL: Option<&str> = option_env!("EDGECLOUD_CPU_VARIANT");
+
+/// The CPU features (as `is_aarch64_feature_detected!` names them) each
+/// ARM level of scripts/cross compiles ggml with, lowest level first.
+const ARM_LEVELS: &[(&str, &[&str])] = &[
+    ("armv8.0_1", &[]),
+    ("armv8.2_2", &["dotprod", "fp16"]),
+    ("armv8.6_1", &["dotprod", "fp16", "sve", "i8mm"]),
+];
+
+/// Refuses a CPU below the level this binary's kernels were compiled for
+/// (a cross build's; other builds pass).
+pub fn check_cpu_level() -> Result<(), DeviceError> {
+    let Some(level) = CPU_LEVEL else {
+        return Ok(());
+    };
+    let Some((_, needs)) = ARM_LEVELS.iter().find(|(name, _)| *name == level) else {
+        return Ok(());
+    };
+    let missing: Vec<&str> = needs.iter().copied().filter(|f| !cpu_has(f)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let fallback = ARM_LEVELS
+        .iter()
+        .rev()
+        .find(|(_, needs)| needs.iter().all(|f| cpu_has(f)))
+        .map_or(ARM_LEVELS[0].0, |(name, _)| name);
+    Err(DeviceError::CpuLevel {
+        level: level.to_string(),
+        missing: missing.join(", "),
+        fallback: fallback.to_string(),
+    })
+}
+
+#[cfg(target_arch = "aarch64")]
+fn cpu_has(feature: &str) -> bool {
+    match feature {
+        "dotprod" => std::arch::is_aarch64_feature_detected!("dotprod"),
+        "fp16" => std::arch::is_aarch64_feature_detected!("fp16"),
+        "sve" => std::arch::is_aarch64_feature_detected!("sve"),
+        "i8mm" => std::arch::is_aarch64_feature_detected!("i8mm"),
+        _ => false,
+    }
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn cpu_has(_feature: &str) -> bool {
+    // ARM levels name ARM features: no other CPU has them.
+    false
+}
+
+/// Refuses `gpu_layers > 0` when ggml has no GPU device, any work when
+/// it has no device at all (a portable build without its libraries), and
+/// any work on a CPU below a cross build's level ([`check_cpu_level`]).
 pub fn check_gpu_layers(gpu_layers: u32) -> Result<(), DeviceError> {
+    check_cpu_level()?;
     let inv = inventory();
     if inv.devices.is_empty() {
         return Err(DeviceError::NoBackends {

@@ -16,12 +16,20 @@
 //!   AVX2+FMA, AVX-512) and the best one the CPU has is picked once at run
 //!   time, so a portable build is fast too ([`variants`] lists those the
 //!   CPU runs, for the benchmarks and the tests of each). Results may
-//!   differ between them in the last bits (FMA rounds once).
+//!   differ between them in the last bits (FMA rounds once);
+//! - on aarch64 NEON is part of the baseline (every aarch64 CPU has it),
+//!   so no detection is needed: an explicit NEON path (`neon`: 128-bit
+//!   intrinsics, eight registers of first and second values per scan
+//!   step, fused multiply-adds in the polynomial) is the one in use, and
+//!   the compiler-vectorised baseline stays listed for the tests. Its speed
+//!   has not been measured on ARM hardware (only its results, under
+//!   qemu-user: `scripts/cross aarch64 --test`).
 //!
 //! This module computes; it must not know what a token or a signal is.
 //! It is one of the three places the crate-wide `unsafe_code = "deny"` is
 //! lifted: calling a function compiled for AVX2 or AVX-512 is unsafe, and
-//! is done only after run-time detection said the CPU has it.
+//! is done only after run-time detection said the CPU has it; NEON loads
+//! and stores take raw pointers, always inside the slice they come from.
 
 #![allow(unsafe_code)]
 
@@ -37,7 +45,9 @@ const LANES: usize = 16;
 /// -- logits/scan`, 262k logits, on the project's AVX-512 VM: AVX-512 52
 /// us with 16 lanes, 14.2 with 64; AVX2 46.6 with 16, 18.9 with 32, 19.9
 /// with 64; the SSE2 baseline 40.6 with 16, 43.3 with 32, 46.8 with 64).
+#[cfg(target_arch = "x86_64")]
 const SCAN_LANES_AVX512: usize = 64;
+#[cfg(target_arch = "x86_64")]
 const SCAN_LANES_AVX2: usize = 32;
 const SCAN_LANES_BASELINE: usize = 16;
 /// Values summed in f32 before the block's sum is added in f64.
@@ -72,8 +82,8 @@ pub fn sum_exp(values: &[f32], shift: f32) -> f64 {
 /// One compiled variant of both passes.
 #[derive(Debug, Clone, Copy)]
 pub struct Kernels {
-    /// `baseline` (the build's own target: SSE2 on x86-64), `avx2` or
-    /// `avx512`.
+    /// `baseline` (the build's own target: SSE2 on x86-64, NEON on
+    /// aarch64, vectorised by the compiler), `avx2`, `avx512` or `neon`.
     pub name: &'static str,
     /// [`scan`] in this variant.
     pub scan: fn(&[f32]) -> Scan,
@@ -108,6 +118,12 @@ pub fn variants() -> Vec<Kernels> {
             });
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    all.push(Kernels {
+        name: "neon",
+        scan: neon::scan,
+        sum_exp: neon::sum_exp,
+    });
     all
 }
 
@@ -147,7 +163,7 @@ mod generic {
     /// NaN becomes -inf, so it can never be first or second.
     #[inline(always)]
     #[allow(clippy::eq_op)]
-    fn not_nan(v: f32) -> f32 {
+    pub(super) fn not_nan(v: f32) -> f32 {
         if v == v {
             v
         } else {
@@ -193,7 +209,7 @@ mod generic {
     /// The first index of `target`: a branch-free test per chunk, then a
     /// scalar look inside the chunk that holds it.
     #[inline(always)]
-    fn first_index_of(values: &[f32], target: f32) -> usize {
+    pub(super) fn first_index_of(values: &[f32], target: f32) -> usize {
         for (c, chunk) in values.chunks(FIND_CHUNK).enumerate() {
             if chunk.iter().fold(false, |hit, &v| hit | (v == target)) {
                 let within = chunk.iter().position(|&v| v == target).unwrap_or(0);
@@ -297,6 +313,162 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    //! The same passes in NEON intrinsics (4 f32 per register). NEON is
+    //! in every aarch64 CPU and in Rust's aarch64 baseline (the target
+    //! cannot turn it off), so these need no detection; the functions say
+    //! `target_feature(enable = "neon")` only so that the intrinsics may
+    //! be called in them.
+
+    use super::{generic, Scan, BLOCK, LANES};
+    use std::arch::aarch64::*;
+
+    /// Registers of first (and as many of second) values per scan step:
+    /// 16 of aarch64's 32 vector registers, independent chains enough to
+    /// hide the compare latency without spilling.
+    const SCAN_REGS: usize = 8;
+    /// Registers summed side by side in the exp-sum (its `LANES` values).
+    const SUM_REGS: usize = LANES / 4;
+
+    /// NaN becomes -inf, as in `generic::not_nan`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn not_nan(v: float32x4_t, neg_inf: float32x4_t) -> float32x4_t {
+        vbslq_f32(vceqq_f32(v, v), v, neg_inf)
+    }
+
+    pub(super) fn scan(values: &[f32]) -> Scan {
+        // SAFETY: NEON is part of the aarch64 target (see above).
+        unsafe { scan_neon(values) }
+    }
+
+    pub(super) fn sum_exp(values: &[f32], shift: f32) -> f64 {
+        // SAFETY: as for `scan`.
+        unsafe { sum_exp_neon(values, shift) }
+    }
+
+    #[target_feature(enable = "neon")]
+    fn scan_neon(values: &[f32]) -> Scan {
+        const STEP: usize = SCAN_REGS * 4;
+        let neg_inf = vdupq_n_f32(f32::NEG_INFINITY);
+        let mut first = [neg_inf; SCAN_REGS];
+        let mut second = [neg_inf; SCAN_REGS];
+        let mut chunks = values.chunks_exact(STEP);
+        for chunk in &mut chunks {
+            for r in 0..SCAN_REGS {
+                // SAFETY: `chunk` holds STEP = SCAN_REGS * 4 values, so the
+                // four read from r * 4 are inside it.
+                let v = not_nan(unsafe { vld1q_f32(chunk.as_ptr().add(r * 4)) }, neg_inf);
+                second[r] = vmaxq_f32(second[r], vminq_f32(first[r], v));
+                first[r] = vmaxq_f32(first[r], v);
+            }
+        }
+        // Every lane's two largest, and the values past the last step: the
+        // two largest of them all are the slice's.
+        let (mut top, mut next) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        let mut push = |v: f32| {
+            if v > top {
+                next = top;
+                top = v;
+            } else if v > next {
+                next = v;
+            }
+        };
+        for reg in first.into_iter().chain(second) {
+            let mut lanes = [0f32; 4];
+            // SAFETY: `lanes` has room for the register's four values.
+            unsafe { vst1q_f32(lanes.as_mut_ptr(), reg) };
+            lanes.into_iter().for_each(&mut push);
+        }
+        for &v in chunks.remainder() {
+            push(generic::not_nan(v));
+        }
+        Scan {
+            max: top,
+            second: next,
+            argmax: generic::first_index_of(values, top),
+        }
+    }
+
+    /// `generic::exp_nonpositive` on four values, its multiply-adds fused.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn exp_nonpositive(x: float32x4_t) -> float32x4_t {
+        const ROUND: f32 = 12_582_912.0;
+        let floor = vdupq_n_f32(-87.0);
+        // A select, not vmaxq_f32 (which would keep a NaN): as in generic.
+        let x = vbslq_f32(vcgtq_f32(x, floor), x, floor);
+        let t = vmulq_f32(x, vdupq_n_f32(std::f32::consts::LOG2_E));
+        let r = vaddq_f32(t, vdupq_n_f32(ROUND));
+        let k = vsubq_f32(r, vdupq_n_f32(ROUND));
+        let f = vsubq_f32(t, k);
+        let mut p = vdupq_n_f32(1.535_336_2e-4);
+        for c in [
+            1.339_887_4e-3,
+            9.618_438e-3,
+            5.550_332_5e-2,
+            2.402_264_8e-1,
+            6.931_472e-1,
+            1.0,
+        ] {
+            p = vfmaq_f32(vdupq_n_f32(c), p, f);
+        }
+        let bits = vsubq_u32(vreinterpretq_u32_f32(r), vdupq_n_u32(ROUND.to_bits()));
+        let pow2 = vshlq_n_u32::<23>(vaddq_u32(bits, vdupq_n_u32(127)));
+        vmulq_f32(p, vreinterpretq_f32_u32(pow2))
+    }
+
+    /// Adds `exp(v - shift)` of `values` (a multiple of LANES long) into
+    /// the SUM_REGS accumulators.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn accumulate(values: &[f32], shift: float32x4_t, acc: &mut [float32x4_t; SUM_REGS]) {
+        for chunk in values.chunks_exact(LANES) {
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `chunk` holds LANES = SUM_REGS * 4 values.
+                let v = unsafe { vld1q_f32(chunk.as_ptr().add(r * 4)) };
+                *a = vaddq_f32(*a, exp_nonpositive(vsubq_f32(v, shift)));
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn total(acc: &[float32x4_t; SUM_REGS]) -> f64 {
+        acc.iter().map(|&a| f64::from(vaddvq_f32(a))).sum()
+    }
+
+    #[target_feature(enable = "neon")]
+    fn sum_exp_neon(values: &[f32], shift: f32) -> f64 {
+        let shift_v = vdupq_n_f32(shift);
+        let mut sum = 0f64;
+        let mut blocks = values.chunks_exact(BLOCK);
+        for block in &mut blocks {
+            let mut acc = [vdupq_n_f32(0.0); SUM_REGS];
+            accumulate(block, shift_v, &mut acc);
+            sum += total(&acc);
+        }
+        let rest = blocks.remainder();
+        let whole = rest.len() - rest.len() % LANES;
+        let mut acc = [vdupq_n_f32(0.0); SUM_REGS];
+        accumulate(&rest[..whole], shift_v, &mut acc);
+        let tail: f32 = rest[whole..]
+            .iter()
+            .map(|&v| generic::exp_nonpositive(v - shift))
+            .sum();
+        sum + total(&acc) + f64::from(tail)
+    }
+
+    #[cfg(test)]
+    pub(super) fn exp4(x: [f32; 4]) -> [f32; 4] {
+        let mut out = [0f32; 4];
+        // SAFETY: both arrays hold four values; NEON as for `scan`.
+        unsafe { vst1q_f32(out.as_mut_ptr(), exp_nonpositive(vld1q_f32(x.as_ptr()))) };
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +510,8 @@ mod tests {
         if std::arch::is_x86_feature_detected!("avx512f") {
             assert_eq!(best.name, "avx512");
         }
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(best.name, "neon");
     }
 
     #[test]
@@ -409,6 +583,26 @@ mod tests {
         }
         assert!(generic::exp_nonpositive(-1000.0) < 1e-37);
         assert!(generic::exp_nonpositive(f32::NEG_INFINITY) < 1e-37);
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_exp_matches_the_scalar_polynomial() {
+        let mut x = 0.0f32;
+        while x > -100.0 {
+            let xs = [x, x - 0.003, x - 0.007, x - 0.011];
+            for (got, &x) in neon::exp4(xs).into_iter().zip(&xs) {
+                let want = generic::exp_nonpositive(x);
+                // Fused multiply-adds round once: a few ulps apart at most.
+                assert!(
+                    ((got - want) / want).abs() < 1e-6,
+                    "exp({x}): neon {got}, scalar {want}"
+                );
+            }
+            x -= 0.0173;
+        }
+        let [nan, neg_inf, ..] = neon::exp4([f32::NAN, f32::NEG_INFINITY, 0.0, 0.0]);
+        assert!(nan < 1e-37 && neg_inf < 1e-37);
     }
 
     #[test]

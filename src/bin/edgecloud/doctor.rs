@@ -1,6 +1,8 @@
 //! `edgecloud doctor`: what this binary runs on. Its build (default or
 //! portable), the ggml backends it has (for the portable build: the CPU
-//! variant ggml chose for this CPU, and the library it came from), the
+//! variant ggml chose for this CPU, and the library it came from; for a
+//! cross build: the ARM level its kernels were compiled for, and whether
+//! this CPU has what they use), the
 //! devices they offer (GPU names and memory), and whether `--gpu-layers`
 //! can offload anything. Text, or one JSON object with `--json`. Exits
 //! non-zero when ggml has no device at all. Must not load a model.
@@ -22,12 +24,15 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let build = edgecloud::build_facts::build_info();
     // The answer `--gpu-layers 1` would get, without its layer count.
     let offload = devices::check_gpu_layers(1);
+    let cpu_level = devices::check_cpu_level();
     if args.output.json {
         let value = json!({
             "edgecloud": build.edgecloud_version,
             "build": build,
             "ggml": inv,
             "gpu_offload": offload.is_ok(),
+            "cpu_level": devices::CPU_LEVEL,
+            "cpu_level_ok": cpu_level.is_ok(),
             "compute_wait": edgecloud::local::wait::current(),
             "thread_policy": edgecloud::local::ThreadPolicy::default(),
             "spec_type": edgecloud::local::SpecType::default(),
@@ -36,8 +41,16 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         args.output.print(&value)?;
     } else {
         print_text(&build, &inv, &offload);
+        match (&cpu_level, devices::CPU_LEVEL) {
+            (Err(err), _) => println!("CPU level: {err}"),
+            (Ok(()), Some(level)) => println!(
+                "CPU level: {level} ({}, scripts/cross): this CPU has what its kernels use",
+                std::env::consts::ARCH
+            ),
+            (Ok(()), None) => {}
+        }
     }
-    Ok(if inv.devices.is_empty() {
+    Ok(if inv.devices.is_empty() || cpu_level.is_err() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
