@@ -44,7 +44,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         match (&cpu_level, devices::CPU_LEVEL) {
             (Err(err), _) => println!("CPU level: {err}"),
             (Ok(()), Some(level)) => println!(
-                "CPU level: {level} ({}, scripts/cross): this CPU has what its kernels use",
+                "CPU level: {level} (built by scripts/cross {}): this CPU has what its kernels use",
                 std::env::consts::ARCH
             ),
             (Ok(()), None) => {}
