@@ -85,7 +85,7 @@ impl HarnessConfig {
                 _ => None,
             };
             if let Some((field, what)) = asks {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     &key,
                     Setting::Route,
                     field,
@@ -97,13 +97,5 @@ impl HarnessConfig {
             }
         }
         Ok(())
-    }
-}
-
-fn invalid(key: &str, setting: Setting, field: &str, detail: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: format!("{key}.{field}"),
-        setting,
-        detail: detail.into(),
     }
 }

@@ -160,6 +160,21 @@ pub enum Setting {
 }
 
 impl ConfigError {
+    /// `field` of table `table` is invalid (its key `table.field`), for
+    /// `setting`, because of `detail`.
+    pub fn invalid_field(
+        table: &str,
+        setting: Setting,
+        field: &str,
+        detail: impl Into<String>,
+    ) -> Self {
+        ConfigError::Invalid {
+            key: format!("{table}.{field}"),
+            setting,
+            detail: detail.into(),
+        }
+    }
+
     /// The setting this error is about; `None` when the file could not be
     /// read or parsed at all.
     pub fn setting(&self) -> Option<Setting> {

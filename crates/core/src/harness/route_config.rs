@@ -91,19 +91,11 @@ pub struct EscalateBelow {
     pub value: f64,
 }
 
-fn invalid(key: &str, setting: Setting, field: &str, detail: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: format!("{key}.{field}"),
-        setting,
-        detail: detail.into(),
-    }
-}
-
 fn ms(key: &str, field: &str, v: Option<f64>) -> Result<Option<Duration>, ConfigError> {
     match v {
         None => Ok(None),
         Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(Duration::from_secs_f64(v / 1000.0))),
-        Some(_) => Err(invalid(
+        Some(_) => Err(ConfigError::invalid_field(
             key,
             Setting::Timing,
             field,
@@ -182,7 +174,7 @@ impl RouteConfig {
         ];
         let Some(name) = &self.policy else {
             if let Some((p, _, k)) = params.iter().find(|(_, set, _)| *set) {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Policy,
                     p,
@@ -192,10 +184,10 @@ impl RouteConfig {
             return Ok(None);
         };
         let kind: PolicyKind = name.parse().map_err(|e: super::policy::UnknownPolicy| {
-            invalid(key, Setting::Policy, "policy", e.to_string())
+            ConfigError::invalid_field(key, Setting::Policy, "policy", e.to_string())
         })?;
         if let Some((p, _, k)) = params.iter().find(|(_, set, k)| *set && *k != kind) {
-            return Err(invalid(
+            return Err(ConfigError::invalid_field(
                 key,
                 Setting::Policy,
                 p,
@@ -211,7 +203,7 @@ impl RouteConfig {
                 PolicyKind::Cascade => {
                     let threshold = match (self.escalate_below, self.cascade_threshold) {
                         (Some(_), Some(_)) => {
-                            return Err(invalid(
+                            return Err(ConfigError::invalid_field(
                                 key,
                                 Setting::Policy,
                                 "escalate_below",
@@ -223,14 +215,14 @@ impl RouteConfig {
                     };
                     if self.escalate_early == Some(true) {
                         match self.escalate_below {
-                            None => return Err(invalid(
+                            None => return Err(ConfigError::invalid_field(
                                 key,
                                 Setting::Policy,
                                 "escalate_early",
                                 "needs `escalate_below` (the signal read while local generates)",
                             )),
                             Some(e) if !e.signal.is_streamable() => {
-                                return Err(invalid(
+                                return Err(ConfigError::invalid_field(
                                     key,
                                     Setting::Policy,
                                     "escalate_early",
@@ -256,7 +248,7 @@ impl RouteConfig {
             };
         policy
             .validate()
-            .map_err(|d| invalid(key, Setting::Policy, "policy", d))?;
+            .map_err(|d| ConfigError::invalid_field(key, Setting::Policy, "policy", d))?;
         Ok(Some(policy))
     }
 
@@ -298,7 +290,7 @@ impl RouteConfig {
         };
         if let Some(m) = self.min_score {
             if !m.is_finite() {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Scoring,
                     "min_score",
@@ -309,7 +301,7 @@ impl RouteConfig {
         }
         if let Some(m) = &self.cloud_model {
             if m.trim().is_empty() {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Route,
                     "cloud_model",
@@ -327,7 +319,7 @@ impl RouteConfig {
         };
         if let Some(p) = self.prompt_escalate_below {
             if !p.signal.is_read_before_generation() {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Policy,
                     "prompt_escalate_below",
@@ -344,7 +336,7 @@ impl RouteConfig {
                 ));
             }
             if !p.value.is_finite() {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Policy,
                     "prompt_escalate_below",
@@ -355,7 +347,7 @@ impl RouteConfig {
         }
         if let Some(e) = self.escalate_below {
             if e.signal.is_prompt_only() {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Scoring,
                     "escalate_below",
@@ -366,7 +358,7 @@ impl RouteConfig {
                 ));
             }
             if self.scorer.is_some() {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Scoring,
                     "scorer",
@@ -427,7 +419,7 @@ impl RouteConfig {
                 r.set_arc_compressor(Some(Arc::new(KeepRecent::new(max))), true)
             }
             (Some("keep-recent"), None) => {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Scoring,
                     "compressor",
@@ -446,7 +438,7 @@ impl RouteConfig {
                 false,
             ),
             (Some(_), Some(_)) => {
-                return Err(invalid(
+                return Err(ConfigError::invalid_field(
                     key,
                     Setting::Scoring,
                     "compress_max_tokens",
