@@ -90,7 +90,7 @@
 
 #[cfg(feature = "cloud")]
 pub use edgecloud_cloud as cloud;
-pub use edgecloud_core::{answer, lane, millis, request, structured, tools};
+pub use edgecloud_core::{answer, lane, millis, reasoning, request, structured, tools};
 pub use edgecloud_gguf as gguf;
 #[cfg(feature = "local")]
 pub use edgecloud_local as local;

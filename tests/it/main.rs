@@ -25,6 +25,7 @@ mod pool;
 mod probe;
 mod prompt_signals;
 mod quality;
+mod reasoning;
 mod real_model;
 mod serve;
 mod serve_bad_input;

@@ -94,8 +94,9 @@ impl Backend for CloudBackend {
 pub fn candidate_from_cloud(c: CloudCompletion) -> Candidate {
     let gen_tokens_per_s = c.gen_tokens_per_s();
     let t = c.timings;
-    let mut candidate = Candidate::new(c.text, c.finish_reason);
+    let mut candidate = Candidate::new(c.text, c.finish_reason).with_reasoning(c.reasoning);
     candidate.tokens = TokenCounts {
+        provider_reasoning: c.usage.and_then(|u| u.reasoning_tokens),
         provider_prompt: c.usage.map(|u| u.prompt_tokens),
         provider_completion: c.usage.map(|u| u.completion_tokens),
         provider_total: c.usage.map(|u| u.total_tokens),

@@ -224,8 +224,14 @@ pub struct LaneJob {
     pub deadline: Instant,
     /// Fired by whoever owns the run; the lane stops as soon as it can.
     pub cancel: CancellationToken,
-    /// Optional streaming sink.
+    /// Optional streaming sink: the answer's text as it is generated.
     pub on_token: Option<TokenSink>,
+    /// Optional streaming sink for a reasoning model's thinking (see
+    /// [`crate::reasoning`]): a lane that splits thinking from answer
+    /// hands the thinking here and only the answer to `on_token`. With
+    /// no reasoning sink set, a lane drops the thinking from the stream
+    /// (the candidate still carries it).
+    pub on_reasoning: Option<TokenSink>,
     /// Optional sink for each sampled token's log-probability under the
     /// raw model distribution, in order, as the answer is generated: how a
     /// cascade reads a confidence before the answer is finished. Lanes
@@ -264,6 +270,7 @@ impl LaneJob {
             deadline,
             cancel: CancellationToken::new(),
             on_token: None,
+            on_reasoning: None,
             on_logprob: None,
             on_prompt_score: None,
             permit: None,
@@ -287,6 +294,25 @@ impl LaneJob {
     pub fn with_sink(mut self, sink: impl FnMut(&str) + Send + 'static) -> Self {
         self.on_token = Some(Box::new(sink));
         self
+    }
+
+    /// Sets the reasoning sink; see [`LaneJob::on_reasoning`].
+    pub fn with_reasoning_sink(mut self, sink: impl FnMut(&str) + Send + 'static) -> Self {
+        self.on_reasoning = Some(Box::new(sink));
+        self
+    }
+
+    /// Hands one streamed part to its sink: answer text to `on_token`,
+    /// thinking to `on_reasoning` (empty text goes nowhere).
+    pub fn emit(&mut self, part: crate::reasoning::Part<'_>) {
+        use crate::reasoning::Part;
+        let (sink, text) = match part {
+            Part::Answer(t) => (self.on_token.as_mut(), t),
+            Part::Reasoning(t) => (self.on_reasoning.as_mut(), t),
+        };
+        if let Some(sink) = sink.filter(|_| !text.is_empty()) {
+            sink(text);
+        }
     }
 
     /// Sets the log-probability sink; see [`LaneJob::on_logprob`].
@@ -330,6 +356,7 @@ impl fmt::Debug for LaneJob {
             .field("deadline", &self.deadline)
             .field("cancelled", &self.cancel.is_cancelled())
             .field("streaming", &self.on_token.is_some())
+            .field("streaming_reasoning", &self.on_reasoning.is_some())
             .field("watching_logprobs", &self.on_logprob.is_some())
             .field("watching_prompt_score", &self.on_prompt_score.is_some())
             .field("holds_permit", &self.permit.is_some())

@@ -5,6 +5,7 @@
 //! - [`request`] and [`lane`]: a request, its messages and sampling; what a
 //!   lane is handed ([`lane::LaneJob`]: the deadline, the cancellation
 //!   token, the lane's permit) and what it may stream back;
+//! - [`reasoning`]: a reasoning model's thinking kept apart from its answer;
 //! - [`answer`], [`structured`], [`tools`]: reading an answer (number,
 //!   choice, vote), what an answer must be (JSON, a schema, a tool call);
 //! - [`harness`]: admission, policies, the decision core, scoring,
@@ -32,6 +33,7 @@ pub mod lane;
 pub mod millis;
 #[doc(hidden)]
 pub mod panic_payload;
+pub mod reasoning;
 pub mod request;
 #[doc(hidden)]
 pub mod rng;

@@ -18,6 +18,8 @@ use super::writer::{write_gguf, TensorSpec, Value};
 use super::GgufError;
 use edgecloud_core::rng::{SplitMix64, GAMMA};
 
+pub mod think;
+
 /// Which model shape to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -25,6 +27,11 @@ pub enum Preset {
     /// A minimal model for tests: n_embd 64, 2 layers, 4 heads / 2 KV heads,
     /// FFN 128, vocabulary 512, all F32, tied output head; about 0.5 MB.
     Tiny,
+    /// `tiny`'s shape with an untied output head and scripted weights: a
+    /// reasoning model whose template opens `<think>` and whose greedy
+    /// answer to anything is [`THINKING`](think::THINKING), `</think>`,
+    /// [`ANSWER`](think::ANSWER) (see the `think` module); about 0.6 MB.
+    TinyThink,
     /// The SmolLM2-135M shape for benchmarks: n_embd 576, 30 layers,
     /// 9 heads / 3 KV heads, FFN 1536, vocabulary 49152, Q8_0 matrices and
     /// F32 norms, tied output head; about 145 MB.
@@ -54,6 +61,7 @@ impl Preset {
     pub fn name(self) -> &'static str {
         match self {
             Preset::Tiny => "tiny",
+            Preset::TinyThink => "tiny-think",
             Preset::Bench135m => "bench-135m",
             Preset::Bench135mVocab262k => "bench-135m-262k",
             Preset::TinyBert => "tiny-bert",
@@ -63,7 +71,7 @@ impl Preset {
 
     fn shape(self) -> Shape {
         match self {
-            Preset::Tiny | Preset::TinyBert | Preset::TinyNomicBert => Shape {
+            Preset::Tiny | Preset::TinyThink | Preset::TinyBert | Preset::TinyNomicBert => Shape {
                 n_embd: 64,
                 n_layer: 2,
                 n_head: 4,
@@ -101,11 +109,11 @@ impl fmt::Display for Preset {
     }
 }
 
-/// A preset name that is not `tiny`, `bench-135m`, `bench-135m-262k`,
+/// A preset name that is not `tiny`, `tiny-think`, `bench-135m`, `bench-135m-262k`,
 /// `tiny-bert` or `tiny-nomic-bert`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "unknown model preset {0:?} (expected \"tiny\", \"bench-135m\", \"bench-135m-262k\", \"tiny-bert\" or \"tiny-nomic-bert\")"
+    "unknown model preset {0:?} (expected \"tiny\", \"tiny-think\", \"bench-135m\", \"bench-135m-262k\", \"tiny-bert\" or \"tiny-nomic-bert\")"
 )]
 pub struct UnknownPreset(String);
 
@@ -115,6 +123,7 @@ impl FromStr for Preset {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "tiny" => Ok(Preset::Tiny),
+            "tiny-think" => Ok(Preset::TinyThink),
             "bench-135m" => Ok(Preset::Bench135m),
             "bench-135m-262k" => Ok(Preset::Bench135mVocab262k),
             "tiny-bert" => Ok(Preset::TinyBert),
@@ -242,6 +251,7 @@ fn write_tweaked_to<W: Write>(
         }
     }
     let vocab = vocab::build(s.n_vocab as usize);
+    let scripted = preset == Preset::TinyThink;
     let head_dim = s.n_embd / s.n_head;
     let n_embd_kv = head_dim * s.n_head_kv;
 
@@ -250,7 +260,10 @@ fn write_tweaked_to<W: Write>(
         ("general.architecture", Value::Str("llama".into())),
         (
             "general.name",
-            Value::Str(format!("edgecloud {preset} (random weights)")),
+            Value::Str(format!(
+                "edgecloud {preset} ({} weights)",
+                if scripted { "scripted" } else { "random" }
+            )),
         ),
         (
             "general.alignment",
@@ -280,7 +293,11 @@ fn write_tweaked_to<W: Write>(
         ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
         (
             "tokenizer.chat_template",
-            Value::Str(CHATML_TEMPLATE.into()),
+            Value::Str(if scripted {
+                think::template()
+            } else {
+                CHATML_TEMPLATE.into()
+            }),
         ),
         (
             "edgecloud.generator.preset",
@@ -345,6 +362,9 @@ fn write_tweaked_to<W: Write>(
         tensors.push(matrix(format!("blk.{i}.ffn_down.weight"), s.n_ff, s.n_embd));
     }
     tensors.push(norm("output_norm.weight".into()));
+    if scripted {
+        tensors.push(matrix("output.weight".into(), s.n_embd, s.n_vocab));
+    }
     for t in tweaks {
         let Tweak::TensorType { tensor, ty } = t else {
             continue;
@@ -371,6 +391,10 @@ fn write_tweaked_to<W: Write>(
         format::DEFAULT_ALIGNMENT,
         |i, w| {
             let t = &tensors[i];
+            if let Some(values) = scripted.then(|| think::values(&t.name, &t.dims)).flatten() {
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                return w.write_all(&bytes);
+            }
             if t.dims.len() == 1 && t.ty == format::F32 {
                 // RMS norm weights of 1.0 keep activations at a sane scale.
                 let ones: Vec<u8> = (0..t.dims[0]).flat_map(|_| 1.0f32.to_le_bytes()).collect();

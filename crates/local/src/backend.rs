@@ -71,8 +71,9 @@ impl Backend for LocalBackend {
 /// log-probabilities carried over.
 pub fn candidate_from_local(c: LocalCompletion) -> Candidate {
     let t = &c.timings;
-    let mut candidate = Candidate::new(c.text, c.finish_reason);
+    let mut candidate = Candidate::new(c.text, c.finish_reason).with_reasoning(c.reasoning);
     candidate.tokens = TokenCounts {
+        local_reasoning: c.reasoning_tokens.map(u64::from),
         local_prompt: Some(u64::from(c.prompt_tokens)),
         local_reused_prompt: Some(u64::from(c.reused_prompt_tokens)),
         local_completion: Some(u64::from(c.completion_tokens)),

@@ -83,6 +83,7 @@ use super::draft::Drafter;
 use super::ffi::AbortSignal;
 use super::finish::{self, Ended};
 use super::generate::{emit, Progress, PromptFormat};
+use edgecloud_core::reasoning::ReasoningSplitter;
 use super::governor::Governor;
 use super::pick::{GrammarPass, GrammarSpec, Picker};
 use super::prepare::{Preparer, Task};
@@ -178,6 +179,8 @@ struct Branch {
     pending: Option<LlamaToken>,
     picker: Picker,
     stops: StopMatcher,
+    /// The streamed text's thinking kept apart from its answer.
+    think: ReasoningSplitter,
     utf8: Utf8Stream,
     /// Why it ended, once it has (a sample waiting for the others).
     ended: Option<FinishReason>,
@@ -425,6 +428,7 @@ impl<'m> Engine<'m> {
             samples,
             picker,
             stops,
+            thinking,
         } = match prepared {
             Ok(task) => task,
             Err(e) => {
@@ -432,7 +436,7 @@ impl<'m> Engine<'m> {
                 return;
             }
         };
-        let out = Progress::new(&job, submitted_at, started, tokens.len());
+        let out = Progress::new(&job, submitted_at, started, tokens.len(), thinking);
         let mut active = Active {
             job,
             permit,
@@ -445,6 +449,7 @@ impl<'m> Engine<'m> {
             branches: vec![Branch {
                 seq_id: seq as i32,
                 len: 0,
+                think: out.stream_splitter(),
                 out,
                 pending: None,
                 drafter: self.spec.drafter(samples, &picker),
@@ -700,7 +705,7 @@ impl<'m> Engine<'m> {
         };
         let scan = signals::from_pass(logits, &pass, token.0 as usize);
         br.out.token_sampled(scan);
-        if streams {
+        if streams && !br.out.thinking() {
             if let Some(watch) = a.job.on_logprob.as_mut() {
                 watch(scan.logprob);
             }
@@ -723,9 +728,11 @@ impl<'m> Engine<'m> {
         }
         let mut text = String::new();
         br.utf8.push(&piece, &mut text);
+        br.out.token_text(&text);
         let state = br.stops.push(&text);
         if streams {
-            emit(&mut a.job, a.branches[branch].stops.releasable());
+            let br = &mut a.branches[branch];
+            emit(&mut a.job, &mut br.think, br.stops.releasable());
         }
         let br = &mut a.branches[branch];
         if state == StopState::Stopped {
@@ -771,6 +778,7 @@ impl<'m> Engine<'m> {
             .map(|br| Ended {
                 out: br.out,
                 stops: br.stops,
+                think: br.think,
                 ended: br.ended,
             })
             .collect();

@@ -8,12 +8,13 @@
 //! sampler, and it only reads the request (its sampling was validated
 //! where the request came in).
 
-use super::generate::{emit, Progress};
+use super::generate::{emit, emit_end, Progress};
 use super::pick::GrammarPass;
 use super::stop::StopMatcher;
 use super::toolcall::{self, CallStyle, ToolJob};
 use super::{LocalCompletion, LocalError, LocalSample};
 use edgecloud_core::lane::{FinishReason, LaneJob};
+use edgecloud_core::reasoning::ReasoningSplitter;
 use edgecloud_core::request::Sampling;
 
 /// One branch of a job as it ended: its counters, its text (in its stop
@@ -21,6 +22,9 @@ use edgecloud_core::request::Sampling;
 pub(super) struct Ended {
     pub(super) out: Progress,
     pub(super) stops: StopMatcher,
+    /// The stream's thinking/answer split (what it still holds goes out
+    /// at the end).
+    pub(super) think: ReasoningSplitter,
     pub(super) ended: Option<FinishReason>,
 }
 
@@ -86,7 +90,9 @@ pub(super) fn completion(
             .next()
             .expect("a job has its first branch from the start");
         let mut stops = br.stops;
-        emit(job, stops.release_rest());
+        let mut think = br.think;
+        emit(job, &mut think, stops.release_rest());
+        emit_end(job, &mut think);
         let reason = br.ended.unwrap_or(reason);
         let matched = stops.matched().map(str::to_string);
         let mut c = br.out.finish(reason, stops.into_text(), aborted_in_decode);
@@ -102,12 +108,19 @@ pub(super) fn completion(
             (br.out, br.stops.into_text(), reason)
         })
         .collect();
-    let texts: Vec<&str> = finished.iter().map(|(_, t, _)| t.as_str()).collect();
+    // The samples vote on their answers, a reasoning model's thinking
+    // left out.
+    let answers: Vec<String> = finished
+        .iter()
+        .map(|(p, t, _)| p.split(t).answer)
+        .collect();
+    let texts: Vec<&str> = answers.iter().map(String::as_str).collect();
     let vote = edgecloud_core::answer::majority(kind, &texts);
     let sampled: usize = finished.iter().map(|(p, _, _)| p.completion_tokens).sum();
     let sample_list: Vec<LocalSample> = finished
         .iter()
-        .map(|(p, text, r)| LocalSample {
+        .zip(&answers)
+        .map(|((p, _, r), text)| LocalSample {
             text: text.clone(),
             finish_reason: *r,
             completion_tokens: p.completion_tokens as u32,
@@ -119,7 +132,9 @@ pub(super) fn completion(
         .into_iter()
         .nth(vote.chosen)
         .expect("the chosen sample is one of them");
-    emit(job, &text);
+    let mut think = out.stream_splitter();
+    emit(job, &mut think, &text);
+    emit_end(job, &mut think);
     let mut c = out.finish(reason, text, aborted_in_decode);
     c.agreement = Some(vote.share() as f32);
     c.samples = sample_list;

@@ -9,6 +9,7 @@ use super::template::{self, Origin};
 use super::toolcall::{self, ToolJob, ToolTemplate};
 use super::{LocalCompletion, LocalError, LocalTimings, ThreadSteps};
 use edgecloud_core::lane::{FinishReason, LaneJob, TokenLogprob};
+use edgecloud_core::reasoning::{self, ReasoningSplitter, ThinkingStart};
 use edgecloud_core::request::ChatMessage;
 use edgecloud_core::request::Sampling;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
@@ -204,13 +205,18 @@ fn conventional(model: &LlamaModel) -> Result<PromptFormat, LocalError> {
     })
 }
 
-pub(super) fn emit(job: &mut LaneJob, text: &str) {
-    if text.is_empty() {
-        return;
+/// Streams released text to the job's sinks, a reasoning model's
+/// thinking apart from its answer (`think` holds back what could still be
+/// a tag).
+pub(super) fn emit(job: &mut LaneJob, think: &mut ReasoningSplitter, text: &str) {
+    if !text.is_empty() {
+        think.push(text, &mut |part| job.emit(part));
     }
-    if let Some(sink) = job.on_token.as_mut() {
-        sink(text);
-    }
+}
+
+/// Streams what `think` still holds, at the end of the text.
+pub(super) fn emit_end(job: &mut LaneJob, think: &mut ReasoningSplitter) {
+    think.finish(&mut |part| job.emit(part));
 }
 
 /// Counters and clocks of one job (of one sample of a consensus job).
@@ -226,6 +232,16 @@ pub(super) struct Progress {
     pub(super) completion_tokens: usize,
     logprobs: Vec<f32>,
     first_token_margin: Option<f32>,
+    /// The latest token's margin (the first answer token's becomes
+    /// `first_token_margin` once a reasoning model's answer begins).
+    last_margin: f32,
+    /// Where the output's thinking stands before its first token.
+    thinking_start: ThinkingStart,
+    /// The sampled text read token by token: where the thinking ends.
+    think: ReasoningSplitter,
+    /// The first token of the answer, once known (after a reasoning
+    /// model's thinking; 0 otherwise): the signals judge the answer alone.
+    answer_from: Option<usize>,
     /// Per-token detail, when the job asked for log-probabilities.
     pub(super) detail: Option<Vec<TokenLogprob>>,
     decode_threads: Vec<ThreadSteps>,
@@ -243,6 +259,7 @@ impl Progress {
         submitted_at: Instant,
         started: Instant,
         prompt_tokens: usize,
+        thinking_start: ThinkingStart,
     ) -> Self {
         Self {
             submitted_at,
@@ -255,6 +272,10 @@ impl Progress {
             completion_tokens: 0,
             logprobs: Vec::with_capacity(job.sampling.max_tokens.min(4096) as usize),
             first_token_margin: None,
+            last_margin: 0.0,
+            thinking_start,
+            think: ReasoningSplitter::new(thinking_start),
+            answer_from: None,
             detail: job.sampling.logprobs.map(|_| Vec::new()),
             decode_threads: Vec::new(),
             drafted: 0,
@@ -300,46 +321,109 @@ impl Progress {
 
     pub(super) fn token_sampled(&mut self, scan: signals::TokenScan) {
         self.first_token_at.get_or_insert_with(Instant::now);
-        self.first_token_margin.get_or_insert(scan.margin);
+        if !self.think.thought() {
+            self.first_token_margin.get_or_insert(scan.margin);
+        }
+        self.last_margin = scan.margin;
         self.completion_tokens += 1;
         self.logprobs.push(scan.logprob);
     }
 
-    /// The mean log-probability of the tokens sampled so far.
+    /// Reads the text of the token just sampled: where a reasoning
+    /// model's answer begins.
+    pub(super) fn token_text(&mut self, text: &str) {
+        if self.answer_from.is_some() {
+            return;
+        }
+        self.think.push(text, &mut |_| {});
+        if self.think.answered() {
+            let this = self.completion_tokens - 1;
+            if self.think.thought() {
+                self.first_token_margin = Some(self.last_margin);
+                self.answer_from = Some(this);
+            } else {
+                self.answer_from = Some(0);
+            }
+        }
+    }
+
+    /// Whether the model is thinking (its tokens are not the answer's:
+    /// the cascade's early look at confidence skips them).
+    pub(super) fn thinking(&self) -> bool {
+        self.think.thought() && self.answer_from.is_none()
+    }
+
+    /// A whole text of this job split into thinking and answer.
+    pub(super) fn split(&self, text: &str) -> reasoning::Split {
+        reasoning::split(text, self.thinking_start)
+    }
+
+    /// A splitter for streaming this job's text (see `emit`).
+    pub(super) fn stream_splitter(&self) -> ReasoningSplitter {
+        ReasoningSplitter::new(self.thinking_start)
+    }
+
+    /// The answer's tokens' log-probabilities (all of them without
+    /// thinking; none while the answer has not begun).
+    fn answer_logprobs(&self) -> &[f32] {
+        let from = match self.answer_from {
+            Some(i) => i,
+            None if self.think.thought() => self.logprobs.len(),
+            None => 0,
+        };
+        &self.logprobs[from.min(self.logprobs.len())..]
+    }
+
+    /// The mean log-probability of the answer's tokens sampled so far.
     pub(super) fn mean_logprob(&self) -> Option<f32> {
-        (!self.logprobs.is_empty()).then(|| {
-            (self.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>() / self.logprobs.len() as f64)
-                as f32
+        let answer = self.answer_logprobs();
+        (!answer.is_empty()).then(|| {
+            (answer.iter().map(|&l| f64::from(l)).sum::<f64>() / answer.len() as f64) as f32
         })
     }
 
     /// The completion of a job that ended with `text` (its stop string
-    /// cut off; the caller has streamed it).
+    /// cut off; the caller has streamed it): a reasoning model's thinking
+    /// split from its answer (see `edgecloud_core::reasoning`), and the
+    /// signals read over the answer's tokens alone.
     pub(super) fn finish(
         self,
         reason: FinishReason,
         text: String,
         aborted_in_decode: bool,
     ) -> LocalCompletion {
+        let split = self.split(&text);
+        let text = split.answer;
+        let reasoning_tokens = split.reasoning.is_some().then(|| {
+            (self.logprobs.len() - self.answer_logprobs().len()) as u32
+        });
         let now = Instant::now();
         let generation = self.first_token_at.map_or(Duration::ZERO, |t| now - t);
         let per_s = |n: usize, d: Duration| {
             (n > 0 && d > Duration::ZERO).then(|| n as f64 / d.as_secs_f64())
         };
         let mean = self.mean_logprob();
-        let min = self.logprobs.iter().copied().reduce(f32::min);
+        let answer = self.answer_logprobs();
+        let min = answer.iter().copied().reduce(f32::min);
+        let p10 = signals::low_quantile(answer, 0.1);
+        let token_logprobs = answer.to_vec();
+        let first_token_margin = (!answer.is_empty())
+            .then_some(self.first_token_margin)
+            .flatten();
         LocalCompletion {
             text,
+            reasoning: split.reasoning,
+            reasoning_tokens,
             finish_reason: reason,
             prompt_tokens: self.prompt_tokens as u32,
             reused_prompt_tokens: self.reused as u32,
             completion_tokens: self.completion_tokens as u32,
             mean_logprob: mean,
             min_logprob: min,
-            p10_logprob: signals::low_quantile(&self.logprobs, 0.1),
-            first_token_margin: self.first_token_margin,
+            p10_logprob: p10,
+            first_token_margin,
             prompt_logprob: self.prompt_logprob(),
-            token_logprobs: self.logprobs,
+            token_logprobs,
             tool_calls: Vec::new(),
             stop_sequence: None,
             logprobs: self.detail,

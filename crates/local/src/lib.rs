@@ -414,8 +414,14 @@ pub struct ThreadSteps {
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct LocalCompletion {
-    /// The generated text (stop string excluded).
+    /// The generated text (stop string excluded): the answer, a reasoning
+    /// model's thinking split off into `reasoning`.
     pub text: String,
+    /// A reasoning model's thinking (see `edgecloud_core::reasoning`),
+    /// when it thought.
+    pub reasoning: Option<String>,
+    /// Of `completion_tokens`, those of the thinking, when it thought.
+    pub reasoning_tokens: Option<u32>,
     /// Why generation ended.
     pub finish_reason: edgecloud_core::lane::FinishReason,
     /// Prompt tokens after the chat template, counted by the model's

@@ -21,6 +21,7 @@
 //! samples than it has sequence ids for, a grammar llama.cpp cannot
 //! compile, a template that cannot render the messages.
 
+use edgecloud_core::reasoning::ThinkingStart;
 use super::generate::PromptFormat;
 use super::pick::{GrammarPass, GrammarSpec, Picker};
 use super::stop::StopMatcher;
@@ -61,6 +62,9 @@ pub(super) struct Task {
     /// The first sample's picker and stop strings.
     pub(super) picker: Picker,
     pub(super) stops: StopMatcher,
+    /// Where the output's thinking stands (see
+    /// `edgecloud_core::reasoning`): a raw prompt's output is never split.
+    pub(super) thinking: ThinkingStart,
 }
 
 impl Preparer<'_, '_> {
@@ -99,6 +103,11 @@ impl Preparer<'_, '_> {
             0,
         )?;
         Ok(Task {
+            thinking: if job.sampling.raw_prompt {
+                ThinkingStart::Never
+            } else {
+                ThinkingStart::of_prompt(&prompt)
+            },
             tokens,
             tools,
             grammar,

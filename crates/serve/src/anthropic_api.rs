@@ -121,7 +121,7 @@ fn ending(summary: &Summary, finish: &str) -> Ending {
 /// A whole message, with the `edgecloud` summary beside Anthropic's
 /// fields.
 pub(crate) fn whole(ids: &Ids, summary: &Summary, text: &str, finish: &str) -> Response<Body> {
-    let content = anthropic::content(text, &summary.tool_calls);
+    let content = anthropic::content(summary.reasoning.as_deref(), text, &summary.tool_calls);
     let mut message = anthropic::message(ids, content, Some(&ending(summary, finish)));
     message["edgecloud"] = extension(summary);
     json_response(200, &message)
@@ -167,6 +167,12 @@ impl Shape for Stream {
     fn text(&mut self, out: &mut Vec<u8>, piece: &str) {
         let mut s = String::new();
         self.events.text(&mut s, piece);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    fn reasoning(&mut self, out: &mut Vec<u8>, piece: &str) {
+        let mut s = String::new();
+        self.events.thinking(&mut s, piece);
         out.extend_from_slice(s.as_bytes());
     }
 

@@ -72,6 +72,11 @@ impl Shape for Stream {
         out.extend_from_slice(&event(&TextCompletion::one(&self.ids, piece, None)));
     }
 
+    /// A text completion has no place for thinking: the local lane never
+    /// splits a raw prompt's output (it is returned as the model wrote
+    /// it), and a provider's separate `reasoning_content` is left out.
+    fn reasoning(&mut self, _: &mut Vec<u8>, _: &str) {}
+
     fn ending(&mut self, summary: &Summary, finish: &'static str) -> Vec<u8> {
         let mut out = Vec::new();
         // The answer's log-probabilities whole, in one chunk before the

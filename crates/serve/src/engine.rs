@@ -10,6 +10,7 @@ pub(crate) use super::embedder::BoxFuture;
 use super::embedder::Embedder;
 use edgecloud_core::harness::{LaneErrorKind, LaneHealth};
 use edgecloud_core::lane::{FinishReason, Lane, TokenLogprob};
+use edgecloud_core::reasoning::Piece;
 use edgecloud_core::request::Request;
 use edgecloud_core::tools::ToolCall;
 use serde::Serialize;
@@ -210,9 +211,10 @@ pub(crate) trait Engine: Send + Sync + 'static {
 pub(crate) trait Run: Send {
     /// The run's id, route, policy and deadline, fixed at its start.
     fn info(&self) -> &RunInfo;
-    /// The next piece of committed text; `None` once the run has settled
-    /// and everything was delivered (or when not streaming).
-    fn next_token(&mut self) -> BoxFuture<'_, Option<String>>;
+    /// The next piece of committed text (answer or a reasoning model's
+    /// thinking); `None` once the run has settled and everything was
+    /// delivered (or when not streaming).
+    fn next_piece(&mut self) -> BoxFuture<'_, Option<Piece>>;
     /// Waits for the settled run.
     fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>>;
     /// Something that aborts the run from anywhere (the client went away).
@@ -333,6 +335,13 @@ pub(crate) struct Summary {
     pub(crate) lanes: Vec<LaneSummary>,
     #[serde(skip)]
     pub(crate) text: Option<String>,
+    /// The winner's thinking, when it is a reasoning model's answer.
+    #[serde(skip)]
+    pub(crate) reasoning: Option<String>,
+    /// Of the winner's completion tokens, the thinking's (local count, else
+    /// the provider's).
+    #[serde(skip)]
+    pub(crate) reasoning_tokens: Option<u64>,
     #[serde(skip)]
     pub(crate) finish_reason: Option<FinishReason>,
     /// The winner's tool calls (the answer itself, not serialized here).

@@ -3,6 +3,7 @@
 //! into the compact [`Summary`] a response carries. Only translation
 //! here: the harness picks the instance and decides everything else.
 
+use edgecloud_core::reasoning::Piece;
 use super::engine::{
     BoxFuture, Drained, Engine, Health, InstanceState, Job, LaneState, LaneSummary, ModelEntry,
     Param, Run, RunInfo, StartError, Summary, Tokens,
@@ -169,8 +170,8 @@ impl Run for HarnessRun {
         &self.info
     }
 
-    fn next_token(&mut self) -> BoxFuture<'_, Option<String>> {
-        Box::pin(self.run.next_token())
+    fn next_piece(&mut self) -> BoxFuture<'_, Option<Piece>> {
+        Box::pin(self.run.next_piece())
     }
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>> {
@@ -236,6 +237,11 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
         error: o.error.clone(),
         lanes,
         text: o.text.clone(),
+        reasoning: o.completion.as_ref().and_then(|c| c.reasoning.clone()),
+        reasoning_tokens: o
+            .completion
+            .as_ref()
+            .and_then(|c| c.tokens.local_reasoning.or(c.tokens.provider_reasoning)),
         finish_reason: o.completion.as_ref().map(|c| c.finish_reason),
         tool_calls: o
             .completion

@@ -701,6 +701,8 @@ mod tests {
             logprobs: None,
             logprobs_from: None,
             stop_sequence: None,
+            reasoning: None,
+            reasoning_tokens: None,
             timings: None,
             prompt_stage: None,
         }

@@ -105,13 +105,22 @@ impl ModelFacts {
     /// What the model can do, as Ollama names it: `completion` and
     /// `tools` for a model that generates (every generating model takes
     /// tools here: its template's own syntax, or the tools in its system
-    /// prompt), `embedding` for one that only embeds.
+    /// prompt), and `thinking` for one whose chat template thinks
+    /// (writes `<think>`: its thinking is reported apart, see
+    /// `edgecloud_core::reasoning`); `embedding` for one that only embeds.
     pub(crate) fn capabilities(&self) -> Vec<&'static str> {
-        if self.generates {
-            vec!["completion", "tools"]
-        } else {
-            vec!["embedding"]
+        if !self.generates {
+            return vec!["embedding"];
         }
+        let thinks = self
+            .chat_template
+            .as_deref()
+            .is_some_and(|t| t.contains(edgecloud_core::reasoning::THINK_OPEN));
+        let mut caps = vec!["completion", "tools"];
+        if thinks {
+            caps.push("thinking");
+        }
+        caps
     }
 }
 

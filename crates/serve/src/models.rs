@@ -810,8 +810,8 @@ impl Run for LeasedRun {
         self.run.info()
     }
 
-    fn next_token(&mut self) -> BoxFuture<'_, Option<String>> {
-        self.run.next_token()
+    fn next_piece(&mut self) -> BoxFuture<'_, Option<edgecloud_core::reasoning::Piece>> {
+        self.run.next_piece()
     }
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Result<Summary, String>> {

@@ -201,6 +201,9 @@ fn done(summary: &Summary, finish: &str) -> Done {
 /// The whole answer, with the `edgecloud` summary beside Ollama's fields.
 fn whole(call: Call, model: &str, summary: &Summary, text: &str, finish: &str) -> Response<Body> {
     let mut v = call.object(model, text, Some(summary), Some(&done(summary, finish)));
+    if let Some(r) = summary.reasoning.as_deref() {
+        ollama::add_thinking(&mut v, r);
+    }
     v["edgecloud"] = extension(summary);
     json_response(200, &v)
 }
@@ -221,6 +224,12 @@ impl Shape for Stream {
 
     fn text(&mut self, out: &mut Vec<u8>, piece: &str) {
         let v = self.call.object(&self.model, piece, None, None);
+        out.extend_from_slice(ollama::line(&v).as_bytes());
+    }
+
+    fn reasoning(&mut self, out: &mut Vec<u8>, piece: &str) {
+        let mut v = self.call.object(&self.model, "", None, None);
+        ollama::add_thinking(&mut v, piece);
         out.extend_from_slice(ollama::line(&v).as_bytes());
     }
 

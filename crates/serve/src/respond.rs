@@ -59,6 +59,7 @@ pub(crate) fn chat_completion(
     finish: &'static str,
 ) -> Response<Body> {
     let mut body = ChatCompletion::answer(ids, text, finish, usage(summary))
+        .with_reasoning(summary.reasoning.as_deref())
         .with_tool_calls(&summary.tool_calls)
         .with_logprobs(summary.logprobs.as_deref());
     body.edgecloud = Some(extension(summary));
@@ -157,6 +158,7 @@ pub(crate) fn usage(s: &Summary) -> Usage {
         t.provider_prompt.or(t.local_prompt).unwrap_or(0),
         t.provider_completion.or(t.local_completion).unwrap_or(0),
     )
+    .with_reasoning_tokens(s.reasoning_tokens)
 }
 
 /// The `edgecloud` response field.

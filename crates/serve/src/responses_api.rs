@@ -37,7 +37,7 @@ fn status(e: Ending) -> &'static str {
 fn finished(meta: &Meta, summary: &Summary, text: &str, finish: &str) -> Value {
     let mut object = meta.object(
         status(ending(finish)),
-        meta.output(text, &summary.tool_calls),
+        meta.output(summary.reasoning.as_deref(), text, &summary.tool_calls),
         Some(usage(summary)),
         None,
     );
@@ -53,34 +53,91 @@ pub(crate) fn whole(meta: &Meta, summary: &Summary, text: &str, finish: &str) ->
 /// A streamed response.
 pub(crate) struct Stream {
     meta: Meta,
+    /// The reasoning item: not begun, open (thinking is streaming), or
+    /// done (then it is output 0 and the message output 1).
+    reasoning: Item,
+    /// The thinking sent so far.
+    thinking: String,
     /// The message item is open (its text is streaming).
     message_open: bool,
     /// The text sent so far.
     text: String,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Item {
+    None,
+    Open,
+    Done,
+}
+
 impl Stream {
     pub(crate) fn new(meta: Meta) -> Self {
         Self {
             meta,
+            reasoning: Item::None,
+            thinking: String::new(),
             message_open: false,
             text: String::new(),
+        }
+    }
+
+    /// The message item's output index: after the reasoning item, if any.
+    fn message_index(&self) -> usize {
+        usize::from(self.reasoning != Item::None)
+    }
+
+    /// `response.output_item.added` of the reasoning item.
+    fn open_reasoning(&mut self, out: &mut Vec<u8>) {
+        self.reasoning = Item::Open;
+        let item = self.meta.reasoning_item(None, "in_progress");
+        let added = self.meta.event(
+            "response.output_item.added",
+            fields(json!({"item": item, "output_index": 0})),
+        );
+        out.extend_from_slice(added.as_bytes());
+    }
+
+    /// `response.reasoning_text.done` and `response.output_item.done` of
+    /// the reasoning item, when it is open.
+    fn close_reasoning(&mut self, out: &mut Vec<u8>, thinking: &str) {
+        if self.reasoning != Item::Open {
+            return;
+        }
+        self.reasoning = Item::Done;
+        let id = self.meta.reasoning_id();
+        let events = [
+            (
+                "response.reasoning_text.done",
+                json!({"content_index": 0, "item_id": id, "output_index": 0, "text": thinking}),
+            ),
+            (
+                "response.output_item.done",
+                json!({"item": self.meta.reasoning_item(Some(thinking), "completed"),
+                    "output_index": 0}),
+            ),
+        ];
+        for (kind, f) in events {
+            out.extend_from_slice(self.meta.event(kind, fields(f)).as_bytes());
         }
     }
 
     /// `response.output_item.added` and `response.content_part.added` of
     /// the message item.
     fn open_message(&mut self, out: &mut Vec<u8>) {
+        let thinking = std::mem::take(&mut self.thinking);
+        self.close_reasoning(out, &thinking);
         self.message_open = true;
+        let at = self.message_index();
         let item = self.meta.message_item(None, "in_progress");
         let id = self.meta.message_id();
         let added = self.meta.event(
             "response.output_item.added",
-            fields(json!({"item": item, "output_index": 0})),
+            fields(json!({"item": item, "output_index": at})),
         );
         let part = self.meta.event(
             "response.content_part.added",
-            fields(json!({"content_index": 0, "item_id": id, "output_index": 0,
+            fields(json!({"content_index": 0, "item_id": id, "output_index": at,
                 "part": Meta::text_part("")})),
         );
         out.extend_from_slice(added.as_bytes());
@@ -109,10 +166,29 @@ impl Shape for Stream {
         }
         self.text.push_str(piece);
         let id = self.meta.message_id();
+        let at = self.message_index();
         let delta = self.meta.event(
             "response.output_text.delta",
             fields(json!({"content_index": 0, "delta": piece, "item_id": id,
-                "logprobs": [], "output_index": 0})),
+                "logprobs": [], "output_index": at})),
+        );
+        out.extend_from_slice(delta.as_bytes());
+    }
+
+    /// Thinking streams in the reasoning item, output 0, before the
+    /// message (`response.reasoning_text.delta`).
+    fn reasoning(&mut self, out: &mut Vec<u8>, piece: &str) {
+        if self.message_open {
+            return;
+        }
+        if self.reasoning == Item::None {
+            self.open_reasoning(out);
+        }
+        self.thinking.push_str(piece);
+        let id = self.meta.reasoning_id();
+        let delta = self.meta.event(
+            "response.reasoning_text.delta",
+            fields(json!({"content_index": 0, "delta": piece, "item_id": id, "output_index": 0})),
         );
         out.extend_from_slice(delta.as_bytes());
     }
@@ -122,33 +198,39 @@ impl Shape for Stream {
         let mut out = Vec::new();
         // The answer is what the run settled on; the stream carried it.
         let text = summary.text.clone().unwrap_or_else(|| self.text.clone());
+        let thinking = summary
+            .reasoning
+            .clone()
+            .unwrap_or_else(|| self.thinking.clone());
+        self.close_reasoning(&mut out, &thinking);
         if !self.message_open && (!text.is_empty() || calls.is_empty()) {
             self.open_message(&mut out);
         }
-        let mut index = 0;
+        let mut index = self.message_index();
         if self.message_open {
+            let at = index;
             let id = self.meta.message_id();
             let events = [
                 (
                     "response.output_text.done",
                     json!({"content_index": 0, "item_id": id, "logprobs": [],
-                        "output_index": 0, "text": text}),
+                        "output_index": at, "text": text}),
                 ),
                 (
                     "response.content_part.done",
-                    json!({"content_index": 0, "item_id": id, "output_index": 0,
+                    json!({"content_index": 0, "item_id": id, "output_index": at,
                         "part": Meta::text_part(&text)}),
                 ),
                 (
                     "response.output_item.done",
                     json!({"item": self.meta.message_item(Some(&text), "completed"),
-                        "output_index": 0}),
+                        "output_index": at}),
                 ),
             ];
             for (kind, f) in events {
                 out.extend_from_slice(self.meta.event(kind, fields(f)).as_bytes());
             }
-            index = 1;
+            index += 1;
         }
         for (i, call) in calls.iter().enumerate() {
             let at = index + i;

@@ -14,6 +14,7 @@ use super::respond::{
 };
 use super::wire::ApiError;
 use bytes::Bytes;
+use edgecloud_core::reasoning::Piece;
 use edgecloud_wire::openai::{to_json, ChatChunk, Delta, Ids};
 use futures_util::FutureExt as _;
 use http_body_util::BodyExt;
@@ -36,6 +37,16 @@ pub(crate) trait Shape: Send + 'static {
     fn opening(&mut self) -> Vec<u8>;
     /// Appends the event carrying one piece of text.
     fn text(&mut self, out: &mut Vec<u8>, piece: &str);
+    /// Appends the event carrying one piece of a reasoning model's
+    /// thinking (it comes before the answer's text).
+    fn reasoning(&mut self, out: &mut Vec<u8>, piece: &str);
+    /// Appends the event of either kind of piece.
+    fn piece(&mut self, out: &mut Vec<u8>, piece: &Piece) {
+        match piece {
+            Piece::Answer(t) => self.text(out, t),
+            Piece::Reasoning(t) => self.reasoning(out, t),
+        }
+    }
     /// The events that end the stream of a run that succeeded with this
     /// answer (its whole text is `summary.text`), `[DONE]` included where
     /// the format has one.
@@ -88,7 +99,7 @@ pub(crate) async fn respond<S: Shape>(
     let info = run.info().clone();
     let started = Instant::now();
     let guard = AbortOnDrop::new(&*run);
-    let Some(first) = run.next_token().await else {
+    let Some(first) = run.next_piece().await else {
         // Settled before any text: answer with the outcome at once.
         let summary = respond::settle(&app, run, guard).await?;
         return Ok(respond::settled(
@@ -100,6 +111,9 @@ pub(crate) async fn respond<S: Shape>(
             shape.errors(),
             |text, finish| {
                 let mut frames = shape.opening();
+                if let Some(r) = summary.reasoning.as_deref() {
+                    shape.reasoning(&mut frames, r);
+                }
                 if !text.is_empty() {
                     shape.text(&mut frames, text);
                 }
@@ -148,6 +162,10 @@ impl Shape for ChatShape {
         self.content.push(out, piece);
     }
 
+    fn reasoning(&mut self, out: &mut Vec<u8>, piece: &str) {
+        out.extend_from_slice(&event(&ChatChunk::reasoning(&self.ids, piece)));
+    }
+
     fn ending(&mut self, summary: &Summary, finish: &'static str) -> Vec<u8> {
         let ids = &self.ids;
         // Calls and log-probabilities come whole, before the finish chunk:
@@ -186,25 +204,25 @@ async fn pump<S: Shape>(
     app: Arc<App>,
     mut run: Box<dyn Run>,
     mut guard: AbortOnDrop,
-    first: String,
+    first: Piece,
     tx: mpsc::Sender<Bytes>,
     mut shape: S,
 ) {
     let mut frame = shape.opening();
-    shape.text(&mut frame, &first);
+    shape.piece(&mut frame, &first);
     let mut open = tx.send(Bytes::from(frame)).await.is_ok();
     while open {
-        let Some(piece) = run.next_token().await else {
+        let Some(piece) = run.next_piece().await else {
             break;
         };
         // One event per piece, but the pieces already waiting leave in one
         // write: fewer wake-ups and syscalls when tokens come fast.
         let mut frame = Vec::new();
-        shape.text(&mut frame, &piece);
+        shape.piece(&mut frame, &piece);
         let mut ended = false;
         while frame.len() < 64 * 1024 {
-            match run.next_token().now_or_never() {
-                Some(Some(piece)) => shape.text(&mut frame, &piece),
+            match run.next_piece().now_or_never() {
+                Some(Some(piece)) => shape.piece(&mut frame, &piece),
                 Some(None) => {
                     ended = true;
                     break;

@@ -80,7 +80,7 @@ impl Run for FakeRun {
         &self.info
     }
 
-    fn next_token(&mut self) -> BoxFuture<'_, Option<String>> {
+    fn next_piece(&mut self) -> BoxFuture<'_, Option<edgecloud_core::reasoning::Piece>> {
         Box::pin(async move {
             if !self.stream {
                 return None;
@@ -96,7 +96,9 @@ impl Run for FakeRun {
                 }
                 _ => {}
             }
-            self.tokens.pop_front()
+            self.tokens
+                .pop_front()
+                .map(edgecloud_core::reasoning::Piece::Answer)
         })
     }
 
@@ -195,6 +197,8 @@ impl Fake {
             logprobs: None,
             logprobs_from: None,
             stop_sequence: None,
+            reasoning: None,
+            reasoning_tokens: None,
             timings: None,
             prompt_stage: None,
         };

@@ -64,6 +64,13 @@ pub fn tiny_model() -> &'static Path {
     generated(&TINY, Preset::Tiny)
 }
 
+/// The scripted reasoning model (`tiny-think`: its template opens
+/// `<think>`; greedy, it thinks `Sum=4?` and answers `FOUR`).
+pub fn think_model() -> &'static Path {
+    static THINK: OnceLock<PathBuf> = OnceLock::new();
+    generated(&THINK, Preset::TinyThink)
+}
+
 /// The SmolLM2-135M-shaped Q8_0 model (about 145 MB, generated once per
 /// process); for benchmarks and slow tests.
 pub fn bench_model() -> &'static Path {

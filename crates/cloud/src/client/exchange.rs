@@ -103,19 +103,22 @@ impl Inner {
                 });
             }
         }
+        // The job itself goes to the readers (its sinks); the reader
+        // watches a clone of its token.
+        let cancel = job.cancel.clone();
         let mut reader = BodyReader {
             response,
             deadline,
-            cancel: &job.cancel,
+            cancel: &cancel,
             stall: cfg.stall_timeout,
             read: 0,
             cap: cfg.limits.max_body_bytes,
         };
         if is_sse {
-            self.read_stream(reader, &mut job.on_token, probe, status)
+            self.read_stream(reader, job, probe, status)
                 .await
         } else {
-            self.read_whole(&mut reader, &mut job.on_token, probe, status)
+            self.read_whole(&mut reader, job, probe, status)
                 .await
         }
     }

@@ -19,6 +19,9 @@ pub struct ProviderUsage {
     pub completion_tokens: u64,
     /// The provider's total; when it sent none, the sum of the two above.
     pub total_tokens: u64,
+    /// Of the completion tokens, the reasoning ones, when it said
+    /// (`completion_tokens_details.reasoning_tokens`).
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl ProviderUsage {
@@ -28,6 +31,7 @@ impl ProviderUsage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: w.total_tokens.unwrap_or(prompt + completion),
+            reasoning_tokens: w.completion_tokens_details.and_then(|d| d.reasoning_tokens),
         })
     }
 }
@@ -54,8 +58,12 @@ pub struct CloudTimings {
 #[non_exhaustive]
 pub struct CloudCompletion {
     /// The generated text (partial when `finish_reason` is `Deadline` or
-    /// `Cancelled`).
+    /// `Cancelled`): the answer, a reasoning model's thinking apart.
     pub text: String,
+    /// A reasoning model's thinking: the provider's `reasoning_content`
+    /// (or `reasoning`), or a `<think>` block opening its content (see
+    /// `edgecloud_core::reasoning`).
+    pub reasoning: Option<String>,
     /// Why generation ended. Provider reasons other than `length` (`stop`,
     /// `content_filter`, `tool_calls`, none at all) map to `Stop`; see
     /// `provider_finish_reason` for the original.

@@ -9,7 +9,8 @@ use super::{Inner, Probe, MAX_DETAIL_CHARS};
 use crate::error::CloudError;
 use crate::sse::{SseDecoder, SseError, SseEvent};
 use crate::{CloudCompletion, CloudTimings};
-use edgecloud_core::lane::{FinishReason, TokenLogprob, TokenSink};
+use edgecloud_core::lane::{FinishReason, LaneJob, TokenLogprob};
+use edgecloud_core::reasoning::{Part, ReasoningSplitter};
 use edgecloud_core::tools::{FunctionCall, ToolCall};
 use edgecloud_wire::openai::{self, ChatChunk, ChatCompletion, ToolCallDelta, Usage};
 use std::panic::AssertUnwindSafe;
@@ -18,6 +19,11 @@ use std::panic::AssertUnwindSafe;
 #[derive(Default)]
 pub(super) struct StreamState {
     pub(super) text: String,
+    /// A reasoning model's thinking: the provider's `reasoning_content`,
+    /// or a `<think>` block at the start of its content.
+    pub(super) reasoning: String,
+    /// Splits a `<think>` block off the content as it arrives.
+    pub(super) think: ReasoningSplitter,
     pub(super) provider_finish: Option<String>,
     pub(super) usage: Option<Usage>,
     pub(super) model: Option<String>,
@@ -75,7 +81,7 @@ impl Inner {
     pub(super) async fn read_stream(
         &self,
         mut reader: BodyReader<'_>,
-        sink: &mut Option<TokenSink>,
+        job: &mut LaneJob,
         probe: &mut Probe,
         status: u16,
     ) -> Result<CloudCompletion, CloudError> {
@@ -95,7 +101,7 @@ impl Inner {
                 Next::End => {
                     decoder.finish(&mut events);
                     for ev in events.drain(..) {
-                        self.on_event(ev, &mut st, sink, probe)?;
+                        self.on_event(ev, &mut st, job, probe)?;
                         if st.done {
                             break;
                         }
@@ -128,7 +134,7 @@ impl Inner {
                 }
             }
             for ev in events.drain(..) {
-                self.on_event(ev, &mut st, sink, probe)?;
+                self.on_event(ev, &mut st, job, probe)?;
                 if st.done {
                     break;
                 }
@@ -137,6 +143,7 @@ impl Inner {
         if !st.saw_choice {
             return Err(CloudError::EmptyChoices);
         }
+        self.end_content(&mut st, job, probe)?;
         reader.release_for_reuse();
         let reason = match st.provider_finish.as_deref() {
             Some("length") | Some("max_tokens") => FinishReason::Length,
@@ -148,7 +155,7 @@ impl Inner {
     pub(super) async fn read_whole(
         &self,
         reader: &mut BodyReader<'_>,
-        sink: &mut Option<TokenSink>,
+        job: &mut LaneJob,
         probe: &mut Probe,
         status: u16,
     ) -> Result<CloudCompletion, CloudError> {
@@ -167,12 +174,13 @@ impl Inner {
             return Err(CloudError::EmptyChoices);
         }
         let choice = choices.swap_remove(pos);
-        let (content, tool_calls) = choice
+        let (content, tool_calls, reasoning) = choice
             .message
             .map(|m| {
                 (
                     m.content.unwrap_or_default(),
                     m.tool_calls.unwrap_or_default(),
+                    m.reasoning_content.filter(|r| !r.is_empty()),
                 )
             })
             .unwrap_or_default();
@@ -187,7 +195,11 @@ impl Inner {
             ..StreamState::default()
         };
         self.check_tool_call_bytes(&st)?;
-        self.append(&mut st.text, &content, sink, probe)?;
+        if let Some(r) = reasoning {
+            self.append(&mut st, Part::Reasoning(&r), job, probe)?;
+        }
+        self.add_content(&mut st, &content, job, probe)?;
+        self.end_content(&mut st, job, probe)?;
         if probe.timings.ttft.is_none() {
             // An empty answer still arrived: its "first token" time is now.
             let at = probe.since_start();
@@ -205,7 +217,7 @@ impl Inner {
         &self,
         ev: SseEvent,
         st: &mut StreamState,
-        sink: &mut Option<TokenSink>,
+        job: &mut LaneJob,
         probe: &mut Probe,
     ) -> Result<(), CloudError> {
         let data = ev.data.trim();
@@ -253,8 +265,11 @@ impl Inner {
                 st.add_tool_call(d);
                 self.check_tool_call_bytes(st)?;
             }
+            if let Some(r) = delta.reasoning_content {
+                self.append(st, Part::Reasoning(&r), job, probe)?;
+            }
             if let Some(content) = delta.content {
-                self.append(&mut st.text, &content, sink, probe)?;
+                self.add_content(st, &content, job, probe)?;
             }
             if choice.finish_reason.is_some() {
                 st.provider_finish = choice.finish_reason;
@@ -266,37 +281,85 @@ impl Inner {
     /// Tool-call names and arguments count against the content cap.
     pub(super) fn check_tool_call_bytes(&self, st: &StreamState) -> Result<(), CloudError> {
         let limit = self.config.limits.max_content_bytes;
-        if st.text.len() + st.tool_call_bytes() > limit {
+        if st.text.len() + st.reasoning.len() + st.tool_call_bytes() > limit {
             return Err(CloudError::ContentTooLarge { limit });
         }
         Ok(())
     }
 
-    /// Adds generated text, enforcing the content cap and feeding the sink.
-    pub(super) fn append(
+    /// Adds generated content: a `<think>` block at its start goes to the
+    /// thinking (a provider that does not split it off itself), the rest
+    /// to the answer.
+    pub(super) fn add_content(
         &self,
-        text: &mut String,
+        st: &mut StreamState,
         content: &str,
-        sink: &mut Option<TokenSink>,
+        job: &mut LaneJob,
         probe: &mut Probe,
     ) -> Result<(), CloudError> {
+        let mut parts: Vec<(bool, String)> = Vec::new();
+        st.think.push(content, &mut |p| parts.push(owned(p)));
+        self.append_parts(st, parts, job, probe)
+    }
+
+    /// Ends the content: what the `<think>` splitter held back goes out.
+    pub(super) fn end_content(
+        &self,
+        st: &mut StreamState,
+        job: &mut LaneJob,
+        probe: &mut Probe,
+    ) -> Result<(), CloudError> {
+        let mut parts: Vec<(bool, String)> = Vec::new();
+        st.think.finish(&mut |p| parts.push(owned(p)));
+        self.append_parts(st, parts, job, probe)
+    }
+
+    fn append_parts(
+        &self,
+        st: &mut StreamState,
+        parts: Vec<(bool, String)>,
+        job: &mut LaneJob,
+        probe: &mut Probe,
+    ) -> Result<(), CloudError> {
+        for (answer, text) in parts {
+            let part = if answer {
+                Part::Answer(&text)
+            } else {
+                Part::Reasoning(&text)
+            };
+            self.append(st, part, job, probe)?;
+        }
+        Ok(())
+    }
+
+    /// Adds generated text (answer or thinking), enforcing the content cap
+    /// over both and feeding the job's sinks.
+    pub(super) fn append(
+        &self,
+        st: &mut StreamState,
+        part: Part<'_>,
+        job: &mut LaneJob,
+        probe: &mut Probe,
+    ) -> Result<(), CloudError> {
+        let (Part::Answer(content) | Part::Reasoning(content)) = part;
         if content.is_empty() {
             return Ok(());
         }
         let limit = self.config.limits.max_content_bytes;
-        if text.len() + content.len() > limit {
+        if st.text.len() + st.reasoning.len() + content.len() > limit {
             return Err(CloudError::ContentTooLarge { limit });
         }
         let at = probe.since_start();
         probe.timings.ttft.get_or_insert(at);
         probe.timings.last_token = Some(at);
-        text.push_str(content);
-        if let Some(sink) = sink.as_mut() {
-            // A panicking sink must not unwind through the lane: the
-            // exchange is dropped and the caller gets a clear error.
-            std::panic::catch_unwind(AssertUnwindSafe(|| sink(content)))
-                .map_err(|_| CloudError::SinkPanicked)?;
+        match part {
+            Part::Answer(_) => st.text.push_str(content),
+            Part::Reasoning(_) => st.reasoning.push_str(content),
         }
+        // A panicking sink must not unwind through the lane: the
+        // exchange is dropped and the caller gets a clear error.
+        std::panic::catch_unwind(AssertUnwindSafe(|| job.emit(part)))
+            .map_err(|_| CloudError::SinkPanicked)?;
         Ok(())
     }
 
@@ -309,6 +372,7 @@ impl Inner {
     ) -> CloudCompletion {
         CloudCompletion {
             text: st.text,
+            reasoning: (!st.reasoning.is_empty()).then_some(st.reasoning),
             finish_reason: reason,
             provider_finish_reason: if reason.is_complete() {
                 st.provider_finish
@@ -323,5 +387,13 @@ impl Inner {
             tool_calls: st.tool_calls,
             logprobs: st.logprobs,
         }
+    }
+}
+
+/// A part as (is answer, text), to hand on after the splitter's borrow.
+fn owned(p: Part<'_>) -> (bool, String) {
+    match p {
+        Part::Answer(t) => (true, t.to_string()),
+        Part::Reasoning(t) => (false, t.to_string()),
     }
 }

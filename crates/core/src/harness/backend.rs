@@ -107,6 +107,14 @@ pub struct TokenCounts {
     pub local_reused_prompt: Option<u64>,
     /// Completion tokens counted by the local model's tokenizer.
     pub local_completion: Option<u64>,
+    /// Of `local_completion`, the tokens of a reasoning model's thinking
+    /// (see [`crate::reasoning`]); `None` when it did not think.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_reasoning: Option<u64>,
+    /// Of `provider_completion`, the reasoning tokens as the provider
+    /// reported them (`completion_tokens_details.reasoning_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_reasoning: Option<u64>,
     /// Tokens the local lane sampled for this answer over all its samples
     /// (a consensus of k samples; `local_completion` is the chosen
     /// sample's): what the answer cost the device.
@@ -238,8 +246,14 @@ impl TokenSignals {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Candidate {
-    /// The generated text.
+    /// The generated text: the answer (a reasoning model's thinking is in
+    /// `reasoning`).
     pub text: String,
+    /// A reasoning model's thinking, kept apart from the answer (see
+    /// [`crate::reasoning`]): scorers, validity checks and arbiters judge
+    /// `text` alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     /// Why generation ended.
     pub finish_reason: FinishReason,
     /// Token counts by source.
@@ -270,6 +284,7 @@ impl Candidate {
     pub fn new(text: impl Into<String>, finish_reason: FinishReason) -> Self {
         Self {
             text: text.into(),
+            reasoning: None,
             finish_reason,
             tokens: TokenCounts::default(),
             timings: Timings::default(),
@@ -279,6 +294,12 @@ impl Candidate {
             logprobs: None,
             stop_sequence: None,
         }
+    }
+
+    /// Adds a reasoning model's thinking (empty thinking is none).
+    pub fn with_reasoning(mut self, reasoning: Option<String>) -> Self {
+        self.reasoning = reasoning.filter(|r| !r.is_empty());
+        self
     }
 
     /// Adds tool calls.

@@ -7,6 +7,7 @@ use super::error::HarnessError;
 use super::outcome::Outcome;
 use super::policy::{CommitMode, Policy};
 use super::run::{AbortResult, RunShared};
+use crate::reasoning::Piece;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -102,7 +103,7 @@ pub struct RunHandle {
     pub(crate) run_id: u64,
     pub(crate) deadline: Instant,
     pub(crate) abort: AbortHandle,
-    pub(crate) tokens: Option<mpsc::UnboundedReceiver<String>>,
+    pub(crate) tokens: Option<mpsc::UnboundedReceiver<Piece>>,
     pub(crate) outcome: oneshot::Receiver<Outcome>,
     /// The instance it runs on (an index into `Harness::instances`).
     pub(crate) instance: usize,
@@ -149,15 +150,41 @@ impl RunHandle {
         self.abort.abort()
     }
 
-    /// The next piece of committed text; `None` once the run has settled
-    /// and everything was delivered (or when the run does not stream).
+    /// The next piece of the committed answer's text; `None` once the
+    /// run has settled and everything was delivered (or when the run does
+    /// not stream). A reasoning model's thinking is skipped: read it with
+    /// [`next_piece`](Self::next_piece), or from the outcome.
     pub async fn next_token(&mut self) -> Option<String> {
+        loop {
+            match self.next_piece().await? {
+                Piece::Answer(text) => return Some(text),
+                Piece::Reasoning(_) => continue,
+            }
+        }
+    }
+
+    /// The next piece of committed text, answer or thinking (see
+    /// [`crate::reasoning`]), in the order the lane wrote them; `None` as
+    /// for [`next_token`](Self::next_token).
+    pub async fn next_piece(&mut self) -> Option<Piece> {
         self.tokens.as_mut()?.recv().await
     }
 
     /// Blocking [`next_token`](Self::next_token), for code without a
     /// runtime.
     pub fn next_token_blocking(&mut self) -> Result<Option<String>, HarnessError> {
+        loop {
+            match self.next_piece_blocking()? {
+                Some(Piece::Answer(text)) => return Ok(Some(text)),
+                Some(Piece::Reasoning(_)) => continue,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Blocking [`next_piece`](Self::next_piece), for code without a
+    /// runtime.
+    pub fn next_piece_blocking(&mut self) -> Result<Option<Piece>, HarnessError> {
         ensure_blocking_allowed()?;
         Ok(match self.tokens.as_mut() {
             Some(rx) => rx.blocking_recv(),

@@ -270,6 +270,7 @@ impl Engine<'_> {
             a.branches.push(Branch {
                 seq_id: id,
                 len: cached,
+                think: out.stream_splitter(),
                 out,
                 pending: None,
                 picker,

@@ -71,10 +71,21 @@ fn tool_use(call: &ToolCall) -> Value {
     json!({"id": call.id, "input": input(call), "name": call.function.name, "type": "tool_use"})
 }
 
-/// The `content` of an answer: its text as a text block (when it has
-/// text, or nothing else), then one `tool_use` block per call.
-pub fn content(text: &str, calls: &[ToolCall]) -> Vec<Value> {
-    let mut out = Vec::with_capacity(calls.len() + 1);
+/// A `thinking` block: a reasoning model's thinking, with an empty
+/// `signature` (nothing signs a local model's thinking; a client sending
+/// it back is read as any thinking block is: skipped).
+fn thinking_block(thinking: &str) -> Value {
+    json!({"signature": "", "thinking": thinking, "type": "thinking"})
+}
+
+/// The `content` of an answer: its thinking as a `thinking` block (a
+/// reasoning model's), its text as a text block (when it has text, or
+/// nothing else), then one `tool_use` block per call.
+pub fn content(reasoning: Option<&str>, text: &str, calls: &[ToolCall]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(calls.len() + 2);
+    if let Some(r) = reasoning {
+        out.push(thinking_block(r));
+    }
     if !text.is_empty() || calls.is_empty() {
         out.push(json!({"text": text, "type": "text"}));
     }
@@ -129,6 +140,8 @@ pub struct Events {
     next_index: usize,
     /// The text block's index while it is open.
     text_block: Option<usize>,
+    /// The thinking block's index while it is open.
+    thinking_block: Option<usize>,
 }
 
 impl Events {
@@ -137,6 +150,7 @@ impl Events {
             ids,
             next_index: 0,
             text_block: None,
+            thinking_block: None,
         }
     }
 
@@ -150,9 +164,43 @@ impl Events {
         out
     }
 
+    /// A piece of a reasoning model's thinking: the thinking block's start
+    /// on the first, then its `thinking_delta` (thinking comes before the
+    /// text; a piece after the text has begun is not sent).
+    pub fn thinking(&mut self, out: &mut String, piece: &str) {
+        if self.text_block.is_some() {
+            return;
+        }
+        let index = match self.thinking_block {
+            Some(i) => i,
+            None => {
+                let i = self.open(out, thinking_block(""));
+                self.thinking_block = Some(i);
+                i
+            }
+        };
+        out.push_str(&event(
+            "content_block_delta",
+            json!({"delta": {"thinking": piece, "type": "thinking_delta"}, "index": index}),
+        ));
+    }
+
+    /// Ends the thinking block, when open: its (empty) `signature_delta`
+    /// and its stop.
+    fn close_thinking(&mut self, out: &mut String) {
+        if let Some(i) = self.thinking_block.take() {
+            out.push_str(&event(
+                "content_block_delta",
+                json!({"delta": {"signature": "", "type": "signature_delta"}, "index": i}),
+            ));
+            Self::close(out, i);
+        }
+    }
+
     /// A piece of text: the text block's start on the first, then its
     /// `text_delta`.
     pub fn text(&mut self, out: &mut String, piece: &str) {
+        self.close_thinking(out);
         let index = match self.text_block {
             Some(i) => i,
             None => {
@@ -199,6 +247,7 @@ impl Events {
         extra: Map<String, Value>,
     ) -> String {
         let mut out = String::new();
+        self.close_thinking(&mut out);
         if self.text_block.is_none() && calls.is_empty() {
             self.text(&mut out, "");
         }
@@ -277,7 +326,7 @@ mod tests {
             input_tokens: 9,
             output_tokens: 4,
         };
-        let m = message(&ids(), content("Checking.", &calls), Some(&ending));
+        let m = message(&ids(), content(None, "Checking.", &calls), Some(&ending));
         assert_eq!(m["type"], "message");
         assert_eq!(m["role"], "assistant");
         assert_eq!(
@@ -288,8 +337,8 @@ mod tests {
         assert_eq!(m["content"][1]["input"], json!({"city": "Oslo"}));
         assert_eq!(m["stop_reason"], "tool_use");
         assert_eq!(m["usage"], json!({"input_tokens": 9, "output_tokens": 4}));
-        assert_eq!(content("", &calls).len(), 1, "no empty text beside a call");
-        assert_eq!(content("", &[])[0]["text"], "");
+        assert_eq!(content(None, "", &calls).len(), 1, "no empty text beside a call");
+        assert_eq!(content(None, "", &[])[0]["text"], "");
         let cut = ToolCall {
             function: edgecloud_core::tools::FunctionCall {
                 name: "f".into(),
@@ -297,7 +346,7 @@ mod tests {
             },
             ..calls[0].clone()
         };
-        assert_eq!(content("", &[cut])[0]["input"], json!({}));
+        assert_eq!(content(None, "", &[cut])[0]["input"], json!({}));
         assert_eq!(
             StopReason::of(false, false, Some("###")),
             StopReason::StopSequence

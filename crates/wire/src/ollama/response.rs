@@ -140,6 +140,17 @@ fn object(model: &str, created_at: &str, body: (&str, Value), done: Option<&Done
     Value::Object(o)
 }
 
+/// Adds a reasoning model's thinking to a chat or generate object, where
+/// Ollama puts it: the chat message's `thinking`, or generate's own
+/// `thinking` beside `response`.
+pub fn add_thinking(object: &mut Value, thinking: &str) {
+    let thinking = Value::String(thinking.to_string());
+    match object.get_mut("message") {
+        Some(message) => message["thinking"] = thinking,
+        None => object["thinking"] = thinking,
+    }
+}
+
 /// One NDJSON line.
 pub fn line(v: &Value) -> String {
     let mut s = to_json(v);

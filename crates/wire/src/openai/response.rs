@@ -68,6 +68,16 @@ pub struct Message {
         skip_serializing_if = "Option::is_none"
     )]
     pub tool_calls: Option<Vec<ToolCall>>,
+    /// A reasoning model's thinking, apart from `content`, as
+    /// llama-server (`--reasoning-format deepseek`), vLLM and DeepSeek
+    /// send it; read from `reasoning` too (OpenRouter, newer vLLM).
+    #[serde(
+        default,
+        alias = "reasoning",
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reasoning_content: Option<String>,
 }
 
 /// One streamed chunk (`chat.completion.chunk`): a delta, the finish
@@ -170,6 +180,15 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+    /// A piece of a reasoning model's thinking (see
+    /// [`Message::reasoning_content`]).
+    #[serde(
+        default,
+        alias = "reasoning",
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reasoning_content: Option<String>,
 }
 
 /// A piece of a tool call in a stream: the first piece of call `index`
@@ -201,6 +220,22 @@ pub struct Usage {
     pub completion_tokens: Option<u64>,
     pub prompt_tokens: Option<u64>,
     pub total_tokens: Option<u64>,
+    /// What the completion tokens were: the reasoning ones, when the
+    /// answer came with thinking.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// `usage.completion_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionTokensDetails {
+    /// Of the completion tokens, the thinking's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -210,7 +245,16 @@ impl Usage {
             completion_tokens: Some(completion),
             prompt_tokens: Some(prompt),
             total_tokens: Some(prompt + completion),
+            completion_tokens_details: None,
         }
+    }
+
+    /// The same counts, saying how many completion tokens were thinking.
+    pub fn with_reasoning_tokens(mut self, reasoning: Option<u64>) -> Self {
+        self.completion_tokens_details = reasoning.map(|n| CompletionTokensDetails {
+            reasoning_tokens: Some(n),
+        });
+        self
     }
 }
 
@@ -255,6 +299,7 @@ impl ChatCompletion {
                     content: Some(text.to_string()),
                     role: Some("assistant".into()),
                     tool_calls: None,
+                    reasoning_content: None,
                 }),
             }],
             created: Some(ids.created),
@@ -278,6 +323,15 @@ impl ChatCompletion {
                 m.content = None;
             }
             m.tool_calls = Some(calls.to_vec());
+        }
+        self
+    }
+
+    /// The same answer with a reasoning model's thinking apart from its
+    /// content (`reasoning_content`, as llama-server and DeepSeek send it).
+    pub fn with_reasoning(mut self, reasoning: Option<&str>) -> Self {
+        if let (Some(r), Some(m)) = (reasoning, self.choices[0].message.as_mut()) {
+            m.reasoning_content = Some(r.to_string());
         }
         self
     }
@@ -315,6 +369,7 @@ impl ChatChunk {
                 content: Some(String::new()),
                 role: Some("assistant".into()),
                 tool_calls: None,
+                reasoning_content: None,
             },
             None,
         )
@@ -323,6 +378,15 @@ impl ChatChunk {
     /// A chunk of text.
     pub fn content(ids: &Ids, text: &str) -> Self {
         Self::delta(ids, Delta::text(text), None)
+    }
+
+    /// A chunk of a reasoning model's thinking (`delta.reasoning_content`).
+    pub fn reasoning(ids: &Ids, text: &str) -> Self {
+        let delta = Delta {
+            reasoning_content: Some(text.to_string()),
+            ..Delta::default()
+        };
+        Self::delta(ids, delta, None)
     }
 
     /// The chunks of tool calls, as OpenAI streams them (one chunk per

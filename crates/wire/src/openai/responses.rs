@@ -547,6 +547,27 @@ impl Meta {
         })
     }
 
+    /// The id of the reasoning item (a reasoning model's thinking).
+    pub fn reasoning_id(&self) -> String {
+        format!("rs-{}", self.ids.id)
+    }
+
+    /// The reasoning item: the thinking as one `reasoning_text` content
+    /// part (as OpenAI's open-weight models' responses carry it), no
+    /// summary, nothing encrypted.
+    pub fn reasoning_item(&self, text: Option<&str>, status: &str) -> Value {
+        json!({
+            "content": match text {
+                Some(t) => json!([{"text": t, "type": "reasoning_text"}]),
+                None => json!([]),
+            },
+            "id": self.reasoning_id(),
+            "status": status,
+            "summary": [],
+            "type": "reasoning",
+        })
+    }
+
     /// An `output_text` content part.
     pub fn text_part(text: &str) -> Value {
         json!({"annotations": [], "logprobs": [], "text": text, "type": "output_text"})
@@ -567,8 +588,11 @@ impl Meta {
 
     /// The output of a finished answer: its text as a message item (when
     /// it has text, or nothing else), then its calls.
-    pub fn output(&self, text: &str, calls: &[ToolCall]) -> Vec<Value> {
-        let mut out = Vec::with_capacity(calls.len() + 1);
+    pub fn output(&self, reasoning: Option<&str>, text: &str, calls: &[ToolCall]) -> Vec<Value> {
+        let mut out = Vec::with_capacity(calls.len() + 2);
+        if let Some(r) = reasoning {
+            out.push(self.reasoning_item(Some(r), "completed"));
+        }
         if !text.is_empty() || calls.is_empty() {
             out.push(self.message_item(Some(text), "completed"));
         }
@@ -768,7 +792,7 @@ mod tests {
         let calls = [ToolCall::new("c1", "f", &json!({"a": 1}))];
         let o = meta.object(
             "completed",
-            meta.output("", &calls),
+            meta.output(None, "", &calls),
             Some(Usage::counted(3, 2)),
             None,
         );
@@ -778,7 +802,7 @@ mod tests {
         assert_eq!(o["output"][0]["type"], "function_call");
         assert_eq!(o["output"][0]["arguments"], "{\"a\":1}");
         assert_eq!(o["usage"]["total_tokens"], 5);
-        let plain = meta.output("hi", &[]);
+        let plain = meta.output(None, "hi", &[]);
         assert_eq!(plain[0]["content"][0]["text"], "hi");
     }
 }

@@ -6,6 +6,7 @@
 use crate::harness::backend::{BackendError, Candidate};
 use crate::harness::callbacks::Score;
 use crate::harness::outcome::LaneStatus;
+use crate::reasoning::Piece;
 use std::time::{Duration, Instant};
 
 /// Where a lane is in this run.
@@ -38,7 +39,7 @@ pub(super) struct LaneRun {
     pub(super) result: Option<Result<Candidate, BackendError>>,
     pub(super) score: Option<Score>,
     /// Text streamed before the run committed to a lane.
-    pub(super) buffer: Vec<String>,
+    pub(super) buffer: Vec<Piece>,
     /// Asked to start while the cloud's prompt was still being prepared.
     pub(super) want_start: bool,
     /// The compressor's estimates (before, after).

@@ -47,6 +47,7 @@ mod tests;
 pub(crate) use calls::{Call, CbOutput};
 
 use super::backend::{BackendError, Candidate};
+use crate::reasoning::Piece;
 use super::callbacks::{CallResult, Scored};
 use super::observer::Event;
 use super::policy::{CommitMode, Plan, Policy};
@@ -121,7 +122,7 @@ pub(crate) enum Input {
     /// The shell's answer to [`Effect::Start`].
     Admission { lane: Lane, answer: Admission },
     /// A lane's worker produced a piece of text.
-    Token { lane: Lane, piece: String },
+    Token { lane: Lane, piece: Piece },
     /// A lane's worker sampled a token of this log-probability (only
     /// lanes the core watches: [`Core::watches_logprobs`]).
     Logprob { lane: Lane, logprob: f32 },
@@ -184,7 +185,7 @@ pub(crate) enum Effect {
     /// Call a callback (inline ones answer with [`Input::Called`] at once).
     Call { id: u64, call: Call },
     /// Hand this text to the caller's stream.
-    Forward(String),
+    Forward(Piece),
     /// Send this event to the observers.
     Emit(Event),
     /// The run is decided; cancelled cooperative workers may still return

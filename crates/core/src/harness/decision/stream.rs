@@ -10,6 +10,7 @@ use super::{Core, Effect};
 use crate::harness::observer::Event;
 use crate::harness::policy::CommitMode;
 use crate::lane::Lane;
+use crate::reasoning::Piece;
 use std::time::Instant;
 
 /// The streaming side of a run.
@@ -17,8 +18,10 @@ use std::time::Instant;
 pub(super) struct Stream {
     /// The lane whose text the caller receives.
     pub(super) committed: Option<Lane>,
-    /// Bytes handed to the caller so far.
+    /// Bytes of answer handed to the caller so far.
     pub(super) forwarded_bytes: usize,
+    /// Bytes of thinking handed to the caller so far.
+    pub(super) forwarded_reasoning_bytes: usize,
     /// When the caller got its first piece.
     pub(super) caller_first_token: Option<Instant>,
 }
@@ -27,7 +30,7 @@ impl Core {
     pub(super) fn on_token(
         &mut self,
         lane: Lane,
-        piece: String,
+        piece: Piece,
         now: Instant,
         fx: &mut Vec<Effect>,
     ) {
@@ -81,12 +84,15 @@ impl Core {
         self.timers.escalate_on_secondary_start = None;
     }
 
-    fn forward(&mut self, piece: String, now: Instant, fx: &mut Vec<Effect>) {
-        if piece.is_empty() || !self.run.streaming {
+    fn forward(&mut self, piece: Piece, now: Instant, fx: &mut Vec<Effect>) {
+        if piece.text().is_empty() || !self.run.streaming {
             return;
         }
         self.stream.caller_first_token.get_or_insert(now);
-        self.stream.forwarded_bytes += piece.len();
+        match &piece {
+            Piece::Answer(t) => self.stream.forwarded_bytes += t.len(),
+            Piece::Reasoning(t) => self.stream.forwarded_reasoning_bytes += t.len(),
+        }
         fx.push(Effect::Forward(piece));
     }
 
@@ -103,13 +109,17 @@ impl Core {
                 self.forward(piece, now, fx);
             }
         }
-        let text = self.lanes[w]
+        let (text, reasoning) = self.lanes[w]
             .candidate()
-            .map(|c| c.text.clone())
+            .map(|c| (c.text.clone(), c.reasoning.clone().unwrap_or_default()))
             .unwrap_or_default();
+        let sent = self.stream.forwarded_reasoning_bytes;
+        if sent < reasoning.len() && reasoning.is_char_boundary(sent) {
+            self.forward(Piece::Reasoning(reasoning[sent..].to_string()), now, fx);
+        }
         let sent = self.stream.forwarded_bytes;
         if sent < text.len() && text.is_char_boundary(sent) {
-            self.forward(text[sent..].to_string(), now, fx);
+            self.forward(Piece::Answer(text[sent..].to_string()), now, fx);
         }
     }
 }

@@ -38,6 +38,7 @@ use super::route::{Cb, RouteSettings};
 use super::slot::LaneSlot;
 use crate::lane::{CancellationToken, Lane, LaneJob, PerLane};
 use crate::panic_payload::message;
+use crate::reasoning::Piece;
 use crate::request::{ChatMessage, Request};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -57,7 +58,7 @@ pub(crate) struct RunSetup {
     pub(crate) route: Arc<RouteSettings>,
     pub(crate) policy: Policy,
     pub(crate) commit: CommitMode,
-    pub(crate) stream: Option<mpsc::UnboundedSender<String>>,
+    pub(crate) stream: Option<mpsc::UnboundedSender<Piece>>,
     pub(crate) start: Instant,
     pub(crate) deadline: Instant,
     pub(crate) slots: PerLane<Option<Arc<LaneSlot>>>,
@@ -122,7 +123,7 @@ struct Shell {
     events: EventSink,
     shared: Arc<RunShared>,
     rx: mpsc::UnboundedReceiver<WorkerMsg>,
-    stream: Option<mpsc::UnboundedSender<String>>,
+    stream: Option<mpsc::UnboundedSender<Piece>>,
     cancel: PerLane<CancellationToken>,
     worker_ids: PerLane<Option<u64>>,
     callbacks: FuturesUnordered<CbFuture>,

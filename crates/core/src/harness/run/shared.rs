@@ -4,6 +4,7 @@
 //! worker's result (counted and discarded). It must not decide anything
 //! about the run; it only knows whether the run has settled.
 
+use crate::reasoning::Piece;
 use crate::harness::backend::{BackendError, Candidate};
 use crate::harness::decision::{Finished, Input};
 use crate::harness::observer::{Event, EventSink};
@@ -31,7 +32,7 @@ pub enum AbortResult {
 pub(crate) enum WorkerMsg {
     Token {
         lane: Lane,
-        piece: String,
+        piece: Piece,
     },
     Logprob {
         lane: Lane,

@@ -13,6 +13,7 @@ use crate::harness::registry::Registry;
 use crate::harness::slot::LaneSlot;
 use crate::lane::{CancellationToken, Lane, LaneJob};
 use crate::panic_payload::message;
+use crate::reasoning::Piece;
 use futures_util::FutureExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -42,13 +43,19 @@ pub(super) fn admit(
         drop(permit);
         return (Admission::Down { retry_in, reason }, None);
     }
-    let tx = ctx.shared.tx.clone();
+    let (tx, tx_reasoning) = (ctx.shared.tx.clone(), ctx.shared.tx.clone());
     let mut job = make_job()
         .with_cancel(cancel.clone())
         .with_sink(move |piece: &str| {
             let _ = tx.send(WorkerMsg::Token {
                 lane,
-                piece: piece.to_string(),
+                piece: Piece::Answer(piece.to_string()),
+            });
+        })
+        .with_reasoning_sink(move |piece: &str| {
+            let _ = tx_reasoning.send(WorkerMsg::Token {
+                lane,
+                piece: Piece::Reasoning(piece.to_string()),
             });
         });
     // The slot frees when both halves are gone: the job's (which the

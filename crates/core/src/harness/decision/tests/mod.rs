@@ -12,6 +12,7 @@ mod reasons;
 mod stages;
 mod validity;
 
+use crate::reasoning::Piece;
 use super::decide::{Pool, Reason};
 use super::*;
 use crate::harness::backend::LaneErrorKind;
@@ -123,7 +124,11 @@ impl Sim {
             }
             Effect::Cancel(lane) => self.cancelled.push(lane),
             Effect::Call { id, call } => self.calls.push((id, call)),
-            Effect::Forward(piece) => self.forwarded.push(piece),
+            // Thinking is marked, so a test sees which kind went out.
+            Effect::Forward(piece) => self.forwarded.push(match piece {
+                Piece::Answer(t) => t,
+                Piece::Reasoning(t) => format!("<r>{t}"),
+            }),
             Effect::Emit(event) => self.events.push(event),
             Effect::AwaitCancelled { until } => self.grace_until = Some(until),
             Effect::Settle => self.settle_now = true,
@@ -157,7 +162,13 @@ impl Sim {
     }
 
     pub(super) fn token(&mut self, lane: Lane, piece: &str, ms: Ms) {
-        let piece = piece.to_string();
+        let piece = Piece::Answer(piece.to_string());
+        self.feed(Input::Token { lane, piece }, ms);
+    }
+
+    /// A piece of a lane's thinking.
+    pub(super) fn thinking(&mut self, lane: Lane, piece: &str, ms: Ms) {
+        let piece = Piece::Reasoning(piece.to_string());
         self.feed(Input::Token { lane, piece }, ms);
     }
 

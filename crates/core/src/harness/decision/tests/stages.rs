@@ -6,6 +6,7 @@ use super::*;
 use crate::harness::callbacks::{CallbackStatus, Compressed};
 use crate::harness::outcome::CancelResult;
 use crate::request::ChatMessage;
+use crate::reasoning::Piece;
 
 #[test]
 fn a_busy_lane_is_absent_and_said_so() {
@@ -146,7 +147,7 @@ fn with_completion_commit_nothing_streams_before_the_decision() {
     let forwarded: Vec<String> = effects
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Forward(p) => Some(p),
+            Effect::Forward(p) => Some(p.text().to_string()),
             _ => None,
         })
         .collect();
@@ -157,6 +158,41 @@ fn with_completion_commit_nothing_streams_before_the_decision() {
     );
     assert_eq!(out.committed, Some(Lane::Cloud));
     assert_eq!(out.ttft_ms, Some(10.0));
+}
+
+/// A reasoning model's thinking streams as its own kind, buffered and
+/// flushed with the winner like its answer, and the winner's tails of
+/// both kinds (what the lane returned without streaming) follow.
+#[test]
+fn thinking_streams_apart_and_its_tail_is_flushed() {
+    let mut s = setup(Policy::Race);
+    s.streaming = true;
+    s.commit = CommitMode::Completion;
+    let mut sim = Sim::begin(s);
+    sim.thinking(Lane::Local, "Sum", 4);
+    sim.token(Lane::Cloud, "cl", 5);
+    let mut c = Candidate::new("FOUR", FinishReason::Stop);
+    c.reasoning = Some("Sum it.".into());
+    sim.returned(Lane::Local, Ok(c), 10);
+    let (_, effects) = sim
+        .core
+        .settle(sim.start + Duration::from_millis(10), false);
+    let forwarded: Vec<Piece> = effects
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Forward(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        forwarded,
+        [
+            Piece::Reasoning("Sum".into()),
+            Piece::Reasoning(" it.".into()),
+            Piece::Answer("FOUR".into()),
+        ],
+        "the buffered thinking, its tail, then the answer; nothing of the loser"
+    );
 }
 
 #[test]
