@@ -314,3 +314,84 @@ async fn a_server_ignoring_stream_true_still_answers() {
     assert!(!done.streamed);
     assert!(done.usage.is_none());
 }
+
+/// A reasoning model's thinking arrives apart from the answer, whether the
+/// provider splits it off (`reasoning_content`, as llama-server, vLLM and
+/// DeepSeek send it; `reasoning` in newer vLLM and OpenRouter) or leaves
+/// a `<think>` block in the content (split here, even when a tag is cut
+/// across deltas); the answer's sink sees only the answer, the reasoning
+/// sink the thinking, and the provider's reasoning-token count is kept.
+#[tokio::test]
+async fn thinking_arrives_apart_from_the_answer_streamed_and_whole() {
+    fn chunk(delta: serde_json::Value) -> String {
+        serde_json::json!({"choices": [{"index": 0, "delta": delta}]}).to_string()
+    }
+    const SPLIT: [&str; 2] = ["reasoning_content", "reasoning"];
+    for (case, field) in [(0, SPLIT[0]), (1, SPLIT[1]), (2, "content")] {
+        let server = TestServer::start(move |mut conn| async move {
+            while let Some(req) = conn.read_request().await {
+                let usage = serde_json::json!({"prompt_tokens": 9, "completion_tokens": 7,
+                    "total_tokens": 16, "completion_tokens_details": {"reasoning_tokens": 4}});
+                if req.wants_stream() {
+                    if conn.sse_head().await.is_err() {
+                        return;
+                    }
+                    let mut events: Vec<String> = if case < 2 {
+                        ["Sum", " it."]
+                            .iter()
+                            .map(|p| chunk(serde_json::json!({field: p})))
+                            .chain([chunk(serde_json::json!({"content": "FOUR"}))])
+                            .collect()
+                    } else {
+                        ["<thi", "nk>\nSum", " it.</th", "ink>\n\nFO", "UR"]
+                            .iter()
+                            .map(|p| chunk(serde_json::json!({"content": p})))
+                            .collect()
+                    };
+                    events.push(
+                        serde_json::json!({"choices": [{"index": 0, "delta": {},
+                            "finish_reason": "stop"}], "usage": usage})
+                        .to_string(),
+                    );
+                    events.push("[DONE]".into());
+                    for ev in &events {
+                        if conn.event(ev).await.is_err() {
+                            return;
+                        }
+                    }
+                    if conn.end_chunks().await.is_err() {
+                        return;
+                    }
+                } else {
+                    let message = if case < 2 {
+                        serde_json::json!({"role": "assistant", "content": "FOUR", field: "Sum it."})
+                    } else {
+                        serde_json::json!({"role": "assistant",
+                            "content": "<think>\nSum it.</think>\n\nFOUR"})
+                    };
+                    let body = serde_json::json!({"choices": [{"index": 0, "message": message,
+                        "finish_reason": "stop"}], "usage": usage});
+                    if conn.json(200, &body.to_string()).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .await;
+        for stream in [true, false] {
+            let what = format!("{field} stream={stream}");
+            let lane = lane_with(&server, |c| c.stream = stream);
+            let (answer, sink) = collecting_sink();
+            let (thinking, reasoning_sink) = collecting_sink();
+            let done = lane
+                .run(job("2+2?").with_sink(sink).with_reasoning_sink(reasoning_sink))
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(done.text, "FOUR", "{what}");
+            assert_eq!(done.reasoning.as_deref(), Some("Sum it."), "{what}");
+            assert_eq!(*answer.lock().unwrap(), "FOUR", "{what}");
+            assert_eq!(*thinking.lock().unwrap(), "Sum it.", "{what}");
+            assert_eq!(done.usage.unwrap().reasoning_tokens, Some(4), "{what}");
+        }
+    }
+}
