@@ -37,7 +37,10 @@ const THINKING_TOKENS: u32 = 14;
 #[test]
 fn the_local_lane_splits_thinking_from_answer_whole_and_streamed() {
     let lane = LocalLane::start(config()).expect("tiny-think loads");
-    let (answer, thinking) = (Arc::new(Mutex::new(String::new())), Arc::new(Mutex::new(String::new())));
+    let (answer, thinking) = (
+        Arc::new(Mutex::new(String::new())),
+        Arc::new(Mutex::new(String::new())),
+    );
     let (a, t) = (answer.clone(), thinking.clone());
     let job = LaneJob::new(
         vec![ChatMessage::user("What is 2+2?")],
@@ -52,7 +55,10 @@ fn the_local_lane_splits_thinking_from_answer_whole_and_streamed() {
     assert_eq!(*answer.lock().unwrap(), ANSWER, "the stream's answer");
     assert_eq!(*thinking.lock().unwrap(), THINKING, "the stream's thinking");
     assert_eq!(done.reasoning_tokens, Some(THINKING_TOKENS));
-    assert_eq!(done.completion_tokens, THINKING_TOKENS + ANSWER.len() as u32 + 1);
+    assert_eq!(
+        done.completion_tokens,
+        THINKING_TOKENS + ANSWER.len() as u32 + 1
+    );
     // The signals read the answer's tokens (and the end of turn) alone:
     // near-certain, where the thinking's are about -3.1 nats each.
     assert_eq!(done.token_logprobs.len(), ANSWER.len() + 1);
@@ -93,11 +99,23 @@ fn a_cascade_judges_the_answer_and_streams_the_thinking_apart() {
     assert_eq!(c.reasoning.as_deref(), Some(THINKING));
     assert_eq!(c.tokens.local_reasoning, Some(u64::from(THINKING_TOKENS)));
     assert_eq!(cloud.counters().started, 0, "escalated: {out:#?}");
-    let thinking: String = pieces.iter().filter(|p| !p.is_answer()).map(Piece::text).collect();
-    let answer: String = pieces.iter().filter(|p| p.is_answer()).map(Piece::text).collect();
+    let thinking: String = pieces
+        .iter()
+        .filter(|p| !p.is_answer())
+        .map(Piece::text)
+        .collect();
+    let answer: String = pieces
+        .iter()
+        .filter(|p| p.is_answer())
+        .map(Piece::text)
+        .collect();
     assert_eq!((thinking.as_str(), answer.as_str()), (THINKING, ANSWER));
     let first_answer = pieces.iter().position(Piece::is_answer).unwrap();
-    assert!(pieces[..first_answer].iter().all(|p| !p.is_answer()) && pieces[first_answer..].iter().all(Piece::is_answer), "thinking first: {pieces:?}");
+    assert!(
+        pieces[..first_answer].iter().all(|p| !p.is_answer())
+            && pieces[first_answer..].iter().all(Piece::is_answer),
+        "thinking first: {pieces:?}"
+    );
 }
 
 /// The data of each SSE event of a body (`data:` lines, `[DONE]` left
@@ -154,14 +172,27 @@ async fn every_api_reports_the_thinking_apart_whole_and_streamed() {
     let chat = json!({"model": "edgecloud", "messages": user, "temperature": 0});
     let whole = post(&v1, "/chat/completions", chat.clone()).await;
     let m = &whole["choices"][0]["message"];
-    assert_eq!((m["content"].as_str(), m["reasoning_content"].as_str()), (Some(ANSWER), Some(THINKING)), "{whole}");
-    assert_eq!(whole["usage"]["completion_tokens_details"]["reasoning_tokens"], THINKING_TOKENS);
+    assert_eq!(
+        (m["content"].as_str(), m["reasoning_content"].as_str()),
+        (Some(ANSWER), Some(THINKING)),
+        "{whole}"
+    );
+    assert_eq!(
+        whole["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        THINKING_TOKENS
+    );
     let mut streamed = chat.clone();
     streamed["stream"] = json!(true);
     let events = sse(&post_text(&v1, "/chat/completions", streamed).await);
     let data: Vec<&Value> = events.iter().map(|(_, d)| d).collect();
-    assert_eq!(joined(data.iter().copied(), "/choices/0/delta/reasoning_content"), THINKING);
-    assert_eq!(joined(data.iter().copied(), "/choices/0/delta/content"), ANSWER);
+    assert_eq!(
+        joined(data.iter().copied(), "/choices/0/delta/reasoning_content"),
+        THINKING
+    );
+    assert_eq!(
+        joined(data.iter().copied(), "/choices/0/delta/content"),
+        ANSWER
+    );
 
     // Responses: a reasoning item before the message.
     let responses = json!({"model": "edgecloud", "input": "What is 2+2?", "temperature": 0});
@@ -169,30 +200,66 @@ async fn every_api_reports_the_thinking_apart_whole_and_streamed() {
     let out = &whole["output"];
     assert_eq!(out[0]["type"], "reasoning", "{whole}");
     assert_eq!(out[0]["content"][0]["text"], THINKING);
-    assert_eq!((out[1]["type"].as_str(), out[1]["content"][0]["text"].as_str()), (Some("message"), Some(ANSWER)));
+    assert_eq!(
+        (
+            out[1]["type"].as_str(),
+            out[1]["content"][0]["text"].as_str()
+        ),
+        (Some("message"), Some(ANSWER))
+    );
     let mut streamed = responses.clone();
     streamed["stream"] = json!(true);
     let events = sse(&post_text(&v1, "/responses", streamed).await);
-    let of = |kind: &'static str| events.iter().filter(move |(n, _)| n == kind).map(|(_, d)| d);
-    assert_eq!(joined(of("response.reasoning_text.delta"), "/delta"), THINKING);
+    let of = |kind: &'static str| {
+        events
+            .iter()
+            .filter(move |(n, _)| n == kind)
+            .map(|(_, d)| d)
+    };
+    assert_eq!(
+        joined(of("response.reasoning_text.delta"), "/delta"),
+        THINKING
+    );
     assert_eq!(joined(of("response.output_text.delta"), "/delta"), ANSWER);
     let completed = of("response.completed").next().expect("completed");
-    assert_eq!(completed["response"]["output"][1]["content"][0]["text"], ANSWER);
-    assert_eq!(of("response.output_text.delta").next().unwrap()["output_index"], 1);
+    assert_eq!(
+        completed["response"]["output"][1]["content"][0]["text"],
+        ANSWER
+    );
+    assert_eq!(
+        of("response.output_text.delta").next().unwrap()["output_index"],
+        1
+    );
 
     // Messages: a `thinking` block before the text.
-    let messages = json!({"model": "edgecloud", "max_tokens": 64, "messages": user, "temperature": 0});
+    let messages =
+        json!({"model": "edgecloud", "max_tokens": 64, "messages": user, "temperature": 0});
     let whole = post(&v1, "/messages", messages.clone()).await;
     let content = &whole["content"];
-    assert_eq!((content[0]["type"].as_str(), content[0]["thinking"].as_str()), (Some("thinking"), Some(THINKING)), "{whole}");
-    assert_eq!((content[1]["type"].as_str(), content[1]["text"].as_str()), (Some("text"), Some(ANSWER)));
+    assert_eq!(
+        (content[0]["type"].as_str(), content[0]["thinking"].as_str()),
+        (Some("thinking"), Some(THINKING)),
+        "{whole}"
+    );
+    assert_eq!(
+        (content[1]["type"].as_str(), content[1]["text"].as_str()),
+        (Some("text"), Some(ANSWER))
+    );
     let mut streamed = messages.clone();
     streamed["stream"] = json!(true);
     let events = sse(&post_text(&v1, "/messages", streamed).await);
-    let deltas: Vec<&Value> = events.iter().filter(|(n, _)| n == "content_block_delta").map(|(_, d)| d).collect();
+    let deltas: Vec<&Value> = events
+        .iter()
+        .filter(|(n, _)| n == "content_block_delta")
+        .map(|(_, d)| d)
+        .collect();
     assert_eq!(joined(deltas.iter().copied(), "/delta/thinking"), THINKING);
     assert_eq!(joined(deltas.iter().copied(), "/delta/text"), ANSWER);
-    let starts: Vec<&str> = events.iter().filter(|(n, _)| n == "content_block_start").filter_map(|(_, d)| d["content_block"]["type"].as_str()).collect();
+    let starts: Vec<&str> = events
+        .iter()
+        .filter(|(n, _)| n == "content_block_start")
+        .filter_map(|(_, d)| d["content_block"]["type"].as_str())
+        .collect();
     assert_eq!(starts, ["thinking", "text"]);
 
     // Ollama: the message's `thinking` (chat), `thinking` (generate).
@@ -200,14 +267,31 @@ async fn every_api_reports_the_thinking_apart_whole_and_streamed() {
     let mut whole_chat = ollama.clone();
     whole_chat["stream"] = json!(false);
     let whole = post(&root, "/api/chat", whole_chat).await;
-    assert_eq!((whole["message"]["content"].as_str(), whole["message"]["thinking"].as_str()), (Some(ANSWER), Some(THINKING)), "{whole}");
+    assert_eq!(
+        (
+            whole["message"]["content"].as_str(),
+            whole["message"]["thinking"].as_str()
+        ),
+        (Some(ANSWER), Some(THINKING)),
+        "{whole}"
+    );
     let text = post_text(&root, "/api/chat", ollama).await;
-    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(joined(&lines, "/message/thinking"), THINKING);
     assert_eq!(joined(&lines, "/message/content"), ANSWER);
     let generate = json!({"model": "edgecloud", "prompt": "What is 2+2?", "stream": false, "options": {"temperature": 0}});
     let whole = post(&root, "/api/generate", generate).await;
-    assert_eq!((whole["response"].as_str(), whole["thinking"].as_str()), (Some(ANSWER), Some(THINKING)), "{whole}");
+    assert_eq!(
+        (whole["response"].as_str(), whole["thinking"].as_str()),
+        (Some(ANSWER), Some(THINKING)),
+        "{whole}"
+    );
     let show = post(&root, "/api/show", json!({"model": "edgecloud"})).await;
-    assert_eq!(show["capabilities"], json!(["completion", "tools", "thinking"]));
+    assert_eq!(
+        show["capabilities"],
+        json!(["completion", "tools", "thinking"])
+    );
 }

@@ -253,7 +253,9 @@ fn emit(out: &mut impl FnMut(Part<'_>), part: Part<'_>) {
 fn partial_tag_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len().min(text.len() + 1))
         .rev()
-        .find(|&k| text.is_char_boundary(text.len() - k) && tag.starts_with(&text[text.len() - k..]))
+        .find(|&k| {
+            text.is_char_boundary(text.len() - k) && tag.starts_with(&text[text.len() - k..])
+        })
         .unwrap_or(0)
 }
 
@@ -307,7 +309,10 @@ mod tests {
     #[test]
     fn a_raw_completion_is_never_split() {
         let got = split("<think>a</think>b", ThinkingStart::Never);
-        assert_eq!((got.reasoning, got.answer.as_str()), (None, "<think>a</think>b"));
+        assert_eq!(
+            (got.reasoning, got.answer.as_str()),
+            (None, "<think>a</think>b")
+        );
     }
 
     fn pieces(chunks: &[&str], opens: bool) -> (String, String) {
@@ -325,14 +330,29 @@ mod tests {
     }
 
     const CASES: &[(&str, bool, &str, &str)] = &[
-        ("<think>\nSum it.\n</think>\n\nFOUR", false, "Sum it.\n", "FOUR"),
+        (
+            "<think>\nSum it.\n</think>\n\nFOUR",
+            false,
+            "Sum it.\n",
+            "FOUR",
+        ),
         ("  <think>a</think>b", false, "a", "b"),
         ("Sum it.</think>FOUR", true, "Sum it.", "FOUR"),
         ("\n<think>\nx</think>y", true, "x", "y"),
-        ("plain answer <think>not thinking</think>", false, "", "plain answer <think>not thinking</think>"),
+        (
+            "plain answer <think>not thinking</think>",
+            false,
+            "",
+            "plain answer <think>not thinking</think>",
+        ),
         ("  leading space kept", false, "", "  leading space kept"),
         ("<think>cut short insi", false, "cut short insi", ""),
-        ("<think>partial close </thi", false, "partial close </thi", ""),
+        (
+            "<think>partial close </thi",
+            false,
+            "partial close </thi",
+            "",
+        ),
         ("<thi", false, "", "<thi"),
         ("<think>\n\n</think>\n\nanswer", false, "", "answer"),
         ("", false, "", ""),
@@ -358,11 +378,17 @@ mod tests {
     #[test]
     fn any_cut_gives_the_same_parts() {
         for &(text, opens, r, a) in CASES {
-            let bounds: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+            let bounds: Vec<usize> = (0..=text.len())
+                .filter(|&i| text.is_char_boundary(i))
+                .collect();
             for &i in &bounds {
                 for &j in bounds.iter().filter(|&&j| j >= i) {
                     let got = pieces(&[&text[..i], &text[i..j], &text[j..]], opens);
-                    assert_eq!((got.0.as_str(), got.1.as_str()), (r, a), "{text:?} cut at {i},{j}");
+                    assert_eq!(
+                        (got.0.as_str(), got.1.as_str()),
+                        (r, a),
+                        "{text:?} cut at {i},{j}"
+                    );
                 }
             }
         }

@@ -110,10 +110,7 @@ pub(super) fn completion(
         .collect();
     // The samples vote on their answers, a reasoning model's thinking
     // left out.
-    let answers: Vec<String> = finished
-        .iter()
-        .map(|(p, t, _)| p.split(t).answer)
-        .collect();
+    let answers: Vec<String> = finished.iter().map(|(p, t, _)| p.split(t).answer).collect();
     let texts: Vec<&str> = answers.iter().map(String::as_str).collect();
     let vote = edgecloud_core::answer::majority(kind, &texts);
     let sampled: usize = finished.iter().map(|(p, _, _)| p.completion_tokens).sum();

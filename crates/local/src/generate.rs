@@ -394,9 +394,10 @@ impl Progress {
     ) -> LocalCompletion {
         let split = self.split(&text);
         let text = split.answer;
-        let reasoning_tokens = split.reasoning.is_some().then(|| {
-            (self.logprobs.len() - self.answer_logprobs().len()) as u32
-        });
+        let reasoning_tokens = split
+            .reasoning
+            .is_some()
+            .then(|| (self.logprobs.len() - self.answer_logprobs().len()) as u32);
         let now = Instant::now();
         let generation = self.first_token_at.map_or(Duration::ZERO, |t| now - t);
         let per_s = |n: usize, d: Duration| {

@@ -21,13 +21,13 @@
 //! samples than it has sequence ids for, a grammar llama.cpp cannot
 //! compile, a template that cannot render the messages.
 
-use edgecloud_core::reasoning::ThinkingStart;
 use super::generate::PromptFormat;
 use super::pick::{GrammarPass, GrammarSpec, Picker};
 use super::stop::StopMatcher;
 use super::toolcall::{self, ToolJob};
 use super::LocalError;
 use edgecloud_core::lane::LaneJob;
+use edgecloud_core::reasoning::ThinkingStart;
 use edgecloud_core::request::{InvalidRequest, Sampling};
 use edgecloud_core::structured::ResponseFormat;
 use llama_cpp_2::model::LlamaModel;

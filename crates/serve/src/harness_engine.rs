@@ -3,7 +3,6 @@
 //! into the compact [`Summary`] a response carries. Only translation
 //! here: the harness picks the instance and decides everything else.
 
-use edgecloud_core::reasoning::Piece;
 use super::engine::{
     BoxFuture, Drained, Engine, Health, InstanceState, Job, LaneState, LaneSummary, ModelEntry,
     Param, Run, RunInfo, StartError, Summary, Tokens,
@@ -12,6 +11,7 @@ use edgecloud_core::harness::{
     BackendError, Harness, HarnessError, Outcome, Policy, RunHandle, RunOptions, Setting,
 };
 use edgecloud_core::lane::Lane;
+use edgecloud_core::reasoning::Piece;
 use std::time::{Duration, Instant};
 
 /// The model name that selects the harness's default route.

@@ -137,8 +137,10 @@ impl Stream {
         );
         let part = self.meta.event(
             "response.content_part.added",
-            fields(json!({"content_index": 0, "item_id": id, "output_index": at,
-                "part": Meta::text_part("")})),
+            fields(
+                json!({"content_index": 0, "item_id": id, "output_index": at,
+                "part": Meta::text_part("")}),
+            ),
         );
         out.extend_from_slice(added.as_bytes());
         out.extend_from_slice(part.as_bytes());

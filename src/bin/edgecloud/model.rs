@@ -80,8 +80,11 @@ pub(crate) struct TinyArgs {
     /// Model shape: `tiny` (about 0.5 MB, F32), `bench-135m` (the
     /// SmolLM2-135M shape, Q8_0, about 145 MB), `bench-135m-262k` (the
     /// same with a 262,144-token vocabulary, about 300 MB), `tiny-bert`
-    /// (an embedding model of the `bert` architecture, about 0.6 MB) or
-    /// `tiny-nomic-bert` (of the `nomic-bert` architecture, about 0.5 MB).
+    /// (an embedding model of the `bert` architecture, about 0.6 MB),
+    /// `tiny-nomic-bert` (of the `nomic-bert` architecture, about 0.5 MB)
+    /// or `tiny-think` (a reasoning model with scripted weights: its
+    /// template opens `<think>`; greedy, it thinks `Sum=4?` and answers
+    /// `FOUR`).
     #[arg(long, default_value = "tiny")]
     preset: Preset,
     /// Seed of the weight generator.

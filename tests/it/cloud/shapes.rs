@@ -384,7 +384,11 @@ async fn thinking_arrives_apart_from_the_answer_streamed_and_whole() {
             let (answer, sink) = collecting_sink();
             let (thinking, reasoning_sink) = collecting_sink();
             let done = lane
-                .run(job("2+2?").with_sink(sink).with_reasoning_sink(reasoning_sink))
+                .run(
+                    job("2+2?")
+                        .with_sink(sink)
+                        .with_reasoning_sink(reasoning_sink),
+                )
                 .await
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(done.text, "FOUR", "{what}");

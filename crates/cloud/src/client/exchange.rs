@@ -115,11 +115,9 @@ impl Inner {
             cap: cfg.limits.max_body_bytes,
         };
         if is_sse {
-            self.read_stream(reader, job, probe, status)
-                .await
+            self.read_stream(reader, job, probe, status).await
         } else {
-            self.read_whole(&mut reader, job, probe, status)
-                .await
+            self.read_whole(&mut reader, job, probe, status).await
         }
     }
 

@@ -22,7 +22,10 @@ pub const ANSWER: &str = "FOUR";
 
 /// ChatML, with the assistant's turn opened inside `<think>`.
 pub(super) fn template() -> String {
-    CHATML_TEMPLATE.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'")
+    CHATML_TEMPLATE.replace(
+        "'<|im_start|>assistant\\n'",
+        "'<|im_start|>assistant\\n<think>\\n'",
+    )
 }
 
 /// Output weights: thinking tokens get logit 8 * 0.4 = 3.2 over 511 zeros
@@ -59,7 +62,10 @@ pub(super) fn values(name: &str, dims: &[u64]) -> Option<Vec<f32>> {
     }
     let (n_embd, n_vocab) = (dims[0] as usize, dims[1] as usize);
     let script = script();
-    assert!(script.len() < n_embd, "the script needs a dimension per token");
+    assert!(
+        script.len() < n_embd,
+        "the script needs a dimension per token"
+    );
     // Dimension 0 is every token off the script; script token i has i + 1.
     let slot = |id: u32| script.iter().position(|&s| s == id).map_or(0, |i| i + 1);
     let mut v = vec![0.0; n_vocab * n_embd];
@@ -75,7 +81,15 @@ pub(super) fn values(name: &str, dims: &[u64]) -> Option<Vec<f32>> {
     let mut next = |to: u32, from_slot: usize, w: f32| v[to as usize * n_embd + from_slot] = w;
     next(script[0], 0, W_THINKING);
     for (i, &to) in script.iter().enumerate().skip(1) {
-        next(to, i, if i < thinking_len { W_THINKING } else { W_ANSWER });
+        next(
+            to,
+            i,
+            if i < thinking_len {
+                W_THINKING
+            } else {
+                W_ANSWER
+            },
+        );
     }
     next(IM_END_ID, script.len(), W_ANSWER);
     Some(v)

@@ -337,7 +337,11 @@ mod tests {
         assert_eq!(m["content"][1]["input"], json!({"city": "Oslo"}));
         assert_eq!(m["stop_reason"], "tool_use");
         assert_eq!(m["usage"], json!({"input_tokens": 9, "output_tokens": 4}));
-        assert_eq!(content(None, "", &calls).len(), 1, "no empty text beside a call");
+        assert_eq!(
+            content(None, "", &calls).len(),
+            1,
+            "no empty text beside a call"
+        );
         assert_eq!(content(None, "", &[])[0]["text"], "");
         let cut = ToolCall {
             function: edgecloud_core::tools::FunctionCall {

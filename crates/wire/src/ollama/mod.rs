@@ -17,6 +17,6 @@ pub use request::{
     model_name, parse_chat, parse_embed, parse_generate, EmbedRequest, OllamaRequest, Options,
 };
 pub use response::{
-    add_thinking, chat, embed, embedding, error_body, generate, line, nanos, parameter_size, rfc3339, tool_calls,
-    Done, ModelListing, Timings, NEVER_EXPIRES,
+    add_thinking, chat, embed, embedding, error_body, generate, line, nanos, parameter_size,
+    rfc3339, tool_calls, Done, ModelListing, Timings, NEVER_EXPIRES,
 };

@@ -47,13 +47,13 @@ mod tests;
 pub(crate) use calls::{Call, CbOutput};
 
 use super::backend::{BackendError, Candidate};
-use crate::reasoning::Piece;
 use super::callbacks::{CallResult, Scored};
 use super::observer::Event;
 use super::policy::{CommitMode, Plan, Policy};
 use super::scoring::Signal;
 use crate::lane::{Lane, PerLane, PromptScore};
 use crate::millis::to_ms;
+use crate::reasoning::Piece;
 use crate::request::{ChatMessage, Sampling};
 use decide::End;
 use lanes::LaneRun;

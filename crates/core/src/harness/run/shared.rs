@@ -4,13 +4,13 @@
 //! worker's result (counted and discarded). It must not decide anything
 //! about the run; it only knows whether the run has settled.
 
-use crate::reasoning::Piece;
 use crate::harness::backend::{BackendError, Candidate};
 use crate::harness::decision::{Finished, Input};
 use crate::harness::observer::{Event, EventSink};
 use crate::harness::registry::Registry;
 use crate::lane::{CancellationToken, Lane, PromptScore};
 use crate::millis::to_ms;
+use crate::reasoning::Piece;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;

@@ -12,13 +12,13 @@ mod reasons;
 mod stages;
 mod validity;
 
-use crate::reasoning::Piece;
 use super::decide::{Pool, Reason};
 use super::*;
 use crate::harness::backend::LaneErrorKind;
 use crate::harness::callbacks::{CallbackKind, CloudNeed, Score};
 use crate::harness::outcome::{DecidedBy, LaneStatus, Outcome, RunStatus};
 use crate::lane::FinishReason;
+use crate::reasoning::Piece;
 
 /// Milliseconds from the run's start.
 type Ms = u64;

@@ -5,8 +5,8 @@
 use super::*;
 use crate::harness::callbacks::{CallbackStatus, Compressed};
 use crate::harness::outcome::CancelResult;
-use crate::request::ChatMessage;
 use crate::reasoning::Piece;
+use crate::request::ChatMessage;
 
 #[test]
 fn a_busy_lane_is_absent_and_said_so() {
