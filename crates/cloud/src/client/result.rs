@@ -19,6 +19,9 @@ pub struct ProviderUsage {
     pub completion_tokens: u64,
     /// The provider's total; when it sent none, the sum of the two above.
     pub total_tokens: u64,
+    /// Of the prompt tokens, those served from the provider's prompt
+    /// cache, when it said (`usage.prompt_tokens_details.cached_tokens`).
+    pub cached_prompt_tokens: Option<u64>,
 }
 
 impl ProviderUsage {
@@ -28,6 +31,7 @@ impl ProviderUsage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: w.total_tokens.unwrap_or(prompt + completion),
+            cached_prompt_tokens: w.prompt_tokens_details.and_then(|d| d.cached_tokens),
         })
     }
 }

@@ -446,6 +446,14 @@ impl Harness {
             total.runs_in_flight += left.runs_in_flight;
             total.still_running.extend(left.still_running);
         }
+        // What the settled runs spent and recorded is on disk before the
+        // process goes.
+        if let Some(store) = self.inner.instances[0].inner.ledger.store.clone() {
+            let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
+            if let Ok(Err(e)) = flushed {
+                tracing::error!(error = %e, "ledger store: last write failed at shutdown");
+            }
+        }
         total
     }
 
@@ -522,6 +530,25 @@ impl Harness {
     /// The lane's backend description, when configured.
     pub fn lane_info(&self, lane: Lane) -> Option<BackendInfo> {
         self.inner.instances[0].lane_info(lane)
+    }
+
+    /// Each route's cloud spending today and this month (UTC), and where
+    /// it stands against its budget; `None` on a harness without a ledger
+    /// store. Includes other processes' spending on the same store (read
+    /// at most a second ago).
+    pub fn ledger(&self) -> Option<super::LedgerReport> {
+        let inner = &self.inner.instances[0].inner;
+        inner.ledger.report(inner.routes.values().map(|r| &**r))
+    }
+
+    /// Waits until every spending and recorded answer so far is on disk
+    /// (a no-op without a ledger store); the last write's failure, if
+    /// any.
+    pub fn flush_ledger(&self) -> Result<(), String> {
+        match &self.inner.instances[0].inner.ledger.store {
+            Some(s) => s.flush(),
+            None => Ok(()),
+        }
     }
 
     fn refuse(&self) -> HarnessError {

@@ -126,8 +126,11 @@ pub struct RunHandle {
     pub(crate) outcome: oneshot::Receiver<Outcome>,
     /// The instance it runs on (an index into `Harness::instances`).
     pub(crate) instance: usize,
-    /// Released with the handle (`None` only while the harness sets it).
+    /// Released with the handle (`None` only while the harness sets it,
+    /// and for a replay, which claims no instance).
     pub(crate) claim: Option<Claim>,
+    /// A recorded answer given again.
+    pub(crate) replay: bool,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -163,7 +166,14 @@ impl RunHandle {
             outcome: rx,
             instance: 0,
             claim: None,
+            replay: true,
         }
+    }
+
+    /// Whether this is a recorded answer given again for its idempotency
+    /// key (no lane runs; the outcome's `replay` says which run answered).
+    pub fn is_replay(&self) -> bool {
+        self.replay
     }
 
     /// The run's id, as in its outcome and events.

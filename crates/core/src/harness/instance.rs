@@ -114,6 +114,7 @@ impl Instance {
             outcome,
             instance: 0,
             claim: None,
+            replay: false,
         })
     }
 

@@ -119,8 +119,8 @@ pub use handle::{AbortHandle, RunHandle, RunOptions};
 pub use instance::Instance;
 pub use instant::InstantBackend;
 pub use ledger::{
-    BudgetReport, BudgetState, CloudBudget, Cost, LedgerStore, Price, PriceTable, Replay,
-    StoreError,
+    BudgetReport, BudgetState, CloudBudget, Cost, LedgerReport, LedgerStore, Price, PriceTable,
+    Replay, RouteLedger, Spent, StoreError,
 };
 pub use observer::{Event, Observer};
 pub use outcome::{

@@ -201,6 +201,17 @@ pub struct Usage {
     pub completion_tokens: Option<u64>,
     pub prompt_tokens: Option<u64>,
     pub total_tokens: Option<u64>,
+    /// OpenAI's breakdown of the prompt: `cached_tokens`, the prompt
+    /// tokens served from its prompt cache (billed at a lower price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// The part of [`Usage`] that says how much of the prompt was cached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -210,6 +221,7 @@ impl Usage {
             completion_tokens: Some(completion),
             prompt_tokens: Some(prompt),
             total_tokens: Some(prompt + completion),
+            prompt_tokens_details: None,
         }
     }
 }

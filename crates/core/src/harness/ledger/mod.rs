@@ -126,3 +126,56 @@ fn spent_text(b: &BudgetReport) -> String {
         format!("{} tokens", b.spent)
     }
 }
+
+/// The ledger at a glance (serve's `/health`): each route's cloud
+/// spending today and this month, and its budget.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct LedgerReport {
+    /// The store's directory.
+    pub store: std::path::PathBuf,
+    /// By route name.
+    pub routes: std::collections::BTreeMap<String, RouteLedger>,
+}
+
+/// One route's spending and budget.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct RouteLedger {
+    /// Today (UTC).
+    pub today: Spent,
+    /// This month (UTC).
+    pub month: Spent,
+    /// Its budget now, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetReport>,
+}
+
+impl Ledger {
+    /// The report over `routes`; `None` without a store.
+    pub(crate) fn report<'a>(
+        &self,
+        routes: impl Iterator<Item = &'a RouteSettings>,
+    ) -> Option<LedgerReport> {
+        let store = self.store.as_ref()?;
+        let now_ms = calendar::now_unix_ms();
+        let now_s = now_ms.div_euclid(1000);
+        let (day, month) = (calendar::day_key(now_s), calendar::month_key(now_s));
+        let routes = routes
+            .map(|r| {
+                (
+                    r.name.clone(),
+                    RouteLedger {
+                        today: store.spent(&r.name, &day),
+                        month: store.spent(&r.name, &month),
+                        budget: self.budget(r, now_ms).map(|(_, b)| b),
+                    },
+                )
+            })
+            .collect();
+        Some(LedgerReport {
+            store: store.dir().to_path_buf(),
+            routes,
+        })
+    }
+}
