@@ -103,7 +103,11 @@ impl PriceTable {
                         if known.is_empty() {
                             "none".to_string()
                         } else {
-                            known.join(", ")
+                            known
+                                .iter()
+                                .map(|k| format!("`{k}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         }
                     ),
                 });

@@ -433,34 +433,14 @@ impl LedgerStore {
         total
     }
 
-    /// Every route's spending in the current day and month, as this
-    /// process knows it (for `/health`).
-    pub fn spending_now(&self) -> BTreeMap<String, BTreeMap<String, Spent>> {
-        let now = calendar::now_unix_ms() / 1000;
-        let (day, month) = (calendar::day_key(now), calendar::month_key(now));
-        let routes: Vec<String> = {
-            let st = self.state();
-            let mut r: Vec<String> = st
-                .disk
-                .keys()
-                .chain(st.inflight.keys())
-                .chain(st.pending.keys())
-                .cloned()
-                .collect();
-            r.sort();
-            r.dedup();
-            r
-        };
-        routes
-            .into_iter()
-            .map(|route| {
-                let periods = [day.clone(), month.clone()]
-                    .into_iter()
-                    .map(|k| (k.clone(), self.spent(&route, &k)))
-                    .collect();
-                (route, periods)
-            })
-            .collect()
+    /// What `route` spent today and this month (UTC), as
+    /// [`spent`](Self::spent) counts it.
+    pub fn spent_now(&self, route: &str) -> (Spent, Spent) {
+        let now = calendar::now_unix_ms().div_euclid(1000);
+        (
+            self.spent(route, &calendar::day_key(now)),
+            self.spent(route, &calendar::month_key(now)),
+        )
     }
 
     /// Records the answer of idempotency key `record.key` (replaces an
