@@ -388,94 +388,6 @@ fn spend_family(name: &str, v: &View<'_>, o: &mut String, get: fn(&Spend) -> f64
 /// Every family `GET /metrics` serves, in the order it serves them.
 const FAMILIES: &[Family] = &[
     family(
-        "edgecloud_cloud_spend_usd_total",
-        COUNTER,
-        "Dollars spent on the cloud: the provider's token counts times the configured price, by route and cloud model (docs/cost.md).",
-        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.cloud_usd)),
-    ),
-    family(
-        "edgecloud_cloud_only_estimate_usd_total",
-        COUNTER,
-        "What the same answers would have cost from the cloud alone (an estimate from local token counts where the local lane answered), by route and cloud model.",
-        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.cloud_only_usd_estimate)),
-    ),
-    family(
-        "edgecloud_saved_usd_estimate_total",
-        COUNTER,
-        "The cloud-only estimate minus what was spent: what the local lane saved, by route and cloud model.",
-        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.saved_usd_estimate)),
-    ),
-    family(
-        "edgecloud_cloud_billed_tokens_total",
-        COUNTER,
-        "Cloud tokens the provider reported (and bills), by route, cloud model and kind (prompt, completion).",
-        Samples::Custom(|name, v, o| {
-            for ((route, model), s) in &v.st.spend {
-                for (kind, n) in [("prompt", s.prompt_tokens), ("completion", s.completion_tokens)] {
-                    let _ = writeln!(
-                        o,
-                        "{name}{{route=\"{}\",model=\"{}\",kind=\"{kind}\"}} {n}",
-                        escape(route),
-                        escape(model)
-                    );
-                }
-            }
-        }),
-    ),
-    family(
-        "edgecloud_cloud_usage_unknown_total",
-        COUNTER,
-        "Runs whose cloud lane ran without its provider reporting usage (cut or cancelled): billed, but not in the spend.",
-        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.usage_unknown as f64)),
-    ),
-    family(
-        "edgecloud_cloud_budget_refusals_total",
-        COUNTER,
-        "Runs whose cloud lane was absent because the route's cloud budget was spent.",
-        Samples::Custom(|name, v, o| {
-            for (route, b) in &v.st.budgets {
-                let _ = writeln!(o, "{name}{{route=\"{}\"}} {}", escape(route), b.refused);
-            }
-        }),
-    ),
-    family(
-        "edgecloud_cloud_budget_leaned_total",
-        COUNTER,
-        "Runs a nearly spent cloud budget ran as a cascade (local first).",
-        Samples::Custom(|name, v, o| {
-            for (route, b) in &v.st.budgets {
-                let _ = writeln!(o, "{name}{{route=\"{}\"}} {}", escape(route), b.leaned);
-            }
-        }),
-    ),
-    family(
-        "edgecloud_cloud_budget_spent",
-        GAUGE,
-        "Spent of each route's cloud budget in its current period, in the budget's unit (usd or tokens), with the limit as a label; from the ledger store (other processes sharing it included).",
-        Samples::Custom(|name, v, o| {
-            let Some(l) = v.ledger else {
-                return;
-            };
-            for (route, r) in &l.routes {
-                if let Some(b) = &r.budget {
-                    let _ = writeln!(
-                        o,
-                        "{name}{{route=\"{}\",budget=\"{}\"}} {}",
-                        escape(route),
-                        escape(&b.budget),
-                        b.spent
-                    );
-                }
-            }
-        }),
-    ),
-    family(
-        "edgecloud_replays_total",
-        COUNTER,
-        "Recorded answers given again for a repeated Idempotency-Key, without running a lane.",
-        Samples::One(|v| v.st.replays),
-    ),
-    family(
         "edgecloud_build_info",
         GAUGE,
         "Always 1; the version is a label.",
@@ -807,6 +719,94 @@ const FAMILIES: &[Family] = &[
         "Times the model was unloaded (keep-alive over, or room made for another).",
         Samples::PerModel(|m| m.unloads.to_string()),
     ),
+    family(
+        "edgecloud_cloud_spend_usd_total",
+        COUNTER,
+        "Dollars spent on the cloud: the provider's token counts times the configured price, by route and cloud model (docs/cost.md).",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.cloud_usd)),
+    ),
+    family(
+        "edgecloud_cloud_only_estimate_usd_total",
+        COUNTER,
+        "What the same answers would have cost from the cloud alone (an estimate from local token counts where the local lane answered), by route and cloud model.",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.cloud_only_usd_estimate)),
+    ),
+    family(
+        "edgecloud_saved_usd_estimate_total",
+        COUNTER,
+        "The cloud-only estimate minus what was spent: what the local lane saved, by route and cloud model.",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.saved_usd_estimate)),
+    ),
+    family(
+        "edgecloud_cloud_billed_tokens_total",
+        COUNTER,
+        "Cloud tokens the provider reported (and bills), by route, cloud model and kind (prompt, completion).",
+        Samples::Custom(|name, v, o| {
+            for ((route, model), s) in &v.st.spend {
+                for (kind, n) in [("prompt", s.prompt_tokens), ("completion", s.completion_tokens)] {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{route=\"{}\",model=\"{}\",kind=\"{kind}\"}} {n}",
+                        escape(route),
+                        escape(model)
+                    );
+                }
+            }
+        }),
+    ),
+    family(
+        "edgecloud_cloud_usage_unknown_total",
+        COUNTER,
+        "Runs whose cloud lane ran without its provider reporting usage (cut or cancelled): billed, but not in the spend.",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.usage_unknown as f64)),
+    ),
+    family(
+        "edgecloud_cloud_budget_refusals_total",
+        COUNTER,
+        "Runs whose cloud lane was absent because the route's cloud budget was spent.",
+        Samples::Custom(|name, v, o| {
+            for (route, b) in &v.st.budgets {
+                let _ = writeln!(o, "{name}{{route=\"{}\"}} {}", escape(route), b.refused);
+            }
+        }),
+    ),
+    family(
+        "edgecloud_cloud_budget_leaned_total",
+        COUNTER,
+        "Runs a nearly spent cloud budget ran as a cascade (local first).",
+        Samples::Custom(|name, v, o| {
+            for (route, b) in &v.st.budgets {
+                let _ = writeln!(o, "{name}{{route=\"{}\"}} {}", escape(route), b.leaned);
+            }
+        }),
+    ),
+    family(
+        "edgecloud_cloud_budget_spent",
+        GAUGE,
+        "Spent of each route's cloud budget in its current period, in the budget's unit (usd or tokens), with the limit as a label; from the ledger store (other processes sharing it included).",
+        Samples::Custom(|name, v, o| {
+            let Some(l) = v.ledger else {
+                return;
+            };
+            for (route, r) in &l.routes {
+                if let Some(b) = &r.budget {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{route=\"{}\",budget=\"{}\"}} {}",
+                        escape(route),
+                        escape(&b.budget),
+                        b.spent
+                    );
+                }
+            }
+        }),
+    ),
+    family(
+        "edgecloud_replays_total",
+        COUNTER,
+        "Recorded answers given again for a repeated Idempotency-Key, without running a lane.",
+        Samples::One(|v| v.st.replays),
+    ),
 ];
 
 /// An instance's labels: `instance="N"`, after `model="NAME"` on a
@@ -1080,7 +1080,24 @@ mod tests {
             score: Some(-2.5),
             straight_to_cloud: true,
         });
+        let mut cost = edgecloud_core::harness::Cost::default();
+        cost.cloud_model = Some("m\"x".into());
+        cost.cloud_usd = Some(0.25);
+        cost.cloud_only_usd_estimate = Some(1.5);
+        cost.saved_usd_estimate = Some(1.25);
+        cost.cloud_prompt_tokens = 7;
+        cost.cloud_completion_tokens = 2;
+        staged.cost = Some(cost);
         m.run(&staged);
+        // A replay: counted apart, its lanes and spend not again.
+        let mut replayed = staged.clone();
+        replayed.replay = Some(
+            serde_json::from_value(serde_json::json!(
+                {"key": "k", "of_run_id": 1, "recorded_at": "2026-12-06T00:00:00Z"}
+            ))
+            .unwrap(),
+        );
+        m.run(&replayed);
         let mut odd = summary(
             Status::DeadlineExceeded,
             vec![
