@@ -113,7 +113,8 @@ pub mod harness {
     #[cfg(feature = "local")]
     pub use crate::config::ModelConfig;
     pub use crate::config::{
-        HarnessConfig, NumberOrText, PoolConfig, ServeFileConfig, DEFAULT_PARALLEL, EXAMPLE_CONFIG,
+        HarnessConfig, LedgerConfig, NumberOrText, PoolConfig, ServeFileConfig,
+        DEFAULT_IDEMPOTENCY_WINDOW_S, DEFAULT_PARALLEL, EXAMPLE_CONFIG,
     };
     #[cfg(feature = "cloud")]
     pub use edgecloud_cloud::{candidate_from_cloud, CloudBackend};

@@ -176,6 +176,13 @@ class Outcome:
         return self._dict().get("late_workers", 0)
 
     @property
+    def cost(self) -> Dict[str, Any]:
+        """What the answer cost and saved (docs/cost.md): the cloud's tokens
+        and dollars (provider counts), the local lane's tokens, and the
+        estimated cost of the same answer from the cloud alone."""
+        return self._dict().get("cost", {})
+
+    @property
     def ok(self) -> bool:
         """Whether a lane won."""
         return self.status == "ok"

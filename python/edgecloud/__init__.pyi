@@ -51,6 +51,7 @@ class Outcome:
     elapsed_ms: float
     deadline_ms: float
     late_workers: int
+    cost: Dict[str, Any]
     @property
     def ok(self) -> bool: ...
     def to_dict(self) -> Dict[str, Any]: ...

@@ -27,6 +27,8 @@
 //! | `default_route` | (`[harness]` only) the route used when a run names none |
 //! | `model` | (`[routes.NAME]` only; `edgecloud serve` with several models) the local model, by its `[[models]]` name, this route runs on (default: the first model) |
 //! | `cloud_model` | (`[routes.NAME]` only) the model the cloud lane asks the endpoint for on this route (default: `[cloud] model`); needs a cloud lane |
+//! | `cloud_budget` | the route's cloud budget: `"5 usd/day"`, `"$20/month"`, `"2000000 tokens/month"` (UTC days and months); from `cloud_budget_lean_at` of it (default 0.8) a race, hedge, fallback or best-of route runs as a cascade (local first), and once spent the cloud lane is absent from the route's runs until the period renews; needs `[ledger] store`, and a price for the route's cloud model when it counts dollars (docs/cost.md); a route without it takes `[harness]`'s (a budget of its own, of that size) |
+//! | `cloud_budget_lean_at` | the share of `cloud_budget` (0 to 1, default 0.8) from which the route leans local |
 //! | `embeddings` | (`edgecloud serve`) where `POST /v1/embeddings` goes on this route: `local` (default) or `cloud` (the cloud endpoint's `/v1/embeddings`, passed through); a route without it takes `[harness]`'s; `cloud` needs a cloud lane |
 //!
 //! `[[models]]` tables (feature `local`) give `edgecloud serve` several
@@ -34,6 +36,13 @@
 //! (a file or model reference, as `[local] model`), and optionally its own
 //! `context_size`, `gpu_layers`, `threads` and `pooling`; every other
 //! local setting comes from `[local]` (and the flags).
+//!
+//! `[prices."MODEL"]` tables price each cloud model in dollars per
+//! million tokens: `input`, `output` and optionally `cached_input` (no
+//! price is built in; every model named must be one a lane or route asks
+//! for). `[ledger]` keeps cloud spending and idempotency records across
+//! restarts: `store` (a directory), `idempotency_window_s` (how long a
+//! recorded answer is replayed, default 86400). See docs/cost.md.
 //!
 //! Policy parameters must come with the `policy` key in the same table, so
 //! a route never silently applies a threshold to a policy it did not pick.
@@ -48,7 +57,7 @@ mod validate;
 
 #[cfg(feature = "cloud")]
 use crate::cloud::CloudConfig;
-use crate::harness::RouteConfig;
+use crate::harness::{PriceTable, RouteConfig};
 #[cfg(feature = "local")]
 use crate::local::LocalConfig;
 use serde::{Deserialize, Serialize};
@@ -122,7 +131,29 @@ pub struct HarnessConfig {
     #[cfg(feature = "local")]
     #[serde(default)]
     pub models: Vec<ModelConfig>,
+    /// `[prices."MODEL"]`: dollars per million tokens of each cloud model.
+    #[serde(default)]
+    pub prices: Option<PriceTable>,
+    /// `[ledger]`: where spending and idempotency records are kept.
+    #[serde(default)]
+    pub ledger: Option<LedgerConfig>,
 }
+
+/// The settings of `[ledger]` (docs/cost.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// The store's directory (created if missing); `--ledger` wins.
+    pub store: std::path::PathBuf,
+    /// How long a recorded answer is replayed for its idempotency key, in
+    /// seconds (default [`DEFAULT_IDEMPOTENCY_WINDOW_S`]); never evicted
+    /// before.
+    pub idempotency_window_s: Option<u64>,
+}
+
+/// How long idempotency records are kept when `[ledger]` does not say:
+/// a day, longer than any client's retries.
+pub const DEFAULT_IDEMPOTENCY_WINDOW_S: u64 = 86_400;
 
 /// One `[[models]]` table: a local model `edgecloud serve` holds by name,
 /// with the local settings it does not share with `[local]`.

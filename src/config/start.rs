@@ -7,10 +7,13 @@ use super::HarnessConfig;
 use crate::harness::CloudBackend;
 #[cfg(feature = "local")]
 use crate::harness::LocalBackend;
+use crate::harness::PriceTable;
 use crate::harness::{Harness, HarnessBuilder, HarnessError, RouteConfig, RouteTables, StartLanes};
 #[cfg(any(feature = "local", feature = "cloud"))]
 use crate::lane::Lane;
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
 
 impl HarnessConfig {
     /// Starts the configured lanes and builds a harness with these settings
@@ -31,6 +34,22 @@ impl RouteTables for HarnessConfig {
 
     fn routes(&self) -> &BTreeMap<String, RouteConfig> {
         &self.routes
+    }
+
+    fn prices(&self) -> Option<&PriceTable> {
+        self.prices.as_ref()
+    }
+
+    fn ledger_store(&self) -> Option<(&Path, Duration)> {
+        self.ledger.as_ref().map(|l| {
+            (
+                l.store.as_path(),
+                Duration::from_secs(
+                    l.idempotency_window_s
+                        .unwrap_or(super::DEFAULT_IDEMPOTENCY_WINDOW_S),
+                ),
+            )
+        })
     }
 }
 

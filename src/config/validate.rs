@@ -11,6 +11,10 @@ impl HarnessConfig {
     /// callbacks: policy names and parameters, ranges, route references.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.harness.resolved_policy("harness")?;
+        self.harness.cloud_budget("harness")?;
+        for (name, r) in &self.routes {
+            r.cloud_budget(&format!("routes.{name}"))?;
+        }
         for (name, r) in &self.routes {
             if r.default_route.is_some() {
                 return Err(ConfigError::Invalid {

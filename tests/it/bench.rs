@@ -106,6 +106,7 @@ impl Executor for Scripted {
             expected_match: job.item.expected.as_ref().map(|_| s.is_multiple_of(2)),
             error: (!ok).then(|| "deadline".to_string()),
             prompt_stage: None,
+            cost: None,
         }
     }
 

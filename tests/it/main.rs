@@ -19,6 +19,7 @@ mod fetch;
 mod gguf;
 mod gguf_catalogue;
 mod harness;
+mod ledger;
 mod local;
 mod modelref;
 mod pool;

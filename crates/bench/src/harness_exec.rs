@@ -340,6 +340,7 @@ fn base(job: &Job<'_>, status: RunStatus) -> RunRecord {
         expected_match: None,
         error: None,
         prompt_stage: None,
+        cost: None,
     }
 }
 
@@ -424,6 +425,7 @@ pub fn record_from_outcome(o: &Outcome, job: &Job<'_>) -> RunRecord {
     r.ttft_ms = o.ttft_ms;
     r.overshoot_ms = o.overshoot_ms;
     r.prompt_stage = o.prompt_stage.clone();
+    r.cost = o.cost.priced.then(|| o.cost.clone());
     r.lanes = o
         .lanes
         .iter()

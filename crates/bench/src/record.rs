@@ -266,6 +266,10 @@ pub struct RunRecord {
     /// threshold, whether it sent the run straight to the cloud).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_stage: Option<edgecloud_core::harness::PromptStage>,
+    /// What the run cost (the outcome's `cost`), when its cloud model is
+    /// priced (`[prices]` in the config; docs/cost.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<edgecloud_core::harness::Cost>,
 }
 
 impl RunRecord {

@@ -204,6 +204,15 @@ pub fn render_markdown(s: &Summary) -> String {
              `edgecloud bench calibrate DIR` simulates a cascade at every threshold of each local confidence signal from the local-only and cloud-only runs.\n"
         );
     }
+    if s.groups.iter().any(|g| g.cost.is_some()) {
+        let _ = writeln!(md, "## Cost per policy and deadline\n");
+        table(&mut md, COST, &s.groups);
+        let _ = writeln!(
+            md,
+            "\n*Cloud $*: the provider's token counts times `[prices]`; *$ per correct answer*: cloud $ / answers graded right, \
+             to compare each policy with cloud-only. The cloud-only figures estimate the local lane's answers from its own token counts (docs/cost.md).\n"
+        );
+    }
     let _ = writeln!(md, "## Results per policy and deadline\n");
     table(&mut md, RESULTS, &s.groups);
     let _ = writeln!(md, "\n## Lanes\n");
@@ -339,6 +348,30 @@ const QUALITY: &[Column<GroupSummary>] = &[
     }),
     number("gap recovered", |g| g.gap_recovered.map_or("–".into(), pct)),
 ];
+
+/// What the runs cost, where the config prices the cloud model.
+const COST: &[Column<GroupSummary>] = &[
+    text("policy", |g| g.policy.clone()),
+    number("deadline ms", |g| g.deadline_ms.to_string()),
+    number("cloud $", |g| usd(g.cost.as_ref().map(|c| c.cloud_usd))),
+    number("$ per answered request", |g| {
+        usd(g.cost.as_ref().and_then(|c| c.usd_per_answered))
+    }),
+    number("$ per correct answer", |g| {
+        usd(g.cost.as_ref().and_then(|c| c.usd_per_correct))
+    }),
+    number("cloud-only $ (estimate)", |g| {
+        usd(g.cost.as_ref().map(|c| c.cloud_only_usd_estimate))
+    }),
+    number("saved $ (estimate)", |g| {
+        usd(g.cost.as_ref().map(|c| c.saved_usd_estimate))
+    }),
+];
+
+/// Dollars, to the precision small per-answer costs need.
+fn usd(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.6}"))
+}
 
 const RESULTS: &[Column<GroupSummary>] = &[
     text("policy", |g| g.policy.clone()),

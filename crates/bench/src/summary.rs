@@ -238,11 +238,54 @@ pub struct GroupSummary {
     /// both baselines or when they are equally accurate.
     #[serde(default)]
     pub gap_recovered: Option<f64>,
+    /// What the runs cost, when their cloud model is priced (`[prices]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<GroupCost>,
     /// What the runs delivered together: the answering lanes' completion
     /// tokens over the span from the first run's start to the last one's
     /// settlement (under `--concurrency`, the aggregate a server sees).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<Throughput>,
+}
+
+/// What a group of runs cost (docs/cost.md), over the runs whose cloud
+/// model is priced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupCost {
+    /// Runs with a priced cost.
+    pub runs_priced: u64,
+    /// Dollars spent on the cloud, summed (provider counts x price).
+    pub cloud_usd: f64,
+    /// `cloud_usd` / runs answered (`ok`).
+    pub usd_per_answered: Option<f64>,
+    /// `cloud_usd` / runs answered right (graded workloads): what a
+    /// correct answer cost this policy.
+    pub usd_per_correct: Option<f64>,
+    /// What the same answers would have cost from the cloud alone
+    /// (estimates where the local lane answered), summed.
+    pub cloud_only_usd_estimate: f64,
+    /// `cloud_only_usd_estimate - cloud_usd`.
+    pub saved_usd_estimate: f64,
+}
+
+impl GroupCost {
+    fn of(runs: &[&RunRecord], answered: u64, correct: Option<u64>) -> Option<Self> {
+        let costs: Vec<_> = runs.iter().filter_map(|r| r.cost.as_ref()).collect();
+        if costs.is_empty() {
+            return None;
+        }
+        let cloud_usd: f64 = costs.iter().filter_map(|c| c.cloud_usd).sum();
+        let estimate: f64 = costs.iter().filter_map(|c| c.cloud_only_usd_estimate).sum();
+        let per = |n: u64| (n > 0).then(|| cloud_usd / n as f64);
+        Some(Self {
+            runs_priced: costs.len() as u64,
+            cloud_usd,
+            usd_per_answered: per(answered),
+            usd_per_correct: correct.and_then(per),
+            cloud_only_usd_estimate: estimate,
+            saved_usd_estimate: estimate - cloud_usd,
+        })
+    }
 }
 
 /// Aggregate output of a group of runs over their span.
@@ -324,6 +367,8 @@ impl GroupSummary {
             }
         }
         let checked: Vec<bool> = runs.iter().filter_map(|r| r.expected_match).collect();
+        let matched = checked.iter().filter(|m| **m).count() as u64;
+        let cost = GroupCost::of(runs, status.ok, (!checked.is_empty()).then_some(matched));
         Self {
             policy: policy.to_string(),
             deadline_ms,
@@ -357,6 +402,7 @@ impl GroupSummary {
                 r.lane(Lane::Cloud).is_some_and(|l| l.state.ran())
             })),
             gap_recovered: None,
+            cost,
             throughput: Throughput::of(runs),
         }
     }
@@ -619,7 +665,44 @@ mod tests {
             expected_match: None,
             error: None,
             prompt_stage: None,
+            cost: None,
         }
+    }
+
+    #[test]
+    fn cost_per_answered_and_per_correct_answer() {
+        let priced = |usd: f64, estimate: f64, right: Option<bool>, winner| {
+            let mut r = run("cascade", winner, 10.0, false);
+            let mut c = edgecloud_core::harness::Cost::default();
+            c.priced = true;
+            c.cloud_usd = Some(usd);
+            c.cloud_only_usd_estimate = Some(estimate);
+            r.cost = Some(c);
+            r.expected_match = right;
+            r
+        };
+        let runs = vec![
+            priced(0.0, 0.5, Some(true), Some(Lane::Local)),
+            priced(1.0, 1.0, Some(true), Some(Lane::Cloud)),
+            priced(1.0, 1.0, Some(false), Some(Lane::Cloud)),
+            priced(0.0, 0.0, Some(false), None),
+        ];
+        let groups = summarize(&runs, &["cascade".into()], &[100]);
+        let c = groups[0].cost.as_ref().expect("priced runs");
+        assert_eq!(c.runs_priced, 4);
+        assert_eq!(c.cloud_usd, 2.0);
+        // Three answered, two of them right.
+        assert!((c.usd_per_answered.unwrap() - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(c.usd_per_correct, Some(1.0));
+        assert_eq!(c.cloud_only_usd_estimate, 2.5);
+        assert_eq!(c.saved_usd_estimate, 0.5);
+        // Unpriced runs: no cost figures at all.
+        let plain = summarize(
+            &[run("race", Some(Lane::Local), 1.0, false)],
+            &["race".into()],
+            &[100],
+        );
+        assert!(plain[0].cost.is_none());
     }
 
     #[test]

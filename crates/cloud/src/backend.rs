@@ -100,6 +100,7 @@ pub fn candidate_from_cloud(c: CloudCompletion) -> Candidate {
         provider_prompt: c.usage.map(|u| u.prompt_tokens),
         provider_completion: c.usage.map(|u| u.completion_tokens),
         provider_total: c.usage.map(|u| u.total_tokens),
+        provider_cached_prompt: c.usage.and_then(|u| u.cached_prompt_tokens),
         ..TokenCounts::default()
     };
     candidate.timings = Timings {

@@ -30,6 +30,8 @@ pub(crate) struct Job {
     pub(crate) policy: Option<String>,
     /// Whether the caller wants committed text as it comes.
     pub(crate) stream: bool,
+    /// The request's `Idempotency-Key` header (docs/cost.md).
+    pub(crate) idempotency_key: Option<String>,
 }
 
 /// The part of a request a [`StartError::Invalid`] is about; the HTTP
@@ -61,6 +63,10 @@ pub(crate) enum StartError {
     /// Loading the model would go over the memory budget and every loaded
     /// model has a run in flight, so none can be unloaded for it.
     ModelsBusy { model: String, message: String },
+    /// The request's idempotency key cannot run now: it was used with
+    /// another request, or its first run is still in flight (`code`
+    /// says which). Nothing ran.
+    Conflict { code: &'static str, message: String },
     /// Anything else (an engine fault, not the caller's).
     Internal(String),
 }
@@ -205,6 +211,11 @@ pub(crate) trait Engine: Send + Sync + 'static {
     fn keep_alive(&self, model: Option<String>, keep: super::models::KeepAlive) {
         let _ = (model, keep);
     }
+    /// Each route's cloud spending and budget, where the engine keeps a
+    /// ledger store (`/health`, `/metrics`).
+    fn ledger(&self) -> Option<edgecloud_core::harness::LedgerReport> {
+        None
+    }
 }
 
 /// A run in flight. Dropping it does not stop the run; `abort` does.
@@ -229,6 +240,9 @@ pub(crate) struct RunInfo {
     pub(crate) route: Option<String>,
     pub(crate) policy: Option<String>,
     pub(crate) deadline_ms: f64,
+    /// The answer is a recorded one, given again for its idempotency key
+    /// (`x-edgecloud-replay: true`).
+    pub(crate) replay: bool,
 }
 
 /// How a run ended and what happened to each lane: the harness's own
@@ -366,6 +380,12 @@ pub(crate) struct Summary {
     /// threshold and whether it sent the run straight to the cloud.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) prompt_stage: Option<edgecloud_core::harness::PromptStage>,
+    /// What the answer cost and saved (docs/cost.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cost: Option<edgecloud_core::harness::Cost>,
+    /// Set on a recorded answer given again for its idempotency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) replay: Option<edgecloud_core::harness::Replay>,
 }
 
 impl Summary {

@@ -66,8 +66,19 @@ impl Engine for HarnessEngine {
             if job.stream {
                 options = options.stream();
             }
+            let keyed = job.idempotency_key.is_some();
+            if let Some(key) = job.idempotency_key {
+                options = options.idempotency_key(key);
+            }
             let started = match self.max_queue {
-                None => self.harness.start(job.request, options),
+                // A key whose first run is in flight is waited for within
+                // the deadline (`start_within`), never refused at once.
+                None if !keyed => self.harness.start(job.request, options),
+                None => {
+                    self.harness
+                        .start_within(job.request, options, Duration::ZERO)
+                        .await
+                }
                 Some(wait) => self.harness.start_within(job.request, options, wait).await,
             };
             let run = started.map_err(|e| match e {
@@ -89,6 +100,14 @@ impl Engine for HarnessEngine {
                 }
                 HarnessError::ShuttingDown => StartError::ShuttingDown,
                 HarnessError::PoolBusy { instances } => StartError::Busy { instances },
+                HarnessError::IdempotencyConflict { .. } => StartError::Conflict {
+                    code: "idempotency_key_reused",
+                    message: e.to_string(),
+                },
+                HarnessError::IdempotencyInFlight { .. } => StartError::Conflict {
+                    code: "idempotency_key_in_flight",
+                    message: format!("{e}; retry once it has answered"),
+                },
                 other => StartError::Internal(edgecloud_core::error_chain(&other)),
             })?;
             let info = RunInfo {
@@ -101,6 +120,7 @@ impl Engine for HarnessEngine {
                     * 1e3,
                 route: None,
                 policy: job.policy,
+                replay: run.is_replay(),
             };
             Ok(Box::new(HarnessRun { info, run }) as Box<dyn Run>)
         })
@@ -144,6 +164,10 @@ impl Engine for HarnessEngine {
             observer_events_dropped: stats.observer_events_dropped,
             models: Vec::new(),
         }
+    }
+
+    fn ledger(&self) -> Option<edgecloud_core::harness::LedgerReport> {
+        self.harness.ledger()
     }
 
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained> {
@@ -257,6 +281,8 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
         stop_sequence: o.completion.as_ref().and_then(|c| c.stop_sequence.clone()),
         timings: o.completion.as_ref().map(|c| c.timings.clone()),
         prompt_stage: o.prompt_stage.clone(),
+        cost: Some(o.cost.clone()),
+        replay: o.replay.clone(),
     }
 }
 

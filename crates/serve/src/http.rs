@@ -41,6 +41,8 @@ use std::time::Duration;
 /// Request headers a client may use instead of the `edgecloud` body field.
 pub(crate) const H_POLICY: &str = "x-edgecloud-policy";
 pub(crate) const H_DEADLINE: &str = "x-edgecloud-deadline-ms";
+/// A client's key for retries that do not pay twice (docs/cost.md).
+pub(crate) const H_IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// Handles one request; never fails (errors are responses).
 pub(crate) async fn handle(
@@ -281,12 +283,16 @@ fn health(app: &App) -> Response<Body> {
     if !h.models.is_empty() {
         body["models"] = json!(h.models);
     }
+    if let Some(ledger) = app.engine.ledger() {
+        body["ledger"] = json!(ledger);
+    }
     json_response(if down { 503 } else { 200 }, &body)
 }
 
 fn metrics(app: &App) -> Response<Body> {
     let text = app.metrics.render(
         &app.engine.health(),
+        app.engine.ledger().as_ref(),
         app.connections.load(Ordering::Relaxed),
     );
     let mut r = Response::new(full(text));
@@ -406,6 +412,24 @@ fn header_options(
     Ok((policy, deadline))
 }
 
+/// The `Idempotency-Key` header: visible ASCII, 1 to 255 characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(H_IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        ApiError::invalid(
+            H_IDEMPOTENCY_KEY,
+            format!("header `{H_IDEMPOTENCY_KEY}` {why}"),
+        )
+    };
+    let v = v.to_str().map_err(|_| bad("is not visible ASCII"))?.trim();
+    if v.is_empty() || v.len() > 255 {
+        return Err(bad("must be 1 to 255 characters"));
+    }
+    Ok(Some(v.to_string()))
+}
+
 fn request_id(headers: &HeaderMap) -> Option<String> {
     let v = headers.get("x-request-id")?.to_str().ok()?.trim();
     (!v.is_empty() && v.len() <= 128).then(|| v.to_string())
@@ -417,6 +441,7 @@ pub(crate) struct Head {
     policy: Option<String>,
     deadline: Option<Duration>,
     pub(crate) request_id: Option<String>,
+    idempotency_key: Option<String>,
 }
 
 /// Reads a generation request's headers and body.
@@ -426,12 +451,14 @@ pub(crate) async fn read_request(
 ) -> Result<(Head, Bytes), ApiError> {
     let (policy, deadline) = header_options(req.headers(), &app.limits)?;
     let request_id = request_id(req.headers());
+    let idempotency_key = idempotency_key(req.headers())?;
     let body = read_body(app, req).await?;
     Ok((
         Head {
             policy,
             deadline,
             request_id,
+            idempotency_key,
         },
         body,
     ))
@@ -465,6 +492,7 @@ pub(crate) async fn start(
         model: entry.model.clone(),
         policy,
         stream: params.stream,
+        idempotency_key: head.idempotency_key.clone(),
     };
     if app.shutting_down.load(Ordering::Acquire) {
         return Err(shutting_down(app.retry_after_secs));
@@ -507,6 +535,9 @@ pub(crate) fn start_error(app: &App, e: StartError, policy_param: &str) -> ApiEr
         .param("model")
         .code("models_busy")
         .retry_after(app.retry_after_secs),
+        StartError::Conflict { code, message } => ApiError::new(409, INVALID_REQUEST, message)
+            .param(H_IDEMPOTENCY_KEY)
+            .code(code),
         StartError::Internal(m) => ApiError::new(500, "server_error", m),
     }
 }

@@ -201,7 +201,7 @@ impl ServeMetrics {
             max_queue: None,
             presets: Vec::new(),
         };
-        self.0.render(&engine.health(), 0)
+        self.0.render(&engine.health(), engine.ledger().as_ref(), 0)
     }
 }
 

@@ -6,6 +6,7 @@
 
 use super::engine::{Health, InstanceState, LaneState, LaneStatus, ModelState, Status, Summary};
 use edgecloud_core::harness::LaneErrorKind;
+use edgecloud_core::harness::LedgerReport;
 use edgecloud_core::lane::{FinishReason, Lane, PerLane};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -89,8 +90,33 @@ struct LaneMetrics {
     reused_prompt: u64,
 }
 
+/// What one route's answers on one cloud model cost and saved.
+#[derive(Debug, Clone, Default)]
+struct Spend {
+    cloud_usd: f64,
+    cloud_only_usd_estimate: f64,
+    saved_usd_estimate: f64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    usage_unknown: u64,
+}
+
+/// A route's budget decisions.
+#[derive(Debug, Clone, Default)]
+struct BudgetCounts {
+    /// Runs whose cloud lane a spent budget kept out.
+    refused: u64,
+    /// Runs a nearly spent budget turned into a cascade.
+    leaned: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
+    /// By (route, cloud model).
+    spend: BTreeMap<(String, String), Spend>,
+    budgets: BTreeMap<String, BudgetCounts>,
+    /// Recorded answers given again for their idempotency keys.
+    replays: u64,
     http: BTreeMap<(&'static str, u16), u64>,
     runs: BTreeMap<(String, &'static str), u64>,
     /// Two-stage runs by their first stage's decision.
@@ -146,6 +172,27 @@ impl Metrics {
     /// A settled run.
     pub(crate) fn run(&self, s: &Summary) {
         let mut st = self.lock();
+        if s.replay.is_some() {
+            // No lane ran and nothing was spent: the original run was
+            // counted when it settled.
+            st.replays += 1;
+            return;
+        }
+        if let Some(c) = &s.cost {
+            let model = c.cloud_model.clone().unwrap_or_default();
+            let m = st.spend.entry((s.route.clone(), model)).or_default();
+            m.cloud_usd += c.cloud_usd.unwrap_or(0.0);
+            m.cloud_only_usd_estimate += c.cloud_only_usd_estimate.unwrap_or(0.0);
+            m.saved_usd_estimate += c.saved_usd_estimate.unwrap_or(0.0);
+            m.prompt_tokens += c.cloud_prompt_tokens;
+            m.completion_tokens += c.cloud_completion_tokens;
+            m.usage_unknown += u64::from(c.cloud_usage_unknown);
+            if let Some(b) = &c.budget {
+                let counts = st.budgets.entry(s.route.clone()).or_default();
+                counts.refused += u64::from(b.state == edgecloud_core::harness::BudgetState::Spent);
+                counts.leaned += u64::from(b.note.is_some());
+            }
+        }
         *st.runs
             .entry((s.policy.clone(), s.status.as_str()))
             .or_default() += 1;
@@ -199,11 +246,17 @@ impl Metrics {
 
     /// The Prometheus text exposition (format 0.0.4): every family of
     /// [`FAMILIES`], in order.
-    pub(crate) fn render(&self, health: &Health, connections: usize) -> String {
+    pub(crate) fn render(
+        &self,
+        health: &Health,
+        ledger: Option<&LedgerReport>,
+        connections: usize,
+    ) -> String {
         let st = self.lock();
         let view = View {
             st: &st,
             health,
+            ledger,
             connections: connections as u64,
         };
         let mut o = String::with_capacity(16 * 1024);
@@ -220,6 +273,7 @@ impl Metrics {
 struct View<'a> {
     st: &'a State,
     health: &'a Health,
+    ledger: Option<&'a LedgerReport>,
     connections: u64,
 }
 
@@ -317,6 +371,19 @@ const fn family(
 const COUNTER: &str = "counter";
 const GAUGE: &str = "gauge";
 const HISTOGRAM: &str = "histogram";
+
+/// One float counter per (route, model) of the spending.
+fn spend_family(name: &str, v: &View<'_>, o: &mut String, get: fn(&Spend) -> f64) {
+    for ((route, model), s) in &v.st.spend {
+        let _ = writeln!(
+            o,
+            "{name}{{route=\"{}\",model=\"{}\"}} {}",
+            escape(route),
+            escape(model),
+            get(s)
+        );
+    }
+}
 
 /// Every family `GET /metrics` serves, in the order it serves them.
 const FAMILIES: &[Family] = &[
@@ -652,6 +719,94 @@ const FAMILIES: &[Family] = &[
         "Times the model was unloaded (keep-alive over, or room made for another).",
         Samples::PerModel(|m| m.unloads.to_string()),
     ),
+    family(
+        "edgecloud_cloud_spend_usd_total",
+        COUNTER,
+        "Dollars spent on the cloud: the provider's token counts times the configured price, by route and cloud model (docs/cost.md).",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.cloud_usd)),
+    ),
+    family(
+        "edgecloud_cloud_only_estimate_usd_total",
+        COUNTER,
+        "What the same answers would have cost from the cloud alone (an estimate from local token counts where the local lane answered), by route and cloud model.",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.cloud_only_usd_estimate)),
+    ),
+    family(
+        "edgecloud_saved_usd_estimate_total",
+        COUNTER,
+        "The cloud-only estimate minus what was spent: what the local lane saved, by route and cloud model.",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.saved_usd_estimate)),
+    ),
+    family(
+        "edgecloud_cloud_billed_tokens_total",
+        COUNTER,
+        "Cloud tokens the provider reported (and bills), by route, cloud model and kind (prompt, completion).",
+        Samples::Custom(|name, v, o| {
+            for ((route, model), s) in &v.st.spend {
+                for (kind, n) in [("prompt", s.prompt_tokens), ("completion", s.completion_tokens)] {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{route=\"{}\",model=\"{}\",kind=\"{kind}\"}} {n}",
+                        escape(route),
+                        escape(model)
+                    );
+                }
+            }
+        }),
+    ),
+    family(
+        "edgecloud_cloud_usage_unknown_total",
+        COUNTER,
+        "Runs whose cloud lane ran without its provider reporting usage (cut or cancelled): billed, but not in the spend.",
+        Samples::Custom(|name, v, o| spend_family(name, v, o, |s| s.usage_unknown as f64)),
+    ),
+    family(
+        "edgecloud_cloud_budget_refusals_total",
+        COUNTER,
+        "Runs whose cloud lane was absent because the route's cloud budget was spent.",
+        Samples::Custom(|name, v, o| {
+            for (route, b) in &v.st.budgets {
+                let _ = writeln!(o, "{name}{{route=\"{}\"}} {}", escape(route), b.refused);
+            }
+        }),
+    ),
+    family(
+        "edgecloud_cloud_budget_leaned_total",
+        COUNTER,
+        "Runs a nearly spent cloud budget ran as a cascade (local first).",
+        Samples::Custom(|name, v, o| {
+            for (route, b) in &v.st.budgets {
+                let _ = writeln!(o, "{name}{{route=\"{}\"}} {}", escape(route), b.leaned);
+            }
+        }),
+    ),
+    family(
+        "edgecloud_cloud_budget_spent",
+        GAUGE,
+        "Spent of each route's cloud budget in its current period, in the budget's unit (usd or tokens), with the limit as a label; from the ledger store (other processes sharing it included).",
+        Samples::Custom(|name, v, o| {
+            let Some(l) = v.ledger else {
+                return;
+            };
+            for (route, r) in &l.routes {
+                if let Some(b) = &r.budget {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{route=\"{}\",budget=\"{}\"}} {}",
+                        escape(route),
+                        escape(&b.budget),
+                        b.spent
+                    );
+                }
+            }
+        }),
+    ),
+    family(
+        "edgecloud_replays_total",
+        COUNTER,
+        "Recorded answers given again for a repeated Idempotency-Key, without running a lane.",
+        Samples::One(|v| v.st.replays),
+    ),
 ];
 
 /// An instance's labels: `instance="N"`, after `model="NAME"` on a
@@ -705,6 +860,8 @@ mod tests {
             reasoning_tokens: None,
             timings: None,
             prompt_stage: None,
+            cost: None,
+            replay: None,
         }
     }
 
@@ -764,7 +921,7 @@ mod tests {
             observer_events_dropped: 0,
             models: Vec::new(),
         };
-        let t = m.render(&health, 2);
+        let t = m.render(&health, None, 2);
         assert_eq!(
             value(&t, "edgecloud_lane_requests_total{lane=\"local\"}"),
             2.0
@@ -876,7 +1033,7 @@ mod tests {
 
     #[test]
     fn exposition_is_well_formed() {
-        let t = Metrics::default().render(&Health::default(), 0);
+        let t = Metrics::default().render(&Health::default(), None, 0);
         let mut typed = std::collections::HashSet::new();
         for line in t.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -925,7 +1082,24 @@ mod tests {
             score: Some(-2.5),
             straight_to_cloud: true,
         });
+        let mut cost = edgecloud_core::harness::Cost::default();
+        cost.cloud_model = Some("m\"x".into());
+        cost.cloud_usd = Some(0.25);
+        cost.cloud_only_usd_estimate = Some(1.5);
+        cost.saved_usd_estimate = Some(1.25);
+        cost.cloud_prompt_tokens = 7;
+        cost.cloud_completion_tokens = 2;
+        staged.cost = Some(cost);
         m.run(&staged);
+        // A replay: counted apart, its lanes and spend not again.
+        let mut replayed = staged.clone();
+        replayed.replay = Some(
+            serde_json::from_value(serde_json::json!(
+                {"key": "k", "of_run_id": 1, "recorded_at": "2026-12-06T00:00:00Z"}
+            ))
+            .unwrap(),
+        );
+        m.run(&replayed);
         let mut odd = summary(
             Status::DeadlineExceeded,
             vec![
@@ -1003,7 +1177,7 @@ mod tests {
     fn exposition_matches_the_golden_file() {
         let (m, health) = populated();
         let text = m
-            .render(&health, 3)
+            .render(&health, None, 3)
             .replace(env!("CARGO_PKG_VERSION"), "VERSION");
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics.golden.prom");
         if std::env::var_os("EDGECLOUD_WRITE_GOLDEN").is_some() {

@@ -310,6 +310,7 @@ async fn jobs_go_to_the_model_they_name_and_routes_to_theirs() {
         model: model.map(String::from),
         policy: None,
         stream: false,
+        idempotency_key: None,
     };
     for (model, engine) in [(None, "engine of a"), (Some("c"), "engine of c")] {
         match set.start(job(model)).await {

@@ -259,6 +259,9 @@ pub(crate) fn outcome_headers(
     request_id: Option<&str>,
 ) {
     header(map, "x-edgecloud-run-id", info.run_id);
+    if info.replay {
+        header(map, "x-edgecloud-replay", "true");
+    }
     if let Some(id) = request_id {
         header(map, "x-request-id", id);
     }

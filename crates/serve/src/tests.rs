@@ -172,6 +172,7 @@ impl Fake {
                 .request
                 .deadline
                 .map_or(1000.0, |d| d.as_millis() as f64),
+            replay: false,
         };
         let mut summary = Summary {
             run_id,
@@ -201,6 +202,8 @@ impl Fake {
             reasoning_tokens: None,
             timings: None,
             prompt_stage: None,
+            cost: None,
+            replay: None,
         };
         let words: Vec<String> = prompt.split_inclusive(' ').map(str::to_string).collect();
         summary.lanes[0].tokens = Tokens {

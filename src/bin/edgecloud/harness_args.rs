@@ -113,6 +113,17 @@ pub(crate) struct HarnessArgs {
     /// cells.
     #[arg(long, value_name = "MIB", env = "EDGECLOUD_CACHE_RAM")]
     pub(crate) cache_ram: Option<u64>,
+    /// Cloud budget of each route that sets none: `5usd/day`,
+    /// `$20/month`, `2000000tokens/month` (UTC). From 80% of it a hybrid
+    /// route runs as a cascade (local first); once spent the cloud lane
+    /// is absent until it renews. Needs --ledger (docs/cost.md).
+    #[arg(long, value_name = "AMOUNT/PERIOD", env = "EDGECLOUD_CLOUD_BUDGET")]
+    pub(crate) cloud_budget: Option<String>,
+    /// Directory of the ledger's store: cloud spending (for budgets) and
+    /// the answers of idempotency keys, kept across restarts (the config
+    /// file's `[ledger] store`).
+    #[arg(long, value_name = "DIR", env = "EDGECLOUD_LEDGER")]
+    pub(crate) ledger: Option<PathBuf>,
 }
 
 /// The OpenAI SDKs' base URL variable, when set and not empty.
@@ -200,6 +211,22 @@ impl HarnessArgs {
             ),
             e => usage_from(&e),
         })?;
+        if let Some(dir) = &self.ledger {
+            let window = cfg.ledger.as_ref().and_then(|l| l.idempotency_window_s);
+            cfg.ledger = Some(edgecloud::harness::LedgerConfig {
+                store: dir.clone(),
+                idempotency_window_s: window,
+            });
+        }
+        if let Some(b) = &self.cloud_budget {
+            cfg.harness.cloud_budget = Some(b.clone());
+            cfg.harness.cloud_budget("harness").map_err(|e| {
+                usage(
+                    e.to_string()
+                        .replace("`harness.cloud_budget`", "--cloud-budget"),
+                )
+            })?;
+        }
         Ok(cfg)
     }
 

@@ -22,6 +22,9 @@ pub struct ProviderUsage {
     /// Of the completion tokens, the reasoning ones, when it said
     /// (`completion_tokens_details.reasoning_tokens`).
     pub reasoning_tokens: Option<u64>,
+    /// Of the prompt tokens, those served from the provider's prompt
+    /// cache, when it said (`usage.prompt_tokens_details.cached_tokens`).
+    pub cached_prompt_tokens: Option<u64>,
 }
 
 impl ProviderUsage {
@@ -32,6 +35,7 @@ impl ProviderUsage {
             completion_tokens: completion,
             total_tokens: w.total_tokens.unwrap_or(prompt + completion),
             reasoning_tokens: w.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+            cached_prompt_tokens: w.prompt_tokens_details.and_then(|d| d.cached_tokens),
         })
     }
 }

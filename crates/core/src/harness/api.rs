@@ -31,6 +31,7 @@ use super::claim::{Claim, Claims};
 use super::error::HarnessError;
 use super::handle::{ensure_blocking_allowed, RunHandle, RunOptions};
 use super::instance::Instance;
+use super::ledger::{Begin, Idempotency, Ticket};
 use super::outcome::{LaneReport, LaneStatus, Outcome, RunStatus};
 use super::policy::Policy;
 use super::queue::WaitQueue;
@@ -197,10 +198,79 @@ impl Harness {
     /// with [`HarnessError::PoolBusy`] when no instance can take it. The
     /// deadline is fixed now: the request's own deadline, else the
     /// route's.
+    ///
+    /// A run with an idempotency key ([`RunOptions::idempotency_key`]) on
+    /// a harness with a ledger store: a recorded answer comes back at once
+    /// as a replay (no instance claimed, no lane run); a key whose first
+    /// run is still in flight is refused here with
+    /// [`HarnessError::IdempotencyInFlight`] ([`start_within`](Self::start_within)
+    /// and [`run_with`](Self::run_with) wait for it instead).
     pub fn start(&self, request: Request, options: RunOptions) -> Result<RunHandle, HarnessError> {
+        let ticket = match self.arrive(&request, &options)? {
+            Arrival::Run(ticket) => ticket,
+            Arrival::Replayed(handle) => return Ok(*handle),
+            Arrival::InFlight(_, key) => return Err(HarnessError::IdempotencyInFlight { key }),
+        };
         match self.try_claim(&options, &request)? {
-            Some(claim) => self.start_on(claim, request, options, false),
+            Some(claim) => self.start_on(claim, request, options, false, ticket),
             None => Err(self.refuse()),
+        }
+    }
+
+    /// What an idempotency key finds (no key, or no store: run).
+    fn arrive(&self, request: &Request, options: &RunOptions) -> Result<Arrival, HarnessError> {
+        let instance = &self.inner.instances[0];
+        let (Some(idem), Some(key)) = (
+            instance.inner.ledger.idempotency.as_ref(),
+            options.idempotency_key.as_ref(),
+        ) else {
+            return Ok(Arrival::Run(None));
+        };
+        let fingerprint = Idempotency::fingerprint(&(
+            &request.messages,
+            &request.sampling,
+            &options.route,
+            options.policy.as_ref().map(|p| p.kind()),
+        ));
+        Ok(match idem.begin(key, &fingerprint)? {
+            Begin::Fresh(t) => Arrival::Run(Some(t)),
+            Begin::Conflict => return Err(HarnessError::IdempotencyConflict { key: key.clone() }),
+            Begin::InFlight(rx) => Arrival::InFlight(rx, key.clone()),
+            Begin::Replay(outcome) => {
+                let abort = super::AbortHandle {
+                    shared: super::run::RunShared::settled(
+                        outcome.run_id,
+                        instance.inner.events.clone(),
+                        instance.inner.registry.clone(),
+                    ),
+                };
+                Arrival::Replayed(Box::new(RunHandle::replayed(
+                    *outcome,
+                    options.stream,
+                    abort,
+                )))
+            }
+        })
+    }
+
+    /// [`arrive`](Self::arrive), waiting for a key in flight until
+    /// `until` (then [`HarnessError::IdempotencyInFlight`]).
+    async fn arrive_within(
+        &self,
+        request: &Request,
+        options: &RunOptions,
+        until: Instant,
+    ) -> Result<Arrival, HarnessError> {
+        loop {
+            match self.arrive(request, options)? {
+                Arrival::InFlight(mut rx, key) => {
+                    let done = tokio::time::timeout_at(until.into(), rx.changed()).await;
+                    if done.is_err() {
+                        return Err(HarnessError::IdempotencyInFlight { key });
+                    }
+                }
+                other => return Ok(other),
+            }
         }
     }
 
@@ -220,11 +290,23 @@ impl Harness {
             None => self.inner.instances[0].route_deadline(&options)?,
         };
         let give_up = arrived + max_wait.min(budget);
+        let ticket = match self
+            .arrive_within(&request, &options, arrived + budget)
+            .await?
+        {
+            Arrival::Run(ticket) => ticket,
+            Arrival::Replayed(handle) => return Ok(*handle),
+            Arrival::InFlight(..) => unreachable!("arrive_within waits out a key in flight"),
+        };
+        if options.idempotency_key.is_some() {
+            // A wait for the key's first run came out of the deadline.
+            request.deadline = Some(budget.saturating_sub(arrived.elapsed()));
+        }
         // A newcomer claims at once only when nobody waits; otherwise it
         // takes its place in the queue (first come, first served: `queue`).
         if self.inner.queue.is_empty() {
             if let Some(claim) = self.try_claim(&options, &request)? {
-                return self.start_on(claim, request, options, false);
+                return self.start_on(claim, request, options, false, ticket);
             }
         }
         let wake_waiters = || self.inner.claims.wake_waiters();
@@ -247,7 +329,7 @@ impl Harness {
         drop(place);
         self.inner.waited_total.fetch_add(1, Ordering::Relaxed);
         request.deadline = Some(budget.saturating_sub(arrived.elapsed()));
-        self.start_on(claim, request, options, false)
+        self.start_on(claim, request, options, false, ticket)
     }
 
     /// Runs a request on the default route and waits for its outcome.
@@ -261,6 +343,14 @@ impl Harness {
         request: Request,
         options: RunOptions,
     ) -> Result<Outcome, HarnessError> {
+        if options.idempotency_key.is_some() {
+            // A key in flight is waited for, within the run's deadline.
+            return self
+                .start_within(request, options, Duration::ZERO)
+                .await?
+                .outcome()
+                .await;
+        }
         self.start(request, options)?.outcome().await
     }
 
@@ -311,7 +401,7 @@ impl Harness {
         let Some(claim) = self.try_claim(&options, &request)? else {
             return Err(HarnessError::LaneBusy { lane });
         };
-        let outcome = self.start_on(claim, request, options, true)?.wait()?;
+        let outcome = self.start_on(claim, request, options, true, None)?.wait()?;
         let report = outcome.lane(lane).clone();
         match (outcome.status, outcome.completion) {
             (RunStatus::Ok, Some(completion)) => Ok(Diagnostic {
@@ -355,6 +445,14 @@ impl Harness {
             total.waited_ms = total.waited_ms.max(left.waited_ms);
             total.runs_in_flight += left.runs_in_flight;
             total.still_running.extend(left.still_running);
+        }
+        // What the settled runs spent and recorded is on disk before the
+        // process goes.
+        if let Some(store) = self.inner.instances[0].inner.ledger.store.clone() {
+            let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
+            if let Ok(Err(e)) = flushed {
+                tracing::error!(error = %e, "ledger store: last write failed at shutdown");
+            }
         }
         total
     }
@@ -434,6 +532,25 @@ impl Harness {
         self.inner.instances[0].lane_info(lane)
     }
 
+    /// Each route's cloud spending today and this month (UTC), and where
+    /// it stands against its budget; `None` on a harness without a ledger
+    /// store. Includes other processes' spending on the same store (read
+    /// at most a second ago).
+    pub fn ledger(&self) -> Option<super::LedgerReport> {
+        let inner = &self.inner.instances[0].inner;
+        inner.ledger.report(inner.routes.values().map(|r| &**r))
+    }
+
+    /// Waits until every spending and recorded answer so far is on disk
+    /// (a no-op without a ledger store); the last write's failure, if
+    /// any.
+    pub fn flush_ledger(&self) -> Result<(), String> {
+        match &self.inner.instances[0].inner.ledger.store {
+            Some(s) => s.flush(),
+            None => Ok(()),
+        }
+    }
+
     fn refuse(&self) -> HarnessError {
         self.inner.rejected.fetch_add(1, Ordering::Relaxed);
         HarnessError::PoolBusy {
@@ -447,9 +564,10 @@ impl Harness {
         request: Request,
         options: RunOptions,
         diagnostic: bool,
+        ticket: Option<Ticket>,
     ) -> Result<RunHandle, HarnessError> {
         let index = claim.index();
-        let mut handle = self.inner.instances[index].start(request, options, diagnostic)?;
+        let mut handle = self.inner.instances[index].start(request, options, diagnostic, ticket)?;
         handle.instance = index;
         handle.claim = Some(claim);
         Ok(handle)
@@ -501,6 +619,16 @@ impl Harness {
         }
         Ok(None)
     }
+}
+
+/// What an arriving run does about its idempotency key.
+enum Arrival {
+    /// Run it (with the key's ticket, when it has one).
+    Run(Option<Ticket>),
+    /// Its answer, given again.
+    Replayed(Box<RunHandle>),
+    /// Its first run is in flight: wait for the change, or refuse.
+    InFlight(tokio::sync::watch::Receiver<bool>, String),
 }
 
 impl Drop for Inner {

@@ -101,6 +101,10 @@ pub struct TokenCounts {
     pub provider_completion: Option<u64>,
     /// Total tokens as the cloud provider reported them.
     pub provider_total: Option<u64>,
+    /// Of the prompt tokens, those the provider served from its prompt
+    /// cache, when it reported them (priced at `cached_input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_cached_prompt: Option<u64>,
     /// Prompt tokens counted by the local model's tokenizer.
     pub local_prompt: Option<u64>,
     /// Prompt tokens reused from the local context (not decoded again).

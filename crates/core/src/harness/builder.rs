@@ -7,6 +7,7 @@ use super::backend::Backend;
 use super::callbacks::{Arbiter, Compressor, Named, PreScore, Scorer};
 use super::error::{ConfigError, HarnessError, Setting};
 use super::instance::{Inner, Instance};
+use super::ledger::{BudgetUnit, Idempotency, Ledger, LedgerStore, PriceTable};
 use super::observer::{EventSink, Observer};
 use super::policy::{CommitMode, Policy};
 use super::registry::Registry;
@@ -15,6 +16,7 @@ use super::route_config::RouteConfig;
 use super::slot::LaneSlot;
 use crate::lane::{Lane, PerLane};
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,15 @@ pub trait RouteTables {
     fn defaults(&self) -> &RouteConfig;
     /// The `[routes.NAME]` tables, by name.
     fn routes(&self) -> &BTreeMap<String, RouteConfig>;
+    /// The `[prices."MODEL"]` tables (none by default).
+    fn prices(&self) -> Option<&PriceTable> {
+        None
+    }
+    /// The `[ledger]` table's store directory and idempotency window
+    /// (none by default).
+    fn ledger_store(&self) -> Option<(&Path, Duration)> {
+        None
+    }
 }
 
 /// What [`HarnessBuilder::lanes_from`] starts lanes from: a configuration
@@ -65,6 +76,8 @@ pub struct HarnessBuilder {
     runtime: Option<tokio::runtime::Handle>,
     worker_threads: usize,
     pub(crate) named: Named,
+    prices: PriceTable,
+    store: Option<LedgerStore>,
 }
 
 impl Default for HarnessBuilder {
@@ -99,6 +112,8 @@ impl HarnessBuilder {
             runtime: None,
             worker_threads: 2,
             named: Named::default(),
+            prices: PriceTable::new(),
+            store: None,
         }
     }
 
@@ -278,6 +293,21 @@ impl HarnessBuilder {
         self
     }
 
+    /// Prices answers with `prices` (per cloud model; every outcome's
+    /// `cost`, docs/cost.md). Each model must be one the harness asks for
+    /// (the cloud lane's or a route's `cloud_model`), checked at build.
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// Keeps cloud spending (for the routes' cloud budgets) and the
+    /// answers of idempotency keys in `store`, across restarts.
+    pub fn ledger(mut self, store: LedgerStore) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// Applies a configuration's harness settings and routes (lanes are
     /// built from it separately). Settings already made on the builder
     /// that the file also sets are overridden by the file; call builder
@@ -291,6 +321,17 @@ impl HarnessBuilder {
         }
         if let Some(d) = &config.defaults().default_route {
             self.default_route = Some(d.clone());
+        }
+        if let Some(p) = config.prices() {
+            self.prices = p.clone();
+        }
+        if let Some((dir, window)) = config.ledger_store() {
+            let store = LedgerStore::open(dir, window).map_err(|e| ConfigError::Invalid {
+                key: "ledger.store".into(),
+                setting: Setting::Ledger,
+                detail: e.to_string(),
+            })?;
+            self.store = Some(store);
         }
         Ok(self)
     }
@@ -374,6 +415,7 @@ impl HarnessBuilder {
         if self.cloud.is_none() {
             resolved.refuse_cloud_models()?;
         }
+        let ledger = Arc::new(self.check_ledger(&resolved)?);
         let cap = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
         let (handle, runtime) =
             self.runtime_with((self.worker_threads * n).min(cap).max(self.worker_threads))?;
@@ -389,9 +431,68 @@ impl HarnessBuilder {
                 local,
                 handle.clone(),
                 next_run.clone(),
+                ledger.clone(),
             )?);
         }
         Ok(Harness::new(instances, handle, runtime))
+    }
+
+    /// The ledger, checked against the routes: every priced model is one
+    /// the harness asks for; a budget has a store, and a price when it
+    /// counts dollars.
+    fn check_ledger(&self, resolved: &Resolved) -> Result<Ledger, ConfigError> {
+        let lane_model = self.cloud.as_ref().and_then(|c| c.info().model);
+        let mut known: Vec<String> = resolved
+            .routes
+            .values()
+            .filter_map(|r| r.cloud_model.clone())
+            .chain(lane_model.clone())
+            .collect();
+        known.sort();
+        known.dedup();
+        self.prices.check(&known)?;
+        let mut names: Vec<&String> = resolved.routes.keys().collect();
+        names.sort();
+        for name in names {
+            let r = &resolved.routes[name];
+            let Some(budget) = r.cloud_budget else {
+                continue;
+            };
+            let key = if name == DEFAULT_ROUTE {
+                "harness".to_string()
+            } else {
+                format!("routes.{name}")
+            };
+            if self.store.is_none() {
+                return Err(ConfigError::invalid_field(
+                    &key,
+                    Setting::Ledger,
+                    "cloud_budget",
+                    "needs a ledger store ([ledger] store = \"DIR\" in the config, or --ledger DIR): \
+                     a budget kept in memory alone would start from zero at every restart",
+                ));
+            }
+            let model = r.cloud_model.clone().or_else(|| lane_model.clone());
+            if budget.unit == BudgetUnit::Usd
+                && model.as_ref().is_none_or(|m| self.prices.get(m).is_none())
+            {
+                return Err(ConfigError::invalid_field(
+                    &key,
+                    Setting::Ledger,
+                    "cloud_budget",
+                    format!(
+                        "counts dollars, but the route's cloud model {} has no price \
+                         (add [prices.\"MODEL\"] input = ..., output = ..., or count tokens)",
+                        model.map_or("(none: no cloud lane)".to_string(), |m| format!("`{m}`"))
+                    ),
+                ));
+            }
+        }
+        Ok(Ledger {
+            prices: self.prices.clone(),
+            idempotency: self.store.clone().map(Idempotency::new),
+            store: self.store.clone(),
+        })
     }
 
     /// The builder's runtime, else one of its own with `worker_threads`
@@ -415,6 +516,7 @@ impl HarnessBuilder {
         local: Option<Arc<dyn Backend>>,
         handle: tokio::runtime::Handle,
         next_run: Arc<AtomicU64>,
+        ledger: Arc<Ledger>,
     ) -> Result<Instance, HarnessError> {
         let events = EventSink::start(self.observers.clone()).map_err(HarnessError::Start)?;
         let slots = PerLane::new(
@@ -431,6 +533,7 @@ impl HarnessBuilder {
                 registry: Arc::new(Registry::default()),
                 next_run,
                 shutting_down: AtomicBool::new(false),
+                ledger,
             }),
         })
     }

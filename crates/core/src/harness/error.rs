@@ -90,6 +90,23 @@ pub enum HarnessError {
     /// A diagnostic was aborted.
     #[error("aborted")]
     Aborted,
+    /// The idempotency key was first used with another request (another
+    /// body, route or policy); nothing ran.
+    #[error("the idempotency key `{key}` was already used with a different request")]
+    IdempotencyConflict {
+        /// The key.
+        key: String,
+    },
+    /// The idempotency key's first run is still in flight (and the wait
+    /// for it, if any, ended first); nothing ran.
+    #[error("the idempotency key `{key}` is in use by a request still in flight")]
+    IdempotencyInFlight {
+        /// The key.
+        key: String,
+    },
+    /// The ledger's store could not be read.
+    #[error(transparent)]
+    Ledger(#[from] super::ledger::StoreError),
 }
 
 /// What is wrong with a configuration.
@@ -157,6 +174,8 @@ pub enum Setting {
     Lane,
     /// The number of instances.
     Instances,
+    /// The ledger: prices, cloud budgets, the store.
+    Ledger,
 }
 
 impl ConfigError {

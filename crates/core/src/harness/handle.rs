@@ -23,6 +23,12 @@ pub struct RunOptions {
     pub commit: Option<CommitMode>,
     /// Override the route's policy for this run.
     pub policy: Option<Policy>,
+    /// The run's idempotency key (docs/cost.md): on a harness with a
+    /// ledger store, a key whose answer is recorded is answered from the
+    /// record (its outcome's `replay` set) without running a lane; the
+    /// same key with another request is
+    /// [`HarnessError::IdempotencyConflict`].
+    pub idempotency_key: Option<String>,
 }
 
 impl RunOptions {
@@ -52,6 +58,20 @@ impl RunOptions {
     /// Runs this request with `policy` instead of the route's.
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// Gives the run an idempotency key (see [`RunOptions::idempotency_key`]).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Uses the request's own id as its idempotency key, when it has one.
+    pub fn idempotent_by_request_id(mut self, request: &crate::request::Request) -> Self {
+        if let Some(id) = &request.id {
+            self.idempotency_key = Some(id.clone());
+        }
         self
     }
 }
@@ -107,8 +127,11 @@ pub struct RunHandle {
     pub(crate) outcome: oneshot::Receiver<Outcome>,
     /// The instance it runs on (an index into `Harness::instances`).
     pub(crate) instance: usize,
-    /// Released with the handle (`None` only while the harness sets it).
+    /// Released with the handle (`None` only while the harness sets it,
+    /// and for a replay, which claims no instance).
     pub(crate) claim: Option<Claim>,
+    /// A recorded answer given again.
+    pub(crate) replay: bool,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -123,6 +146,45 @@ impl std::fmt::Debug for RunHandle {
 }
 
 impl RunHandle {
+    /// A handle over an answer given again (an idempotency key's
+    /// replay): its outcome is ready and its stream holds the whole text
+    /// (a reasoning model's thinking first, as it streamed).
+    pub(crate) fn replayed(outcome: Outcome, stream: bool, abort: AbortHandle) -> Self {
+        let tokens = stream.then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let thinking = outcome
+                .completion
+                .as_ref()
+                .and_then(|c| c.reasoning.clone());
+            if let Some(r) = thinking.filter(|r| !r.is_empty()) {
+                let _ = tx.send(Piece::Reasoning(r));
+            }
+            if let Some(t) = outcome.text.clone().filter(|t| !t.is_empty()) {
+                let _ = tx.send(Piece::Answer(t));
+            }
+            rx
+        });
+        let (tx, rx) = oneshot::channel();
+        let run_id = outcome.run_id;
+        let _ = tx.send(outcome);
+        RunHandle {
+            run_id,
+            deadline: Instant::now(),
+            abort,
+            tokens,
+            outcome: rx,
+            instance: 0,
+            claim: None,
+            replay: true,
+        }
+    }
+
+    /// Whether this is a recorded answer given again for its idempotency
+    /// key (no lane runs; the outcome's `replay` says which run answered).
+    pub fn is_replay(&self) -> bool {
+        self.replay
+    }
+
     /// The run's id, as in its outcome and events.
     pub fn run_id(&self) -> u64 {
         self.run_id

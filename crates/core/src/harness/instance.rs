@@ -9,6 +9,7 @@
 use super::backend::BackendInfo;
 use super::error::{ConfigError, HarnessError, Setting};
 use super::handle::{RunHandle, RunOptions};
+use super::ledger::{calendar, BudgetState, Ledger, RunLedger, Ticket};
 use super::observer::EventSink;
 use super::policy::{LaneNeeds, Plan, Policy};
 use super::registry::{HarnessStats, Registry};
@@ -44,6 +45,8 @@ pub(crate) struct Inner {
     /// Shared by the instances of a harness: run ids are unique harness-wide.
     pub(crate) next_run: Arc<AtomicU64>,
     pub(crate) shutting_down: AtomicBool,
+    /// Prices, budgets and idempotency keys, shared by the instances.
+    pub(crate) ledger: Arc<Ledger>,
 }
 
 impl std::fmt::Debug for Instance {
@@ -67,6 +70,7 @@ impl Instance {
         request: Request,
         options: RunOptions,
         diagnostic: bool,
+        ticket: Option<Ticket>,
     ) -> Result<RunHandle, HarnessError> {
         let inner = &self.inner;
         if inner.shutting_down.load(Ordering::Acquire) {
@@ -74,6 +78,7 @@ impl Instance {
         }
         request.validate()?;
         let (route, policy) = self.route_and_policy(&options)?;
+        let (ledger, policy) = self.run_ledger(&route, policy, ticket, diagnostic);
         let start = Instant::now();
         let deadline = start + request.deadline.unwrap_or(route.deadline);
         let run_id = inner.next_run.fetch_add(1, Ordering::Relaxed);
@@ -98,6 +103,7 @@ impl Instance {
             registry: inner.registry.clone(),
             events: inner.events.clone(),
             diagnostic,
+            ledger,
         };
         let (shared, outcome) = launch(setup);
         Ok(RunHandle {
@@ -108,7 +114,56 @@ impl Instance {
             outcome,
             instance: 0,
             claim: None,
+            replay: false,
         })
+    }
+
+    /// What the ledger knows of a run on `route` starting now, and the
+    /// policy it runs: a hybrid policy leans local (runs as a cascade:
+    /// local first, the cloud only when the local answer fails or scores
+    /// low) once the route's budget reaches its lean share. A diagnostic
+    /// runs as asked.
+    fn run_ledger(
+        &self,
+        route: &RouteSettings,
+        policy: Policy,
+        ticket: Option<Ticket>,
+        diagnostic: bool,
+    ) -> (RunLedger, Policy) {
+        let ledger = self.inner.ledger.clone();
+        let cloud_model = route.cloud_model.clone().or_else(|| {
+            self.inner.slots[Lane::Cloud]
+                .as_ref()
+                .and_then(|s| s.info.model.clone())
+        });
+        let mut budget = ledger
+            .budget(route, calendar::now_unix_ms())
+            .map(|(_, report)| report);
+        let mut policy = policy;
+        if let Some(b) = budget.as_mut().filter(|b| b.state == BudgetState::Lean) {
+            let from = policy.kind();
+            let leans = matches!(
+                policy,
+                Policy::Race | Policy::Hedge { .. } | Policy::Fallback { .. } | Policy::BestOf
+            );
+            if leans && !diagnostic && self.inner.slots[Lane::Local].is_some() {
+                policy = Policy::from_kind(super::policy::PolicyKind::Cascade);
+                b.note = Some(format!(
+                    "leaning local: {} ran as cascade ({:.0}% of the cloud budget spent)",
+                    from.as_str(),
+                    100.0 * b.spent / b.limit.max(f64::MIN_POSITIVE)
+                ));
+            }
+        }
+        (
+            RunLedger {
+                ledger,
+                cloud_model,
+                budget,
+                ticket,
+            },
+            policy,
+        )
     }
 
     /// The route and policy a run with these options uses.

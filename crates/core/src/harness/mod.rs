@@ -87,6 +87,7 @@ mod error;
 mod handle;
 mod instance;
 mod instant;
+pub mod ledger;
 mod observer;
 mod outcome;
 mod policy;
@@ -117,6 +118,10 @@ pub use error::{ConfigError, HarnessError, Setting};
 pub use handle::{AbortHandle, RunHandle, RunOptions};
 pub use instance::Instance;
 pub use instant::InstantBackend;
+pub use ledger::{
+    BudgetReport, BudgetState, CloudBudget, Cost, LedgerReport, LedgerStore, Price, PriceTable,
+    Replay, RouteLedger, Spent, StoreError,
+};
 pub use observer::{Event, Observer};
 pub use outcome::{
     CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, PromptStage, RunStatus,

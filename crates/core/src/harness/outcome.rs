@@ -11,6 +11,7 @@
 
 use super::backend::{BackendError, Candidate, TokenCounts};
 use super::callbacks::CallbackReport;
+use super::ledger::{Cost, Replay};
 use super::policy::PolicyKind;
 use super::scoring::Signal;
 use crate::lane::{FinishReason, Lane};
@@ -303,6 +304,13 @@ pub struct Outcome {
     /// A two-stage cascade's first stage (`None`: the run had none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_stage: Option<PromptStage>,
+    /// What the answer cost and saved (docs/cost.md).
+    #[serde(default)]
+    pub cost: Cost,
+    /// Set when this outcome is a recorded answer given again for a
+    /// repeated idempotency key (no lane ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Replay>,
 }
 
 impl Outcome {

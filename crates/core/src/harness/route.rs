@@ -15,6 +15,7 @@
 
 use super::callbacks::{Arbiter, Compressor, PreScore, Scorer};
 use super::compression::KeepRecent;
+use super::ledger::CloudBudget;
 use super::policy::{CommitMode, Policy};
 use super::scoring::{ConfidenceScorer, DefaultScorer, GenericScorer, Signal, SignalScorer};
 use std::any::TypeId;
@@ -89,6 +90,7 @@ pub struct Route {
     pub(crate) escalate_early: Option<Option<Signal>>,
     pub(crate) prompt_escalate_below: Option<Option<(Signal, f64)>>,
     pub(crate) cloud_model: Option<String>,
+    pub(crate) cloud_budget: Option<Option<CloudBudget>>,
 }
 
 impl fmt::Debug for Route {
@@ -105,6 +107,7 @@ impl fmt::Debug for Route {
             .field("escalate_early", &self.escalate_early)
             .field("prompt_escalate_below", &self.prompt_escalate_below)
             .field("cloud_model", &self.cloud_model)
+            .field("cloud_budget", &self.cloud_budget)
             .finish()
     }
 }
@@ -267,6 +270,23 @@ impl Route {
         self
     }
 
+    /// Caps this route's cloud spending (docs/cost.md): from the budget's
+    /// lean share on, a hybrid policy runs as a cascade (local first);
+    /// once spent, the cloud lane is absent from the route's runs until
+    /// the period renews. Needs a ledger store
+    /// ([`HarnessBuilder::ledger`](super::HarnessBuilder::ledger)), and a
+    /// price for the route's cloud model when it counts dollars.
+    pub fn cloud_budget(mut self, budget: CloudBudget) -> Self {
+        self.cloud_budget = Some(Some(budget));
+        self
+    }
+
+    /// This route has no cloud budget (whatever the defaults say).
+    pub fn without_cloud_budget(mut self) -> Self {
+        self.cloud_budget = Some(None);
+        self
+    }
+
     pub(crate) fn set_arc_pre_score(&mut self, p: Option<Arc<dyn PreScore>>) {
         self.pre_score = Some(p.map(|f| Cb { f, inline: false }));
     }
@@ -302,6 +322,7 @@ impl Route {
                 .cloud_model
                 .clone()
                 .or_else(|| base.cloud_model.clone()),
+            cloud_budget: self.cloud_budget.or(base.cloud_budget),
         }
     }
 
@@ -355,6 +376,7 @@ impl Route {
             escalate_early: self.escalate_early.flatten(),
             prompt_escalate_below: self.prompt_escalate_below.flatten(),
             cloud_model: self.cloud_model.clone(),
+            cloud_budget: self.cloud_budget.flatten(),
         })
     }
 }
@@ -381,6 +403,8 @@ pub(crate) struct RouteSettings {
     /// The model the cloud lane is asked for (see [`Route::cloud_model`];
     /// `None`: the lane's own).
     pub(crate) cloud_model: Option<String>,
+    /// The route's cloud budget (see [`Route::cloud_budget`]).
+    pub(crate) cloud_budget: Option<CloudBudget>,
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 use super::callbacks::Named;
 use super::compression::KeepRecent;
 use super::error::{ConfigError, Setting};
+use super::ledger::CloudBudget;
 use super::policy::{
     CommitMode, Policy, PolicyKind, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,
 };
@@ -79,6 +80,13 @@ pub struct RouteConfig {
     /// (the default) or `cloud` (passed through to the cloud endpoint's
     /// `/v1/embeddings`). A route without it takes `[harness]`'s.
     pub embeddings: Option<Lane>,
+    /// The route's cloud budget: `"5 usd/day"`, `"$20/month"`,
+    /// `"2000000 tokens/month"` (docs/cost.md). A route without it takes
+    /// `[harness]`'s.
+    pub cloud_budget: Option<String>,
+    /// The share of the budget (0 to 1, default 0.8) from which a hybrid
+    /// route leans local.
+    pub cloud_budget_lean_at: Option<f64>,
 }
 
 /// A cascade threshold in a signal's own units (`escalate_below`).
@@ -105,6 +113,40 @@ fn ms(key: &str, field: &str, v: Option<f64>) -> Result<Option<Duration>, Config
 }
 
 impl RouteConfig {
+    /// The table's cloud budget, read and checked (`key` names the table).
+    pub fn cloud_budget(&self, key: &str) -> Result<Option<CloudBudget>, ConfigError> {
+        let lean_at = match self.cloud_budget_lean_at {
+            None => None,
+            Some(v) if (0.0..=1.0).contains(&v) => Some(v),
+            Some(v) => {
+                return Err(ConfigError::invalid_field(
+                    key,
+                    Setting::Ledger,
+                    "cloud_budget_lean_at",
+                    format!("must be a share between 0 and 1, not {v}"),
+                ))
+            }
+        };
+        let Some(text) = &self.cloud_budget else {
+            if lean_at.is_some() {
+                return Err(ConfigError::invalid_field(
+                    key,
+                    Setting::Ledger,
+                    "cloud_budget_lean_at",
+                    "needs `cloud_budget` in the same table",
+                ));
+            }
+            return Ok(None);
+        };
+        let mut b: CloudBudget = text.parse().map_err(|e: super::ledger::BadBudget| {
+            ConfigError::invalid_field(key, Setting::Ledger, "cloud_budget", e.to_string())
+        })?;
+        if let Some(l) = lean_at {
+            b.lean_at = l;
+        }
+        Ok(Some(b))
+    }
+
     /// The deadline of a run on route `name` whose table is `table`
     /// (`None`: no table of its own) under the `[harness]` table
     /// `defaults`, as the harness resolves it: the table's `deadline_ms`,
@@ -310,6 +352,7 @@ impl RouteConfig {
             }
             r.cloud_model = Some(m.clone());
         }
+        r.cloud_budget = self.cloud_budget(key)?.map(Some);
         r.callback_budget = ms(key, "callback_budget_ms", self.callback_budget_ms)?;
         r.cancel_grace = ms(key, "cancel_grace_ms", self.cancel_grace_ms)?;
         let unknown = |field: &str, kind: &'static str, name: &str| ConfigError::UnknownCallback {

@@ -228,6 +228,10 @@ pub struct Usage {
         skip_serializing_if = "Option::is_none"
     )]
     pub completion_tokens_details: Option<CompletionTokensDetails>,
+    /// OpenAI's breakdown of the prompt: `cached_tokens`, the prompt
+    /// tokens served from its prompt cache (billed at a lower price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
 }
 
 /// `usage.completion_tokens_details`.
@@ -238,6 +242,13 @@ pub struct CompletionTokensDetails {
     pub reasoning_tokens: Option<u64>,
 }
 
+/// The part of [`Usage`] that says how much of the prompt was cached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
 impl Usage {
     /// All three counts, the total being the sum.
     pub fn counted(prompt: u64, completion: u64) -> Self {
@@ -246,6 +257,7 @@ impl Usage {
             prompt_tokens: Some(prompt),
             total_tokens: Some(prompt + completion),
             completion_tokens_details: None,
+            prompt_tokens_details: None,
         }
     }
 

@@ -76,6 +76,11 @@ impl Core {
                 r.retry_in = Some(retry_in);
                 self.secondary_did_not_start(lane);
             }
+            Admission::Refused { retry_in, note } => {
+                r.absent(LaneStatus::Unavailable, note);
+                r.retry_in = Some(retry_in);
+                self.secondary_did_not_start(lane);
+            }
         }
     }
 

@@ -168,6 +168,9 @@ pub(crate) enum Admission {
     Busy,
     /// The backend says it is down.
     Down { retry_in: Duration, reason: String },
+    /// The harness keeps the lane out of this run (the route's cloud
+    /// budget is spent) until `retry_in` has passed; `note` says why.
+    Refused { retry_in: Duration, note: String },
 }
 
 /// What the shell must do.

@@ -70,6 +70,9 @@ impl Core {
             callbacks,
             late_workers,
             prompt_stage: self.prompt_stage(),
+            // Priced by the shell, which holds the price table.
+            cost: Default::default(),
+            replay: None,
         };
         fx.push(Effect::Emit(Event::Decision {
             run_id: run.run_id,

@@ -30,6 +30,7 @@ use super::callbacks::{offload, CallResult, ScoreContext};
 use super::decision::{
     Call, CbOutput, Configured, Core, CoreSetup, Effect, Input, LaneInfo, TimerKind,
 };
+use super::ledger::RunLedger;
 use super::observer::EventSink;
 use super::outcome::{LaneStatus, Outcome};
 use super::policy::{CommitMode, Policy};
@@ -68,6 +69,8 @@ pub(crate) struct RunSetup {
     /// A single-lane diagnostic: any returned completion is the answer,
     /// blank or cut short (a diagnostic reports what happened).
     pub(crate) diagnostic: bool,
+    /// What the ledger knows of the run (budget, price, idempotency key).
+    pub(crate) ledger: RunLedger,
 }
 
 /// Spawns the run's task; returns what the caller's handle needs.
@@ -129,6 +132,8 @@ struct Shell {
     callbacks: FuturesUnordered<CbFuture>,
     timers: PlanTimers,
     mode: Mode,
+    /// Taken at settlement.
+    ledger: Option<RunLedger>,
 }
 
 impl Shell {
@@ -185,6 +190,7 @@ impl Shell {
             callbacks: FuturesUnordered::new(),
             timers: PlanTimers::default(),
             mode: Mode::Deciding,
+            ledger: Some(s.ledger),
         }
     }
 
@@ -273,6 +279,12 @@ impl Shell {
         lane: Lane,
         messages: Option<Vec<ChatMessage>>,
     ) -> super::decision::Admission {
+        let refused = (lane == Lane::Cloud)
+            .then(|| self.ledger.as_ref().and_then(RunLedger::cloud_refused))
+            .flatten();
+        if let Some((retry_in, note)) = refused {
+            return super::decision::Admission::Refused { retry_in, note };
+        }
         let slot = self.slots[lane]
             .clone()
             .expect("the core starts configured lanes only");
@@ -393,9 +405,11 @@ impl Shell {
             events,
             stream,
             worker_ids,
+            ledger,
+            route,
             ..
         } = self;
-        let (outcome, effects) = core.settle(now, aborted);
+        let (mut outcome, effects) = core.settle(now, aborted);
         for report in &outcome.lanes {
             if report.status == LaneStatus::Late {
                 if let Some(id) = worker_ids[report.lane] {
@@ -416,6 +430,9 @@ impl Shell {
         }
         registry.run_settled();
         drop(st_guard);
+        if let Some(ledger) = ledger {
+            ledger.settle(&route.name, &mut outcome);
+        }
         // Closing the stream tells the caller every piece was delivered.
         drop(stream);
         tracing::debug!(

@@ -93,6 +93,15 @@ impl RunShared {
         }
     }
 
+    /// The shared part of a run that settled before it began (a replayed
+    /// answer): nothing reports to it, and an abort is stale.
+    pub(crate) fn settled(run_id: u64, events: EventSink, registry: Arc<Registry>) -> Arc<Self> {
+        let (tx, _) = mpsc::unbounded_channel();
+        let shared = Self::new(run_id, tx, events, registry);
+        shared.lock().settled_at = Some(Instant::now());
+        Arc::new(shared)
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, SharedState> {
         // Two plain fields; a panic elsewhere cannot leave them torn.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
