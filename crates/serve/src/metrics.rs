@@ -746,12 +746,14 @@ mod tests {
                     configured: true,
                     busy: true,
                     health: None,
+                    device: None,
                 },
                 LaneState {
                     lane: Lane::Cloud,
                     configured: false,
                     busy: false,
                     health: None,
+                    device: None,
                 },
             ],
             instances: Vec::new(),
@@ -945,6 +947,7 @@ mod tests {
                     configured: true,
                     busy: true,
                     health: None,
+                    device: None,
                 },
                 LaneState {
                     lane: Lane::Cloud,
@@ -959,6 +962,7 @@ mod tests {
                         recovered: 1,
                         last_failure: None,
                     }),
+                    device: None,
                 },
             ],
             instances: vec![InstanceState {
