@@ -170,6 +170,7 @@ fn run_worker(
     let draft_size_share = draft_model
         .as_ref()
         .map_or(0.0, |d| d.size() as f64 / model.size().max(1) as f64);
+    let offload = offload_of(&placed, &model);
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -184,6 +185,7 @@ fn run_worker(
         Governor::new(threads, config.thread_policy).asking_free_cores(),
     )
     .with_grammar_pass(config.grammar_pass)
+    .with_device_steps(offload.layers > 0)
     .with_speculation(spec)
     .with_draft_model(
         draft_ctx.map(|ctx| DraftModel::new(ctx, config.batch_size.max(1) as usize)),
@@ -224,7 +226,7 @@ fn run_worker(
         cache_ram: config.cache_ram,
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
-        offload: offload_of(&placed, &model),
+        offload,
         parameters: model.n_params(),
         memory_bytes: memory_bytes(&model, context_size, sequences * samples_of(&config))
             + draft_model

@@ -1,0 +1,153 @@
+//! How many prompt tokens go into one step when the model's layers run on
+//! a GPU device (`--gpu-layers`), sized from measured step times.
+//!
+//! On the CPU, llama.cpp polls the abort callback after every graph node,
+//! so a cancel or a deadline stops a step within a node whatever the
+//! step's size. A GPU backend (Vulkan, CUDA, Metal) runs its part of the
+//! graph without looking at the callback: a step, once started, runs to
+//! its end, and a cancel lands only when it is over. So with offload the
+//! size of a step is the cancel latency: this module keeps each step near
+//! a time target by choosing its prompt tokens from the steps measured so
+//! far (the step's time over its tokens, a moving figure per token that
+//! includes the step's fixed cost, so small steps grow by the ratio of the
+//! target to what they took until a step takes about the target).
+//!
+//! The target is the larger of [`TARGET`] (50 ms: a cancel within 50 ms on
+//! a real GPU, where a 512-token step of a small model takes a few
+//! milliseconds and steps of 50 ms lose little prompt throughput) and
+//! twice the device's measured one-token step (a generation step): on a
+//! device where one token's step already takes longer (Mesa's lavapipe,
+//! a Vulkan device on the CPU: about 425 ms for SmolLM2), a prompt step of
+//! one token would make prompts as slow as generation, and a cancel during
+//! generation waits for one such step anyway; a prompt step then holds a
+//! cancel at most about two generation steps. Measured figures:
+//! docs/gpu.md.
+//!
+//! Without offload the sizer stays out of the way: every step takes up to
+//! `batch_size` prompt tokens, as before.
+
+use std::time::Duration;
+
+/// The step time the sizer aims at on a fast device.
+pub(super) const TARGET: Duration = Duration::from_millis(50);
+
+/// Prompt tokens of the first step with offload, before any step was
+/// measured.
+const FIRST: usize = 16;
+
+/// Weight of the newest step in the moving per-token figure.
+const ALPHA: f64 = 0.5;
+
+#[derive(Debug, Clone)]
+pub(super) struct StepSizer {
+    /// Steps are sized (the lane offloads layers).
+    on: bool,
+    /// Seconds per token of a step, moving (prompt steps).
+    per_token: Option<f64>,
+    /// Seconds of a one-token step, moving (generation steps).
+    one_token: Option<f64>,
+}
+
+impl StepSizer {
+    /// Sizes steps when `on` (the lane offloads layers to a GPU device).
+    pub(super) fn new(on: bool) -> Self {
+        Self {
+            on,
+            per_token: None,
+            one_token: None,
+        }
+    }
+
+    /// The step time aimed at now.
+    pub(super) fn target(&self) -> Duration {
+        let two_steps = self
+            .one_token
+            .map_or(Duration::ZERO, |s| Duration::from_secs_f64(2.0 * s));
+        TARGET.max(two_steps)
+    }
+
+    /// Prompt tokens for the next step, which already holds `rows` tokens
+    /// of generating sequences, at most `batch_size`.
+    pub(super) fn prompt_tokens(&self, batch_size: usize, rows: usize) -> usize {
+        if !self.on {
+            return batch_size;
+        }
+        let Some(per_token) = self.per_token.filter(|p| *p > 0.0) else {
+            return FIRST.min(batch_size).max(1);
+        };
+        let fits = (self.target().as_secs_f64() / per_token).floor() as usize;
+        fits.saturating_sub(rows).clamp(1, batch_size.max(1))
+    }
+
+    /// A step of `tokens` tokens (`prompt` of them prompt tokens) took
+    /// `took` seconds.
+    pub(super) fn record(&mut self, tokens: usize, prompt: usize, took: f64) {
+        if !self.on || tokens == 0 || !took.is_finite() || took <= 0.0 {
+            return;
+        }
+        let mix =
+            |old: Option<f64>, new: f64| Some(old.map_or(new, |o| (1.0 - ALPHA) * o + ALPHA * new));
+        if tokens == 1 && prompt == 0 {
+            self.one_token = mix(self.one_token, took);
+        }
+        if prompt > 0 {
+            self.per_token = mix(self.per_token, took / tokens as f64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device whose step takes `fixed + per * n` seconds.
+    fn converge(fixed: f64, per: f64, batch: usize) -> (usize, f64) {
+        let mut s = StepSizer::new(true);
+        // A generation step first, as a lane that answered before has.
+        s.record(1, 0, fixed + per);
+        let mut n = 0;
+        let mut took = 0.0;
+        for _ in 0..30 {
+            n = s.prompt_tokens(batch, 0);
+            took = fixed + per * n as f64;
+            s.record(n, n, took);
+        }
+        (n, took)
+    }
+
+    #[test]
+    fn off_takes_the_whole_batch() {
+        let mut s = StepSizer::new(false);
+        s.record(128, 128, 10.0);
+        assert_eq!(s.prompt_tokens(128, 0), 128);
+    }
+
+    #[test]
+    fn a_fast_device_gets_steps_near_the_target() {
+        // A GPU: 2 ms a step plus 20 us a token.
+        let (n, took) = converge(0.002, 0.000_02, 4096);
+        assert!((0.045..=0.051).contains(&took), "{n} tokens, {took} s");
+        // The batch size still bounds it.
+        let (n, _) = converge(0.002, 0.000_02, 512);
+        assert_eq!(n, 512);
+    }
+
+    #[test]
+    fn a_slow_device_gets_about_two_generation_steps() {
+        // lavapipe-like: a one-token step 425 ms, 92 ms a prompt token in
+        // a large step.
+        let (n, took) = converge(0.333, 0.092, 128);
+        assert!(took <= 2.0 * 0.425 + 1e-9, "{n} tokens, {took} s");
+        assert!(n >= 5, "{n} tokens, {took} s");
+    }
+
+    #[test]
+    fn generating_rows_leave_room_for_fewer_prompt_tokens() {
+        let mut s = StepSizer::new(true);
+        s.record(10, 10, 0.010); // 1 ms a token
+        assert_eq!(s.prompt_tokens(512, 0), 50);
+        assert_eq!(s.prompt_tokens(512, 4), 46);
+        assert_eq!(s.prompt_tokens(512, 60), 1);
+        assert_eq!(s.prompt_tokens(20, 0), 20);
+    }
+}
