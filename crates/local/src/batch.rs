@@ -282,7 +282,7 @@ impl<'m> Engine<'m> {
     /// lane whose layers run on a GPU device, which does not stop a step
     /// for a cancel.
     pub(super) fn with_device_steps(mut self, on: bool) -> Self {
-        self.step_size = StepSizer::new(on);
+        self.step_size = StepSizer::from_env(on);
         self
     }
 

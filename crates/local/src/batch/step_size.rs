@@ -24,12 +24,19 @@
 //! docs/gpu.md.
 //!
 //! Without offload the sizer stays out of the way: every step takes up to
-//! `batch_size` prompt tokens, as before.
+//! `batch_size` prompt tokens, as before. `EDGECLOUD_DEVICE_STEP_MS`
+//! ([`TARGET_ENV`]) sets another target; `0` turns sizing off (every step
+//! up to `batch_size` prompt tokens, llama.cpp's way: best prompt
+//! throughput, a cancel waits for the whole step).
 
 use std::time::Duration;
 
 /// The step time the sizer aims at on a fast device.
 pub(super) const TARGET: Duration = Duration::from_millis(50);
+
+/// The environment variable setting another target, in milliseconds
+/// (`0`: no sizing).
+pub(crate) const TARGET_ENV: &str = "EDGECLOUD_DEVICE_STEP_MS";
 
 /// Prompt tokens of the first step with offload, before any step was
 /// measured.
@@ -42,6 +49,8 @@ const ALPHA: f64 = 0.5;
 pub(super) struct StepSizer {
     /// Steps are sized (the lane offloads layers).
     on: bool,
+    /// The step time aimed at on a fast device.
+    target: Duration,
     /// Seconds per token of a step, moving (prompt steps).
     per_token: Option<f64>,
     /// Seconds of a one-token step, moving (generation steps).
@@ -49,13 +58,31 @@ pub(super) struct StepSizer {
 }
 
 impl StepSizer {
-    /// Sizes steps when `on` (the lane offloads layers to a GPU device).
+    /// Sizes steps when `on` (the lane offloads layers to a GPU device),
+    /// aiming at [`TARGET`].
     pub(super) fn new(on: bool) -> Self {
         Self {
             on,
+            target: TARGET,
             per_token: None,
             one_token: None,
         }
+    }
+
+    /// As [`StepSizer::new`], with the target [`TARGET_ENV`] sets, if any
+    /// (`0`: off); a value that is not a number is ignored with a warning.
+    pub(super) fn from_env(on: bool) -> Self {
+        let mut s = Self::new(on);
+        if let Ok(v) = std::env::var(TARGET_ENV) {
+            match v.trim().parse::<u64>() {
+                Ok(0) => s.on = false,
+                Ok(ms) => s.target = Duration::from_millis(ms),
+                Err(_) => {
+                    tracing::warn!("{TARGET_ENV}={v:?} is not a number of milliseconds: ignored")
+                }
+            }
+        }
+        s
     }
 
     /// The step time aimed at now.
@@ -63,7 +90,7 @@ impl StepSizer {
         let two_steps = self
             .one_token
             .map_or(Duration::ZERO, |s| Duration::from_secs_f64(2.0 * s));
-        TARGET.max(two_steps)
+        self.target.max(two_steps)
     }
 
     /// Prompt tokens for the next step, which already holds `rows` tokens
