@@ -134,8 +134,6 @@ pub(super) struct Engine<'m> {
     /// Prompt tokens per step when layers run on a GPU device
     /// (`step_size`).
     step_size: StepSizer,
-    /// Prompt tokens in the batch being decoded.
-    prompt_rows: usize,
     /// Conversations the sequences moved on from, in host memory
     /// (`prompt_cache`); `None` when the budget is 0.
     prompt_cache: Option<PromptCache<SeqState>>,
@@ -273,7 +271,6 @@ impl<'m> Engine<'m> {
             threads: step_threads,
             spec: Speculator::off(),
             step_size: StepSizer::new(false),
-            prompt_rows: 0,
             prompt_cache: None,
         }
     }
@@ -363,7 +360,7 @@ impl<'m> Engine<'m> {
         match decoded {
             Ok(()) => {
                 if !verifying {
-                    self.step_size.record(tokens, self.prompt_rows, took);
+                    self.step_size.record(tokens, took);
                 }
                 self.threads.decoded(&step, took, waited, verifying);
                 self.spec.timed(step.kind, took, drafted);
@@ -532,9 +529,7 @@ impl<'m> Engine<'m> {
                 });
             }
         }
-        let rows = self.batch.n_tokens();
         self.add_prompt_chunks(&mut entries);
-        self.prompt_rows = usize::try_from(self.batch.n_tokens() - rows).unwrap_or(0);
         self.add_drafts(&mut entries);
         entries
     }

@@ -8,9 +8,11 @@
 //! its end, and a cancel lands only when it is over. So with offload the
 //! size of a step is the cancel latency: this module keeps each step near
 //! a time target by choosing its prompt tokens from the steps measured so
-//! far (the step's time over its tokens, a moving figure per token that
-//! includes the step's fixed cost, so small steps grow by the ratio of the
-//! target to what they took until a step takes about the target).
+//! far: a one-token step's time (the step's fixed cost and one token) and
+//! the latest larger step's give the cost of each further token, and the
+//! step gets as many as fit the target. Before a one-token step was
+//! measured, the latest step's time over its tokens stands in (it counts
+//! the fixed cost in every token, so it errs small: the steps grow).
 //!
 //! The target is the larger of [`TARGET`] (50 ms: a cancel within 50 ms on
 //! a real GPU, where a 512-token step of a small model takes a few
@@ -51,10 +53,12 @@ pub(super) struct StepSizer {
     on: bool,
     /// The step time aimed at on a fast device.
     target: Duration,
-    /// Seconds per token of a step, moving (prompt steps).
+    /// Seconds per token of a step, moving (steps of more than one token).
     per_token: Option<f64>,
-    /// Seconds of a one-token step, moving (generation steps).
+    /// Seconds of a one-token step, moving.
     one_token: Option<f64>,
+    /// The latest step of more than one token: its tokens and seconds.
+    last_big: Option<(usize, f64)>,
 }
 
 impl StepSizer {
@@ -66,6 +70,7 @@ impl StepSizer {
             target: TARGET,
             per_token: None,
             one_token: None,
+            last_big: None,
         }
     }
 
@@ -99,26 +104,36 @@ impl StepSizer {
         if !self.on {
             return batch_size;
         }
-        let Some(per_token) = self.per_token.filter(|p| *p > 0.0) else {
-            return FIRST.min(batch_size).max(1);
+        let target = self.target().as_secs_f64();
+        let fits = match (self.one_token, self.last_big) {
+            // The fixed cost and the cost of each further token.
+            (Some(t1), Some((n, tn))) if tn > t1 => {
+                let each = (tn - t1) / (n - 1) as f64;
+                1 + ((target - t1).max(0.0) / each).floor() as usize
+            }
+            // Further tokens cost nothing measurable: the whole batch.
+            (Some(_), Some(_)) => batch_size,
+            _ => match self.per_token.filter(|p| *p > 0.0) {
+                Some(per_token) => (target / per_token).floor() as usize,
+                None => FIRST,
+            },
         };
-        let fits = (self.target().as_secs_f64() / per_token).floor() as usize;
         fits.saturating_sub(rows).clamp(1, batch_size.max(1))
     }
 
-    /// A step of `tokens` tokens (`prompt` of them prompt tokens) took
-    /// `took` seconds.
-    pub(super) fn record(&mut self, tokens: usize, prompt: usize, took: f64) {
+    /// A step of `tokens` tokens took `took` seconds (prompt and
+    /// generation rows cost alike: both count).
+    pub(super) fn record(&mut self, tokens: usize, took: f64) {
         if !self.on || tokens == 0 || !took.is_finite() || took <= 0.0 {
             return;
         }
         let mix =
             |old: Option<f64>, new: f64| Some(old.map_or(new, |o| (1.0 - ALPHA) * o + ALPHA * new));
-        if tokens == 1 && prompt == 0 {
+        if tokens == 1 {
             self.one_token = mix(self.one_token, took);
-        }
-        if prompt > 0 {
+        } else {
             self.per_token = mix(self.per_token, took / tokens as f64);
+            self.last_big = Some((tokens, took));
         }
     }
 }
@@ -131,13 +146,13 @@ mod tests {
     fn converge(fixed: f64, per: f64, batch: usize) -> (usize, f64) {
         let mut s = StepSizer::new(true);
         // A generation step first, as a lane that answered before has.
-        s.record(1, 0, fixed + per);
+        s.record(1, fixed + per);
         let mut n = 0;
         let mut took = 0.0;
         for _ in 0..30 {
             n = s.prompt_tokens(batch, 0);
             took = fixed + per * n as f64;
-            s.record(n, n, took);
+            s.record(n, took);
         }
         (n, took)
     }
@@ -145,7 +160,7 @@ mod tests {
     #[test]
     fn off_takes_the_whole_batch() {
         let mut s = StepSizer::new(false);
-        s.record(128, 128, 10.0);
+        s.record(128, 10.0);
         assert_eq!(s.prompt_tokens(128, 0), 128);
     }
 
@@ -169,9 +184,27 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_lane_on_a_slow_device_does_not_stay_at_one_token() {
+        // The first prompt step, before any one-token step: lavapipe-like.
+        let mut s = StepSizer::new(true);
+        let step = |n: usize| 0.333 + 0.092 * n as f64;
+        let mut sizes = Vec::new();
+        for _ in 0..6 {
+            let n = s.prompt_tokens(128, 0);
+            sizes.push(n);
+            s.record(n, step(n));
+        }
+        assert_eq!(sizes[0], FIRST);
+        assert!(
+            sizes[2..].iter().all(|&n| (4..=6).contains(&n)),
+            "{sizes:?}"
+        );
+    }
+
+    #[test]
     fn generating_rows_leave_room_for_fewer_prompt_tokens() {
         let mut s = StepSizer::new(true);
-        s.record(10, 10, 0.010); // 1 ms a token
+        s.record(10, 0.010); // 1 ms a token
         assert_eq!(s.prompt_tokens(512, 0), 50);
         assert_eq!(s.prompt_tokens(512, 4), 46);
         assert_eq!(s.prompt_tokens(512, 60), 1);
