@@ -200,17 +200,27 @@ fn offload_that_cannot_happen_is_a_typed_error() {
     );
     assert!(msg.contains("mesa-vulkan-drivers"), "{msg}");
 
-    // A Vulkan backend library that does not load: the dynamic linker's
-    // reason, and what to install.
-    let dir = fresh_path("gpu-broken-module");
+    // No Vulkan loader: a copy of the folder whose Vulkan module needs a
+    // loader by a name no system has (its DT_NEEDED entry renamed in
+    // place, same length). The dynamic linker's reason, and what to
+    // install.
+    let dir = fresh_path("gpu-no-loader");
     std::fs::create_dir_all(&dir).unwrap();
     let src = gpu.parent().unwrap();
     for e in std::fs::read_dir(src).unwrap().flatten() {
         let name = e.file_name();
         let to = dir.join(&name);
         if name == "libggml-vulkan.so" {
-            std::fs::write(&to, b"not a shared library").unwrap();
-        } else if e.path().is_file() {
+            let bytes = std::fs::read(e.path()).unwrap();
+            let (from, to_name) = (&b"libvulkan.so.1\0"[..], &b"libvulkXn.so.1\0"[..]);
+            let at = bytes
+                .windows(from.len())
+                .position(|w| w == from)
+                .expect("the module names libvulkan.so.1");
+            let mut patched = bytes.clone();
+            patched[at..at + from.len()].copy_from_slice(to_name);
+            std::fs::write(&to, patched).unwrap();
+        } else if e.path().is_file() || e.path().is_symlink() {
             std::fs::copy(e.path(), &to).unwrap();
         }
     }
@@ -218,6 +228,10 @@ fn offload_that_cannot_happen_is_a_typed_error() {
     assert_eq!(err["kind"], "gpu_library", "{err}");
     let msg = err["message"].as_str().unwrap();
     assert!(msg.contains("libggml-vulkan.so"), "{msg}");
+    assert!(
+        msg.contains("libvulkXn.so.1: cannot open shared object file"),
+        "{msg}"
+    );
     assert!(msg.contains("libvulkan1"), "{msg}");
     // The same folder still runs on the CPU.
     let out = run(

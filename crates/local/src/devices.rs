@@ -308,7 +308,7 @@ pub fn check_gpu_layers(gpu_layers: u32) -> Result<(), DeviceError> {
         return Ok(());
     }
     if let Some((library, reason)) = unusable_gpu_libraries(&inv).into_iter().next() {
-        let fix = gpu_library_fix(&library, reason.is_some());
+        let fix = gpu_library_fix(&library, reason.as_deref());
         return Err(DeviceError::GpuLibrary {
             gpu_layers,
             library,
@@ -405,12 +405,21 @@ fn unusable_gpu_libraries(inv: &Inventory) -> Vec<(PathBuf, Option<String>)> {
     out
 }
 
-/// What makes a GPU backend library usable: the library it lacks
-/// (`missing_library`) or a driver.
-fn gpu_library_fix(library: &Path, missing_library: bool) -> String {
+/// What makes a GPU backend library usable, from why it did not load
+/// (`None`: it loads, the backend found no driver): the library it lacks,
+/// a rebuild, or a driver.
+fn gpu_library_fix(library: &Path, reason: Option<&str>) -> String {
     let vulkan = library
         .file_name()
         .is_some_and(|n| n.to_string_lossy().contains("vulkan"));
+    let missing_library = reason.is_some_and(|r| r.contains("cannot open shared object"));
+    if reason.is_some() && !missing_library {
+        return format!(
+            "the file is damaged or built for another system: rebuild it (scripts/build-gpu \
+             vulkan for libggml-vulkan.so), or remove {}",
+            library.display()
+        );
+    }
     match (vulkan, missing_library) {
         (true, true) => "install the Vulkan loader (Debian/Ubuntu: apt install libvulkan1; \
                          Fedora: vulkan-loader) and a Vulkan driver"
