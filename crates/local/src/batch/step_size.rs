@@ -8,11 +8,14 @@
 //! its end, and a cancel lands only when it is over. So with offload the
 //! size of a step is the cancel latency: this module keeps each step near
 //! a time target by choosing its prompt tokens from the steps measured so
-//! far: a one-token step's time (the step's fixed cost and one token) and
-//! the latest larger step's give the cost of each further token, and the
-//! step gets as many as fit the target. Before a one-token step was
-//! measured, the latest step's time over its tokens stands in (it counts
-//! the fixed cost in every token, so it errs small: the steps grow).
+//! far: a one-token step's time (the step's fixed cost and one token; the
+//! lane times one at load, `Engine::time_device_steps`) and the latest
+//! larger step's give the cost of each further token, and the step gets as
+//! many as fit the target. Where a larger step took no longer than a
+//! one-token step (lavapipe: its matrix-vector kernels for a few rows are
+//! slower than its matrix-matrix ones for 50), the whole batch fits. Before
+//! a one-token step was measured, the latest step's time over its tokens
+//! stands in.
 //!
 //! The target is the larger of [`TARGET`] (50 ms: a cancel within 50 ms on
 //! a real GPU, where a 512-token step of a small model takes a few
@@ -88,6 +91,11 @@ impl StepSizer {
             }
         }
         s
+    }
+
+    /// Whether steps are sized.
+    pub(super) fn is_on(&self) -> bool {
+        self.on
     }
 
     /// The step time aimed at now.
