@@ -372,8 +372,10 @@ async fn a_pool_on_the_device_answers_like_the_lone_lane() {
             let v = post(
                 &url,
                 "/chat/completions",
+                // lavapipe is slow: no 5 s default deadline.
                 json!({"model": "edgecloud", "messages": [{"role": "user", "content": p}],
-                       "max_tokens": 6, "temperature": 0}),
+                       "max_tokens": 6, "temperature": 0,
+                       "edgecloud": {"deadline_ms": 600000}}),
             )
             .await;
             v["choices"][0]["message"]["content"]

@@ -283,39 +283,6 @@ impl<'m> Engine<'m> {
         self
     }
 
-    /// Times one-token steps before the first job, when steps are sized
-    /// for a device (`step_size`): the step's fixed cost is what sizing
-    /// needs first, and a device compiles its kernels on first use (the
-    /// first step's time is that, not the step's: the second one counts).
-    /// The cells are dropped again.
-    pub(super) fn time_device_steps(&mut self) {
-        if !self.step_size.is_on() {
-            return;
-        }
-        // Any token does: BOS where the model has one.
-        let token = Some(self.model.vocab().bos())
-            .filter(|t| t.0 >= 0)
-            .unwrap_or(LlamaToken(0));
-        for round in 0..2 {
-            self.batch.clear();
-            if self.batch.add(token, 0, &[0], true).is_err() {
-                return;
-            }
-            let started = Instant::now();
-            let decoded = self.ctx.decode(&mut self.batch).is_ok();
-            let took = started.elapsed().as_secs_f64();
-            let _ = self.ctx.kv_cache_seq_rm(0, None, None);
-            self.batch.clear();
-            if !decoded {
-                return;
-            }
-            tracing::debug!(round, took_ms = took * 1e3, "device step timed");
-            if round == 1 {
-                self.step_size.record(1, took);
-            }
-        }
-    }
-
     /// How a constrained answer's grammar is applied (see `pick`).
     pub(super) fn with_grammar_pass(mut self, pass: GrammarPass) -> Self {
         self.grammar_pass = pass;

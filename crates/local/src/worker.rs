@@ -195,7 +195,6 @@ fn run_worker(
     .with_prompt_cache(
         usize::try_from(config.cache_ram.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
     );
-    engine.time_device_steps();
     let thread_policy = if engine.controls_threads() {
         config.thread_policy
     } else {

@@ -8,8 +8,8 @@
 //! its end, and a cancel lands only when it is over. So with offload the
 //! size of a step is the cancel latency: this module keeps each step near
 //! a time target by choosing its prompt tokens from the steps measured so
-//! far: a one-token step's time (the step's fixed cost and one token; the
-//! lane times one at load, `Engine::time_device_steps`) and the latest
+//! far: a one-token step's time (the step's fixed cost and one token) and
+//! the latest
 //! larger step's give the cost of each further token, and the step gets as
 //! many as fit the target. Where a larger step took no longer than a
 //! one-token step (lavapipe: its matrix-vector kernels for a few rows are
@@ -91,11 +91,6 @@ impl StepSizer {
             }
         }
         s
-    }
-
-    /// Whether steps are sized.
-    pub(super) fn is_on(&self) -> bool {
-        self.on
     }
 
     /// The step time aimed at now.
