@@ -226,11 +226,18 @@ fn local_figures() {
         // Unset: the harness's defaults (what users get).
         nice: env_num("EDGECLOUD_BENCH_NICE"),
         batch_size: env_num("EDGECLOUD_BENCH_BATCH").unwrap_or(defaults.batch_size),
+        // Layers on a GPU device (a portable build with a GPU backend
+        // module beside it: scripts/gpu-overshoot).
+        gpu_layers: env_num("EDGECLOUD_BENCH_GPU_LAYERS").unwrap_or(0),
         thread_policy: env_num("EDGECLOUD_THREAD_POLICY").unwrap_or(defaults.thread_policy),
         ..defaults
     })
     .expect("bench-135m loads");
     let batch = local.lane().info().batch_size;
+    let offload = local.lane().info().offload.describe();
+    // Fewer runs on a slow device (EDGECLOUD_BENCH_RUNS, _CANCELS).
+    let runs: u64 = env_num("EDGECLOUD_BENCH_RUNS").unwrap_or(100);
+    let cancels: u64 = env_num("EDGECLOUD_BENCH_CANCELS").unwrap_or(50);
     let tokenizer = local.lane().clone();
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
@@ -246,7 +253,7 @@ fn local_figures() {
         .expect("harness builds");
     let deadline = Duration::from_millis(150);
     let (mut settle, mut caller, mut release) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..100 {
+    for i in 0..runs {
         // A different start each time: no prompt prefix to reuse.
         let body: String = (0..500)
             .map(|w| format!("w{} ", (w * 13 + i) % 101))
@@ -279,7 +286,7 @@ fn local_figures() {
     let long = Duration::from_secs(60);
     let mut cancel = Vec::new();
     let mut cancel_prompt = 0;
-    for i in 0..50u64 {
+    for i in 0..cancels {
         let body: String = (0..680)
             .map(|w| format!("w{} ", (w * 13 + i) % 101))
             .collect();
@@ -307,7 +314,8 @@ fn local_figures() {
         cancel.push(settled.saturating_duration_since(aborted_at).as_secs_f64() * 1e3 + overrun);
     }
     println!(
-        "# real local lane (bench-135m, {threads} threads, batch {batch}), ~1500-token prompt, 150 ms deadline"
+        "# real local lane ({}, {threads} threads, batch {batch}, offload {offload}), ~1500-token prompt, 150 ms deadline",
+        model.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned())
     );
     println!("overshoot settle  local      {}", summary(&mut settle));
     println!("overshoot caller  local      {}", summary(&mut caller));

@@ -305,6 +305,8 @@ fn every_flag_the_docs_name_is_one_the_binary_has_or_another_tools() {
         "--prio",
         "--threads",
         "--model",
+        // vulkaninfo
+        "--summary",
     ];
     let cli = Cli::read();
     let mut ours = cli.all_flags();

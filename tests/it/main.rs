@@ -18,6 +18,7 @@ mod error_chain;
 mod fetch;
 mod gguf;
 mod gguf_catalogue;
+mod gpu;
 mod harness;
 mod ledger;
 mod local;

@@ -179,6 +179,7 @@ impl Backend for Replay {
             name: "replay (recorded answers; a stand-in, not a live model)".into(),
             model: Some(self.name.clone()),
             load_time: None,
+            device: None,
         }
     }
 

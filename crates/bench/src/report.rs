@@ -505,6 +505,11 @@ const MACHINE: &[MachineRow] = &[
     ("GPU offload", |s| {
         let b = &s.build;
         Some(match (&s.settings.local, b.gpu_backends.is_empty()) {
+            (Some(l), _) if l.gpu_layers > 0 && l.offload.is_some() => format!(
+                "--gpu-layers {}: {}",
+                l.gpu_layers,
+                l.offload.as_deref().unwrap_or_default()
+            ),
             (Some(l), _) if l.gpu_layers > 0 => format!(
                 "{} layers ({})",
                 l.gpu_layers,

@@ -53,8 +53,12 @@ pub struct LocalSetup {
     /// Most tokens drafted per step, when speculation is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_max: Option<u32>,
-    /// Layers offloaded to a GPU (0: CPU only).
+    /// Layers offloaded to a GPU (0: CPU only), as asked.
     pub gpu_layers: u32,
+    /// Where the loaded lane's layers run, as it reported them
+    /// (`31/31 layers on Vulkan0 (llvmpipe ...)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<String>,
     /// Context size in tokens.
     pub context_size: Option<u32>,
     /// Samples per item of a local consensus (`--samples`, or the

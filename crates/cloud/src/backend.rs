@@ -46,6 +46,7 @@ impl Backend for CloudBackend {
             name: "openai-compatible".into(),
             model: Some(self.lane.config().model.clone()),
             load_time: None,
+            device: None,
         }
     }
 

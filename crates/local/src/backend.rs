@@ -52,6 +52,7 @@ impl Backend for LocalBackend {
             name: "llama.cpp".into(),
             model: Some(i.model.display().to_string()),
             load_time: Some(i.load_time),
+            device: Some(i.offload.describe()),
         }
     }
 

@@ -75,6 +75,7 @@
 
 mod prompt_stage;
 mod speculate;
+mod step_size;
 mod step_threads;
 
 pub(super) use speculate::Speculation;
@@ -104,6 +105,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
+use step_size::StepSizer;
 use step_threads::StepThreads;
 use tokio::sync::oneshot;
 
@@ -130,6 +132,9 @@ pub(super) struct Engine<'m> {
     threads: StepThreads,
     /// Speculative decoding (`speculate`).
     spec: Speculator<'m>,
+    /// Prompt tokens per step when layers run on a GPU device
+    /// (`step_size`).
+    step_size: StepSizer,
     /// Conversations the sequences moved on from, in host memory
     /// (`prompt_cache`); `None` when the budget is 0.
     prompt_cache: Option<PromptCache<SeqState>>,
@@ -268,8 +273,17 @@ impl<'m> Engine<'m> {
             prompt_turn: 0,
             threads: step_threads,
             spec: Speculator::off(),
+            step_size: StepSizer::new(false),
             prompt_cache: None,
         }
+    }
+
+    /// Sizes prompt steps from measured step times (`step_size`): for a
+    /// lane whose layers run on a GPU device, which does not stop a step
+    /// for a cancel.
+    pub(super) fn with_device_steps(mut self, on: bool) -> Self {
+        self.step_size = StepSizer::from_env(on);
+        self
     }
 
     /// How a constrained answer's grammar is applied (see `pick`).
@@ -348,6 +362,9 @@ impl<'m> Engine<'m> {
         signal.disarm();
         match decoded {
             Ok(()) => {
+                if !verifying {
+                    self.step_size.record(tokens, took);
+                }
                 self.threads.decoded(&step, took, waited, verifying);
                 self.spec.timed(step.kind, took, drafted);
                 for entry in &entries {

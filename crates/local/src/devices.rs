@@ -59,6 +59,23 @@ pub enum DeviceError {
         /// What would give this process a GPU.
         hint: String,
     },
+    /// A GPU backend library is beside the binary, but ggml could not use
+    /// it: a library it needs is missing (the Vulkan loader
+    /// `libvulkan.so.1`, CUDA's runtime), or it loaded and found no driver.
+    #[error(
+        "gpu_layers = {gpu_layers} asks for GPU offload, but the GPU backend {library} is \
+         not usable: {reason}; {fix}"
+    )]
+    GpuLibrary {
+        /// The layers asked for.
+        gpu_layers: u32,
+        /// The backend library.
+        library: PathBuf,
+        /// What the dynamic linker or the backend said.
+        reason: String,
+        /// What would make it usable.
+        fix: String,
+    },
     /// This binary's ggml kernels were compiled for a CPU level this CPU
     /// is below (a cross build's `--level`).
     #[error(
@@ -90,6 +107,7 @@ impl DeviceError {
     pub fn kind(&self) -> &'static str {
         match self {
             DeviceError::NoGpu { .. } => "no_gpu",
+            DeviceError::GpuLibrary { .. } => "gpu_library",
             DeviceError::NoBackends { .. } => "no_backends",
             DeviceError::CpuLevel { .. } => "cpu_level",
         }
@@ -289,6 +307,17 @@ pub fn check_gpu_layers(gpu_layers: u32) -> Result<(), DeviceError> {
     if gpu_layers == 0 || inv.gpus().next().is_some() {
         return Ok(());
     }
+    if let Some((library, reason)) = unusable_gpu_libraries(&inv).into_iter().next() {
+        let fix = gpu_library_fix(&library, reason.as_deref());
+        return Err(DeviceError::GpuLibrary {
+            gpu_layers,
+            library,
+            reason: reason.unwrap_or_else(|| {
+                "it loads, but its backend found no driver and registered nothing".into()
+            }),
+            fix,
+        });
+    }
     Err(DeviceError::NoGpu {
         gpu_layers,
         found: inv.describe_devices(),
@@ -303,6 +332,13 @@ fn no_gpu_hint(inv: &Inventory) -> String {
         .filter(|b| b.name != "CPU" && b.devices == 0)
         .map(|b| b.name.as_str())
         .collect();
+    if idle.contains(&"Vulkan") {
+        return "the Vulkan backend is there but offers no device: ggml skips CPU-type Vulkan \
+                devices (Mesa's lavapipe, llvmpipe) unless GGML_VK_VISIBLE_DEVICES names one \
+                (GGML_VK_VISIBLE_DEVICES=0 for the first; `vulkaninfo --summary` lists them), \
+                and a GPU needs its vendor's Vulkan driver"
+            .into();
+    }
     if !idle.is_empty() {
         return format!(
             "the {} backend is there but sees no device (driver, CUDA_VISIBLE_DEVICES?)",
@@ -332,6 +368,72 @@ fn no_gpu_hint(inv: &Inventory) -> String {
               or use the portable build with a GPU backend library beside it, or use 0 GPU \
               layers"
             .into(),
+    }
+}
+
+/// The portable build's GPU backend libraries (any `libggml-<name>.so`
+/// but the CPU's and ggml-base) in its backends folder that ggml did not
+/// register, each with what the dynamic linker said (`None`: it loads, so
+/// the backend declined: no driver).
+fn unusable_gpu_libraries(inv: &Inventory) -> Vec<(PathBuf, Option<String>)> {
+    let Some(dir) = inv.backends_dir.as_deref() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, Option<String>)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let backend = name
+                .strip_prefix(MODULE_PREFIX)?
+                .strip_suffix(MODULE_SUFFIX)?
+                .to_string();
+            let registered = inv
+                .backends
+                .iter()
+                .any(|b| b.name.to_lowercase() == backend);
+            (backend != "base" && !backend.starts_with("cpu") && !registered).then(|| e.path())
+        })
+        .map(|path| {
+            let why = super::ffi::dlopen_error(&path);
+            (path, why)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// What makes a GPU backend library usable, from why it did not load
+/// (`None`: it loads, the backend found no driver): the library it lacks,
+/// a rebuild, or a driver.
+fn gpu_library_fix(library: &Path, reason: Option<&str>) -> String {
+    let vulkan = library
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().contains("vulkan"));
+    let missing_library = reason.is_some_and(|r| r.contains("cannot open shared object"));
+    if reason.is_some() && !missing_library {
+        return format!(
+            "the file is damaged or built for another system: rebuild it (scripts/build-gpu \
+             vulkan for libggml-vulkan.so), or remove {}",
+            library.display()
+        );
+    }
+    match (vulkan, missing_library) {
+        (true, true) => "install the Vulkan loader (Debian/Ubuntu: apt install libvulkan1; \
+                         Fedora: vulkan-loader) and a Vulkan driver"
+            .into(),
+        (true, false) => "install a Vulkan driver: your GPU vendor's, or Mesa's (Debian/Ubuntu: \
+                          apt install mesa-vulkan-drivers, which has lavapipe, a Vulkan device \
+                          on the CPU; ggml uses it with GGML_VK_VISIBLE_DEVICES=0); \
+                          `vulkaninfo --summary` lists what the loader finds"
+            .into(),
+        (false, true) => format!(
+            "install what it links against (`ldd {}` names it), or remove it",
+            library.display()
+        ),
+        (false, false) => "install the GPU's driver, or remove the library".into(),
     }
 }
 

@@ -12,7 +12,8 @@
 //!   `llama.cpp`), and its recent error lines are kept so that an opaque load
 //!   failure can say what llama.cpp complained about.
 //! - **ggml backends** (for `devices`): loading the portable build's backend
-//!   libraries from a folder, and each backend's compiled-in feature list.
+//!   libraries from a folder, each backend's compiled-in feature list, and
+//!   why a backend library does not load (`dlopen_error`).
 //!
 //! This module must stay small: everything else in the lane is safe code.
 //! The crate-wide `unsafe_code = "deny"` is lifted here (and only in
@@ -499,6 +500,7 @@ unsafe extern "C" fn log_trampoline(level: u32, text: *const c_char, _user: *mut
             }
             _ => {
                 note_buffer(line);
+                super::placement::note(line);
                 tracing::trace!(target: "llama.cpp", "{line}")
             }
         }
@@ -556,6 +558,30 @@ pub(crate) fn load_ggml_backends(dir: &std::path::Path) -> bool {
     // calls this once per process.
     unsafe { llama_cpp_sys_2::ggml_backend_load_all_from_path(c_dir.as_ptr()) };
     true
+}
+
+/// Why the dynamic linker will not load `path` (`None`: it loads). For a
+/// GPU backend library ggml did not register: a missing dependency such
+/// as the Vulkan loader (`libvulkan.so.1`) shows here; when it loads, the
+/// backend itself declined (no driver).
+pub(crate) fn dlopen_error(path: &std::path::Path) -> Option<String> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: a valid NUL-terminated path; the handle is closed at once and
+    // nothing from the library is called (its initialisers run, as when
+    // ggml loads it). dlerror's string is copied before any other dl call.
+    unsafe {
+        let handle = libc::dlopen(c_path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            let err = libc::dlerror();
+            return Some(if err.is_null() {
+                "the dynamic linker refused it".into()
+            } else {
+                CStr::from_ptr(err).to_string_lossy().into_owned()
+            });
+        }
+        libc::dlclose(handle);
+    }
+    None
 }
 
 /// Every ggml backend registry's name and compiled-in features (`AVX2`,

@@ -81,6 +81,7 @@ mod generate;
 mod governor;
 mod jinja;
 mod pick;
+mod placement;
 mod prepare;
 pub mod probe;
 mod prompt_cache;
@@ -115,6 +116,7 @@ pub use embedding::{
 pub use error::LocalError;
 pub use governor::ThreadPolicy;
 pub use pick::GrammarPass;
+pub use placement::Offload;
 pub use probe::{ProbeMode, ProbeReport};
 
 /// Not part of the API: the lane's per-token bookkeeping (the passes over
@@ -333,8 +335,12 @@ pub struct LocalInfo {
     pub compute_wait: String,
     /// Batch size for prompt processing.
     pub batch_size: u32,
-    /// Layers offloaded to a GPU.
+    /// Layers asked to be offloaded to a GPU ([`LocalConfig::gpu_layers`]).
     pub gpu_layers: u32,
+    /// Where the layers run: how many llama.cpp offloaded, to which
+    /// devices, and the device bytes of weights and KV cache (llama.cpp's
+    /// own buffer figures).
+    pub offload: Offload,
     /// Model parameters, as llama.cpp counts them.
     pub parameters: u64,
     /// What the lane holds in memory, about: the weights llama.cpp loaded

@@ -109,7 +109,7 @@ fn run_worker(
             detail: edgecloud_core::panic_payload::message(&*p),
         })
     });
-    let (model, params, format, threads, context_size, exact_rows) = match loaded {
+    let (model, params, format, threads, context_size, exact_rows, mut placed) = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
             let _ = startup.send(Err(err));
@@ -118,7 +118,11 @@ fn run_worker(
     };
     let ctx = {
         let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        model.new_context(backend(), params)
+        super::placement::clear();
+        let ctx = model.new_context(backend(), params);
+        // The KV cache's buffers, from the context's log.
+        placed.buffers.extend(super::placement::take().buffers);
+        ctx
     };
     let ctx = match ctx {
         Ok(ctx) => ctx,
@@ -166,6 +170,7 @@ fn run_worker(
     let draft_size_share = draft_model
         .as_ref()
         .map_or(0.0, |d| d.size() as f64 / model.size().max(1) as f64);
+    let offload = offload_of(&placed, &model);
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -180,6 +185,7 @@ fn run_worker(
         Governor::new(threads, config.thread_policy).asking_free_cores(),
     )
     .with_grammar_pass(config.grammar_pass)
+    .with_device_steps(offload.layers > 0)
     .with_speculation(spec)
     .with_draft_model(
         draft_ctx.map(|ctx| DraftModel::new(ctx, config.batch_size.max(1) as usize)),
@@ -220,6 +226,7 @@ fn run_worker(
         cache_ram: config.cache_ram,
         batch_size: config.batch_size,
         gpu_layers: config.gpu_layers,
+        offload,
         parameters: model.n_params(),
         memory_bytes: memory_bytes(&model, context_size, sequences * samples_of(&config))
             + draft_model
@@ -483,7 +490,19 @@ type Loaded = (
     u32,
     // The rows an exact verify step may have (`ffi::take_exact_rows`).
     Option<usize>,
+    // Where the model load put the weights (`placement`).
+    super::placement::Record,
 );
+
+/// Where the lane's layers went: llama.cpp's log of its load and context
+/// (`placed`), the GPU devices ggml has.
+fn offload_of(placed: &super::placement::Record, model: &LlamaModel) -> super::Offload {
+    let gpus: Vec<(String, String)> = super::devices::inventory()
+        .gpus()
+        .map(|d| (d.name.clone(), d.description.clone()))
+        .collect();
+    super::Offload::from_record(placed, &gpus, model.n_layer())
+}
 
 fn load(
     config: &LocalConfig,
@@ -497,9 +516,10 @@ fn load(
     }
     let backend = backend();
     super::devices::check_gpu_layers(config.gpu_layers)?;
-    let (model, exact_rows) = {
+    let (model, exact_rows, placed) = {
         let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         ffi::clear_recent_log();
+        super::placement::clear();
         let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
         let model = LlamaModel::load_from_file(backend, &config.model, &params).map_err(|err| {
             let said = ffi::take_recent_log();
@@ -512,7 +532,7 @@ fn load(
                 },
             }
         })?;
-        (model, ffi::take_exact_rows())
+        (model, ffi::take_exact_rows(), super::placement::take())
     };
     let format = PromptFormat::resolve(&model, config.chat_template.as_deref())?;
     let threads = config
@@ -558,6 +578,7 @@ fn load(
         threads,
         context_size,
         exact_rows,
+        placed,
     ))
 }
 

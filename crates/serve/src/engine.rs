@@ -106,6 +106,10 @@ pub(crate) struct LaneState {
     /// `down`, `probing`, `retry_in_ms`, failure and transition counts.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub(crate) health: Option<LaneHealth>,
+    /// Where the lane computes, when its backend says: the local lane's
+    /// `31/31 layers on Vulkan0 (...)` or `none (CPU)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) device: Option<String>,
 }
 
 /// One instance of a pool at a glance.

@@ -139,6 +139,7 @@ impl Engine for HarnessEngine {
                     configured: instances[0].lane_info(lane).is_some(),
                     busy: instances.iter().all(|h| h.is_busy(lane)),
                     health: instances[0].lane_health(lane),
+                    device: instances[0].lane_info(lane).and_then(|i| i.device),
                 })
                 .collect(),
             instances: instances

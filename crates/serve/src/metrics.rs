@@ -905,12 +905,14 @@ mod tests {
                     configured: true,
                     busy: true,
                     health: None,
+                    device: None,
                 },
                 LaneState {
                     lane: Lane::Cloud,
                     configured: false,
                     busy: false,
                     health: None,
+                    device: None,
                 },
             ],
             instances: Vec::new(),
@@ -1121,6 +1123,7 @@ mod tests {
                     configured: true,
                     busy: true,
                     health: None,
+                    device: None,
                 },
                 LaneState {
                     lane: Lane::Cloud,
@@ -1135,6 +1138,7 @@ mod tests {
                         recovered: 1,
                         last_failure: None,
                     }),
+                    device: None,
                 },
             ],
             instances: vec![InstanceState {

@@ -296,6 +296,7 @@ impl ModelSet {
                     configured: true,
                     busy: false,
                     health: None,
+                    device: None,
                 }],
             }),
             wake: Arc::new(Notify::new()),

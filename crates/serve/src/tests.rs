@@ -276,12 +276,14 @@ impl Fake {
                     configured: true,
                     busy: false,
                     health: None,
+                    device: None,
                 },
                 LaneState {
                     lane: Lane::Cloud,
                     configured: true,
                     busy: false,
                     health: None,
+                    device: None,
                 },
             ],
             ..Health::default()

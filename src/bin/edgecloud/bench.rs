@@ -265,7 +265,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         vec![cfg.harness.deadline_ms.unwrap_or(5000)]
     };
 
-    let settings = BenchSettings {
+    let mut settings = BenchSettings {
         local: match (&args.replay_local, cfg.local.as_ref()) {
             (Some(path), _) => Some(LocalSetup {
                 model: format!("replay:{} (recorded answers, not a model)", path.display()),
@@ -279,6 +279,7 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
                     .then(|| l.spec_type.to_string()),
                 draft_max: (l.spec_type != edgecloud::local::SpecType::Off).then_some(l.draft_max),
                 gpu_layers: l.gpu_layers,
+                offload: None,
                 context_size: l.context_size,
                 compute_wait: Some(edgecloud::local::wait::current().describe()),
                 samples: (samples > 1).then_some(samples),
@@ -320,6 +321,12 @@ fn bench_cmd(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .observer(late.observer())
         .build()
         .context("building the harness")?;
+    if let Some(local) = settings.local.as_mut() {
+        local.offload = harness
+            .lane_info(edgecloud::Lane::Local)
+            .and_then(|i| i.device)
+            .filter(|_| args.replay_local.is_none());
+    }
     // The config's own policy keeps its parameters (a cascade threshold,
     // a hedge delay) when it is among those benchmarked.
     let mut executor = HarnessExecutor::new(

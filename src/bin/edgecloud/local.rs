@@ -234,6 +234,9 @@ fn report(
             "context_size": info.context_size,
             "chat_template": info.chat_template,
             "tool_calls": info.tool_calls,
+            "gpu_layers": info.gpu_layers,
+            "offload": info.offload,
+            "memory_bytes": info.memory_bytes,
             "error": Value::Null,
         }))?;
     } else {
@@ -248,6 +251,9 @@ fn report(
             done.finish_reason.as_str()
         );
         eprintln!("model load       {load_ms:.1} ms");
+        if lane.info().gpu_layers > 0 {
+            eprintln!("offload          {}", lane.info().offload.describe());
+        }
         eprintln!(
             "prompt           {} tokens ({} reused), {} , {}",
             done.prompt_tokens,

@@ -78,6 +78,10 @@ pub struct BackendInfo {
     /// How long loading took (local models), when it applies.
     #[serde(with = "crate::millis::optional", default)]
     pub load_time: Option<Duration>,
+    /// Where it computes, when it says: the local lane's
+    /// `31/31 layers on Vulkan0 (llvmpipe ...)` or `none (CPU)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 impl BackendInfo {

@@ -141,7 +141,10 @@ impl Engine<'_> {
     /// up to `batch_size` prompt tokens; each job hears its prompt
     /// progress first.
     pub(super) fn add_prompt_chunks(&mut self, entries: &mut Vec<Entry>) {
-        let mut budget = self.batch_size;
+        // With layers on a GPU device, as many as keep the step near its
+        // time target (`step_size`).
+        let rows = usize::try_from(self.batch.n_tokens()).unwrap_or(0);
+        let mut budget = self.step_size.prompt_tokens(self.batch_size, rows);
         let n = self.seqs.len();
         for turn in 0..n {
             if budget == 0 {

@@ -1,0 +1,459 @@
+//! Integration tests on a real GPU backend: the Vulkan build
+//! (`scripts/build-gpu vulkan`) on whatever Vulkan device the machine has,
+//! Mesa's lavapipe (a Vulkan device on the CPU) where it has no GPU.
+//!
+//! The binary under test is `EDGECLOUD_GPU_BIN`, else
+//! `dist/edgecloud-vulkan/edgecloud`; its runs get
+//! `GGML_VK_VISIBLE_DEVICES=0` unless the environment sets it (ggml skips
+//! CPU-type devices such as lavapipe otherwise). Where there is no such
+//! binary, or its `doctor` sees no Vulkan device, every test here passes
+//! after printing why it was skipped (`scripts/test-gpu` runs them; they
+//! are not in `scripts/test`: docs/gpu.md). What the CPU answers against is
+//! the default build (`crate::support::cli::bin`), in the same run.
+//!
+//! lavapipe runs a decode step of SmolLM2 in about half a second: every
+//! test keeps to short prompts and few tokens.
+
+use crate::support::cli::{bin, json_of};
+use crate::support::models::{fresh_path, tiny_model};
+use crate::support::real_model::smollm2;
+use serde_json::{json, Value};
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const HANG: Duration = Duration::from_secs(300);
+
+/// The Vulkan build and the device it sees, or why the tests skip.
+fn gpu() -> Option<&'static Path> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        let path = std::env::var_os("EDGECLOUD_GPU_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/edgecloud-vulkan/edgecloud")
+            });
+        if !path.exists() {
+            return Err(format!(
+                "no Vulkan build at {} (scripts/build-gpu vulkan; or set EDGECLOUD_GPU_BIN)",
+                path.display()
+            ));
+        }
+        let out = gpu_cmd(&path).args(["doctor", "--json"]).output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let vulkan = v["ggml"]["devices"].as_array().is_some_and(|d| {
+            d.iter()
+                .any(|d| d["backend"] == "Vulkan" && d["kind"] != "cpu")
+        });
+        if !vulkan {
+            return Err(format!(
+                "{} sees no Vulkan device: {}",
+                path.display(),
+                v["problem"]["message"]
+            ));
+        }
+        Ok(path)
+    });
+    match found {
+        Ok(p) => Some(p),
+        Err(why) => {
+            eprintln!("skipped (no Vulkan device): {why}");
+            None
+        }
+    }
+}
+
+/// A command running the GPU build, lavapipe made visible.
+fn gpu_cmd(path: &Path) -> Command {
+    let mut cmd = Command::new(path);
+    if std::env::var_os("GGML_VK_VISIBLE_DEVICES").is_none() {
+        cmd.env("GGML_VK_VISIBLE_DEVICES", "0");
+    }
+    cmd
+}
+
+fn local_args<'a>(model: &'a str, prompt: &'a str, tokens: &'a str) -> Vec<&'a str> {
+    vec![
+        "local",
+        "--model",
+        model,
+        "--prompt",
+        prompt,
+        "--max-tokens",
+        tokens,
+        "--temperature",
+        "0",
+        "--threads",
+        "2",
+        "--probe",
+        "off",
+        "--json",
+    ]
+}
+
+fn run(mut cmd: Command, args: &[&str]) -> Output {
+    cmd.args(args).output().expect("run edgecloud")
+}
+
+#[test]
+fn offload_is_reported_with_its_device_and_bytes() {
+    let Some(gpu) = gpu() else { return };
+    let model = tiny_model().to_str().unwrap();
+    let mut args = local_args(model, "Hello there", "2");
+    args.extend(["--gpu-layers", "99"]);
+    let v = json_of(&run(gpu_cmd(gpu), &args));
+    assert_eq!(v["status"], "completed", "{v}");
+    let o = &v["offload"];
+    // More layers than the model has means all of them (the output layer
+    // counts as one, as llama.cpp counts).
+    assert!(o["layers"].as_u64().unwrap() > 1, "{v}");
+    assert_eq!(o["layers"], o["of"], "{v}");
+    let device = o["devices"][0].as_str().unwrap_or_default();
+    assert!(device.starts_with("Vulkan0 ("), "{v}");
+    let on_device =
+        o["device_weight_bytes"].as_u64().unwrap() + o["device_kv_bytes"].as_u64().unwrap();
+    assert!(o["device_weight_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(o["device_kv_bytes"].as_u64().unwrap() > 0, "{v}");
+    // memory_bytes (the byte budget's figure) counts what the device holds.
+    assert!(v["memory_bytes"].as_u64().unwrap() >= on_device, "{v}");
+
+    // Two layers: two on the device, the rest on the CPU.
+    let mut args = local_args(model, "Hello there", "2");
+    args.extend(["--gpu-layers", "2"]);
+    let v = json_of(&run(gpu_cmd(gpu), &args));
+    assert_eq!(v["offload"]["layers"], 2, "{v}");
+    // None asked: none offloaded, nothing on the device.
+    let v = json_of(&run(gpu_cmd(gpu), &local_args(model, "Hello there", "2")));
+    assert_eq!(v["offload"]["layers"], 0, "{v}");
+    assert_eq!(v["offload"]["device_weight_bytes"], 0, "{v}");
+
+    // The text summary says it too.
+    let out = gpu_cmd(gpu)
+        .args([
+            "local",
+            "--model",
+            model,
+            "--prompt",
+            "Hello",
+            "--max-tokens",
+            "2",
+        ])
+        .args(["--threads", "2", "--probe", "off", "--gpu-layers", "99"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("offload ") && stderr.contains("layers on Vulkan0"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn doctor_lists_the_vulkan_device_and_says_offload_is_possible() {
+    let Some(gpu) = gpu() else { return };
+    let out = run(gpu_cmd(gpu), &["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Vulkan"), "{text}");
+    assert!(text.contains("GPU offload: available (Vulkan0"), "{text}");
+    let v = json_of(&run(gpu_cmd(gpu), &["doctor", "--json"]));
+    let dev = v["ggml"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["backend"] == "Vulkan")
+        .cloned()
+        .unwrap();
+    assert!(!dev["description"].as_str().unwrap().is_empty(), "{dev}");
+    assert!(dev["memory_total"].as_u64().unwrap() > 0, "{dev}");
+    assert_eq!(v["gpu_offload"], true);
+}
+
+/// Typed errors naming what is missing: a CPU-type device ggml was not told
+/// to use, no Vulkan driver, a Vulkan backend library that cannot load
+/// (as when the Vulkan loader is missing).
+#[test]
+fn offload_that_cannot_happen_is_a_typed_error() {
+    let Some(gpu) = gpu() else { return };
+    let model = tiny_model().to_str().unwrap();
+    let mut args = local_args(model, "Hello", "2");
+    args.extend(["--gpu-layers", "3"]);
+    let error_of = |cmd: Command| {
+        let out = run(cmd, &args);
+        assert!(!out.status.success(), "{out:?}");
+        json_of(&out)["error"].clone()
+    };
+
+    // No driver: the loader finds no ICD, the backend registers nothing.
+    let mut cmd = gpu_cmd(gpu);
+    cmd.env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+        .env("VK_DRIVER_FILES", "/nonexistent/icd.json");
+    let err = error_of(cmd);
+    assert_eq!(err["kind"], "gpu_library", "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("libggml-vulkan") && msg.contains("no driver"),
+        "{msg}"
+    );
+    assert!(msg.contains("mesa-vulkan-drivers"), "{msg}");
+
+    // No Vulkan loader: a copy of the folder whose Vulkan module needs a
+    // loader by a name no system has (its DT_NEEDED entry renamed in
+    // place, same length). The dynamic linker's reason, and what to
+    // install.
+    let dir = fresh_path("gpu-no-loader");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = gpu.parent().unwrap();
+    for e in std::fs::read_dir(src).unwrap().flatten() {
+        let name = e.file_name();
+        let to = dir.join(&name);
+        if name == "libggml-vulkan.so" {
+            let bytes = std::fs::read(e.path()).unwrap();
+            let (from, to_name) = (&b"libvulkan.so.1\0"[..], &b"libvulkXn.so.1\0"[..]);
+            let at = bytes
+                .windows(from.len())
+                .position(|w| w == from)
+                .expect("the module names libvulkan.so.1");
+            let mut patched = bytes.clone();
+            patched[at..at + from.len()].copy_from_slice(to_name);
+            std::fs::write(&to, patched).unwrap();
+        } else if e.path().is_file() || e.path().is_symlink() {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+    let err = error_of(gpu_cmd(&dir.join("edgecloud")));
+    assert_eq!(err["kind"], "gpu_library", "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(msg.contains("libggml-vulkan.so"), "{msg}");
+    assert!(
+        msg.contains("libvulkXn.so.1: cannot open shared object file"),
+        "{msg}"
+    );
+    assert!(msg.contains("libvulkan1"), "{msg}");
+    // The same folder still runs on the CPU.
+    let out = run(
+        gpu_cmd(&dir.join("edgecloud")),
+        &local_args(model, "Hello", "2"),
+    );
+    assert!(out.status.success(), "{out:?}");
+
+    // Only a CPU-type device, not named: no GPU, and the hint says how.
+    let doctor = json_of(&run(gpu_cmd(gpu), &["doctor", "--json"]));
+    let cpu_type_only = doctor["ggml"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["backend"] == "Vulkan")
+        .all(|d| {
+            d["description"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("llvmpipe")
+        });
+    if cpu_type_only {
+        let mut cmd = Command::new(gpu);
+        cmd.env_remove("GGML_VK_VISIBLE_DEVICES");
+        let err = error_of(cmd);
+        assert_eq!(err["kind"], "no_gpu", "{err}");
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap()
+                .contains("GGML_VK_VISIBLE_DEVICES=0"),
+            "{err}"
+        );
+    }
+}
+
+/// A served `edgecloud` of the GPU build (or the CPU one), ended on drop.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(cmd: Command, args: &[&str]) -> Self {
+        let mut cmd = cmd;
+        cmd.arg("serve")
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--policy",
+                "local-only",
+                "--threads",
+                "2",
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start edgecloud serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) else {
+            let mut err = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("no address in {line:?}; stderr: {err}");
+        };
+        let url = url.to_string();
+        Served { child, url }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn post(url: &str, path: &str, body: Value) -> Value {
+    let resp = tokio::time::timeout(
+        HANG,
+        reqwest::Client::new()
+            .post(format!("{url}{path}"))
+            .json(&body)
+            .send(),
+    )
+    .await
+    .expect("no hang")
+    .expect("a response");
+    let text = resp.text().await.unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {text}"))
+}
+
+async fn get(url: &str, path: &str) -> Value {
+    let base = url.trim_end_matches("/v1");
+    let text = reqwest::get(format!("{base}{path}"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {text}"))
+}
+
+const PROMPTS: [&str; 4] = [
+    "What is the capital of France?",
+    "Name a colour.",
+    "Count to three.",
+    "Say hello.",
+];
+
+/// A pool of 4 lanes with every layer on the device answers 4 concurrent
+/// clients with the lone lane's greedy answers; `/health` names the
+/// device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pool_on_the_device_answers_like_the_lone_lane() {
+    let Some(gpu) = gpu() else { return };
+    let model = smollm2().to_str().unwrap();
+    let alone: Vec<String> = PROMPTS
+        .iter()
+        .map(|p| {
+            let mut args = local_args(model, p, "6");
+            args.extend(["--gpu-layers", "99"]);
+            let v = json_of(&run(gpu_cmd(gpu), &args));
+            assert_eq!(v["offload"]["layers"], v["offload"]["of"], "{v}");
+            v["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let served = Served::start(
+        gpu_cmd(gpu),
+        &["--model", model, "--parallel", "4", "--gpu-layers", "99"],
+    );
+    let url = served.url.clone();
+    let answers = futures_util::future::join_all(PROMPTS.iter().map(|p| {
+        let url = url.clone();
+        async move {
+            let v = post(
+                &url,
+                "/chat/completions",
+                // lavapipe is slow: no 5 s default deadline.
+                json!({"model": "edgecloud", "messages": [{"role": "user", "content": p}],
+                       "max_tokens": 6, "temperature": 0,
+                       "edgecloud": {"deadline_ms": 600000}}),
+            )
+            .await;
+            v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{v}"))
+                .to_string()
+        }
+    }))
+    .await;
+    assert_eq!(answers, alone);
+    let health = get(&url, "/health").await;
+    let local = health["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["lane"] == "local")
+        .cloned()
+        .unwrap();
+    assert!(
+        local["device"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("layers on Vulkan0"),
+        "{health}"
+    );
+}
+
+/// `/v1/embeddings` with every layer on the device: the CPU build's
+/// vectors, within cosine 0.9999.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_on_the_device_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let model = smollm2().to_str().unwrap();
+    let on_gpu = Served::start(gpu_cmd(gpu), &["--model", model, "--gpu-layers", "99"]);
+    let on_cpu = Served::start(Command::new(bin()), &["--model", model]);
+    let input = json!([
+        "The lighthouse keeper climbed the stairs at dusk.",
+        "Two plus two is four."
+    ]);
+    let body = json!({"model": "edgecloud", "input": input});
+    let a = post(&on_gpu.url, "/embeddings", body.clone()).await;
+    let b = post(&on_cpu.url, "/embeddings", body).await;
+    for i in 0..2 {
+        let va = vector(&a["data"][i]["embedding"]);
+        let vb = vector(&b["data"][i]["embedding"]);
+        assert_eq!(va.len(), vb.len());
+        let c = cosine(&va, &vb);
+        eprintln!("embedding {i}: cosine device vs CPU {c:.7}");
+        assert!(c >= 0.9999, "cosine {c}");
+    }
+}
+
+fn vector(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// A deadline during a long prompt on the device: the run ends with the
+/// deadline (the step in flight finishes; no prompt of hundreds of tokens
+/// runs to its end first), and the lane answers the next job.
+#[test]
+fn a_deadline_inside_a_long_prompt_on_the_device_returns() {
+    let Some(gpu) = gpu() else { return };
+    let model = smollm2().to_str().unwrap();
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(60);
+    let mut args = local_args(model, &long, "4");
+    args.extend(["--gpu-layers", "99", "--deadline-ms", "500"]);
+    let v = json_of(&run(gpu_cmd(gpu), &args));
+    assert_eq!(v["status"], "deadline_exceeded", "{v}");
+    assert_eq!(v["completion_tokens"], 0, "{v}");
+}
