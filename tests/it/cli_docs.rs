@@ -283,6 +283,7 @@ fn every_flag_the_docs_name_is_one_the_binary_has_or_another_tools() {
         "--threads-batch",
         "--n-gpu-layers",
         "--jinja",
+        "--reasoning-format",
         "--repack",
         "--no-repack",
         "--parallel",
