@@ -181,7 +181,7 @@ pub struct Delta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
     /// A piece of a reasoning model's thinking (see
-    /// [`Message::reasoning_content`]).
+    /// `Message::reasoning_content`).
     #[serde(
         default,
         alias = "reasoning",
