@@ -12,6 +12,7 @@
 //! It renders text; what goes into the context (messages, tools) and what
 //! a template means for tool calls is `toolcall`'s business.
 
+use edgecloud_core::harness::ledger::calendar::civil_from_days;
 use minijinja::value::{Kwargs, Serde};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::Serialize;
@@ -176,21 +177,6 @@ fn strftime(format: &str, unix_secs: i64) -> String {
         }
     }
     out
-}
-
-/// Year, month and day of a day count since 1970-01-01 (proleptic
-/// Gregorian; Howard Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

@@ -14,8 +14,10 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// The civil date of a day counted from 1970-01-01.
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
+/// The civil date (year, month, day) of a day counted from 1970-01-01
+/// (proleptic Gregorian; Howard Hinnant's `civil_from_days`): also the
+/// local lane's `strftime_now` for chat templates.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

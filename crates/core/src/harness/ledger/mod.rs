@@ -8,7 +8,8 @@
 //! answer); it must not run or decide anything else.
 
 mod budget;
-pub(crate) mod calendar;
+#[doc(hidden)]
+pub mod calendar;
 mod idempotency;
 mod price;
 mod store;

@@ -263,9 +263,17 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 }
 
 fn read_spend(path: &Path) -> Result<Totals, StoreError> {
+    Ok(read_file::<SpendFile>(path, SPEND_FORMAT)?.map_or_else(Totals::new, |f| f.routes))
+}
+
+/// A store file of `format`, read and checked (`None` when there is none).
+fn read_file<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    format: &str,
+) -> Result<Option<T>, StoreError> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Totals::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(path)(e)),
     };
     let corrupt = |detail: String| StoreError::Corrupt {
@@ -274,9 +282,10 @@ fn read_spend(path: &Path) -> Result<Totals, StoreError> {
     };
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not JSON: {e}")))?;
-    check_header(path, &v, SPEND_FORMAT)?;
-    let f: SpendFile = serde_json::from_value(v).map_err(|e| corrupt(e.to_string()))?;
-    Ok(f.routes)
+    check_header(path, &v, format)?;
+    serde_json::from_value(v)
+        .map(Some)
+        .map_err(|e| corrupt(e.to_string()))
 }
 
 /// The `format` and `version` every store file starts with.
@@ -302,20 +311,7 @@ fn check_header(path: &Path, v: &serde_json::Value, format: &str) -> Result<(), 
 }
 
 fn read_record(path: &Path) -> Result<Option<Record>, StoreError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err(path)(e)),
-    };
-    let corrupt = |detail: String| StoreError::Corrupt {
-        path: path.to_path_buf(),
-        detail,
-    };
-    let v: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not JSON: {e}")))?;
-    check_header(path, &v, RECORD_FORMAT)?;
-    let f: RecordFile = serde_json::from_value(v).map_err(|e| corrupt(e.to_string()))?;
-    Ok(Some(f.record))
+    Ok(read_file::<RecordFile>(path, RECORD_FORMAT)?.map(|f| f.record))
 }
 
 /// A file name for a key: FNV-1a, 128 bits, in hex (keys are arbitrary
