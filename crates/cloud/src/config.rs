@@ -5,7 +5,7 @@
 use super::health::CooldownPolicy;
 use super::secret::{is_env_var_name, ApiKey, NOT_A_VAR_NAME};
 use super::CloudError;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
@@ -54,6 +54,11 @@ pub struct CloudConfig {
     /// Send `Sampling::top_k` as `top_k`. Default `false`: OpenAI rejects
     /// the field; vLLM, llama-server and Ollama accept it.
     pub send_top_k: bool,
+    /// How the provider is asked to continue an unfinished answer (a
+    /// conversation ending with an assistant turn, as the harness sends
+    /// when the local lane failed part-way and this lane continues its
+    /// answer). Default [`ContinueWith::Prefill`].
+    pub continue_with: ContinueWith,
     /// Longest time to open a connection (DNS, TCP, TLS). The job's deadline
     /// still bounds it; this can only make the wait shorter. Default 10 s.
     #[serde(rename = "connect_timeout_ms", with = "millis")]
@@ -117,6 +122,27 @@ impl Default for CloudLimits {
     }
 }
 
+/// How a provider is asked to continue an unfinished answer (the request
+/// ends with an assistant turn: `ChatMessage::split_prefill`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContinueWith {
+    /// The unfinished turn as the last message, nothing else: llama-server
+    /// continues it (`--prefill-assistant`, on by default), as do
+    /// edgecloud's own `serve` and Anthropic-style providers.
+    #[default]
+    Prefill,
+    /// The same, with vLLM's `continue_final_message: true` and
+    /// `add_generation_prompt: false` (vLLM otherwise answers the turn
+    /// with a new one).
+    Vllm,
+    /// For providers that honour neither (OpenAI's own API answers a
+    /// trailing assistant message with a new turn): the unfinished turn,
+    /// then a user message asking for the rest of it and nothing else.
+    /// The model's wording may not join seamlessly.
+    Instruction,
+}
+
 impl Default for CloudConfig {
     fn default() -> Self {
         Self {
@@ -127,6 +153,7 @@ impl Default for CloudConfig {
             stream: true,
             stream_usage: true,
             send_top_k: false,
+            continue_with: ContinueWith::Prefill,
             connect_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(60),
             limits: CloudLimits::default(),
@@ -242,6 +269,7 @@ impl fmt::Debug for CloudConfig {
             .field("stream", &self.stream)
             .field("stream_usage", &self.stream_usage)
             .field("send_top_k", &self.send_top_k)
+            .field("continue_with", &self.continue_with)
             .field("connect_timeout", &self.connect_timeout)
             .field("stall_timeout", &self.stall_timeout)
             .field("limits", &self.limits)

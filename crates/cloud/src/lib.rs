@@ -60,7 +60,7 @@ pub use client::{
     CloudCompletion, CloudDiagnostic, CloudEmbeddings, CloudLane, CloudTimings, EmbeddingInput,
     EmbeddingsRequest, ProviderUsage,
 };
-pub use config::{CloudConfig, CloudLimits, DEFAULT_API_KEY_ENV};
+pub use config::{CloudConfig, CloudLimits, ContinueWith, DEFAULT_API_KEY_ENV};
 pub use endpoint::display_origin;
 pub use error::{BoxError, CloudError, CloudErrorKind};
 pub use health::{Admission, CloudHealth, CooldownPolicy};

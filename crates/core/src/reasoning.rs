@@ -42,6 +42,35 @@ pub fn prompt_opens_thinking(prompt: &str) -> bool {
             .is_none_or(|close| close < tail.len() - THINK_OPEN.len())
 }
 
+/// A rendered prompt (ending where the assistant's answer begins) with
+/// an unfinished answer `prefill` appended, so the model goes on from it.
+/// A prefill that begins with a thinking block continues a template that
+/// already opened `<think>` without opening it twice; an answer-only
+/// prefill after such a template closes an empty thinking block first (as
+/// Qwen3's template does when thinking is off).
+pub fn continue_prompt(prompt: &str, prefill: &str) -> String {
+    if !prompt_opens_thinking(prompt) {
+        return format!("{prompt}{prefill}");
+    }
+    match prefill.strip_prefix(THINK_OPEN) {
+        Some(thinking) => format!("{prompt}{}", thinking.trim_start()),
+        None => format!("{prompt}\n{THINK_CLOSE}\n\n{prefill}"),
+    }
+}
+
+/// Where an output's thinking stands after a prompt that continues an
+/// unfinished answer ([`continue_prompt`]): still thinking when the
+/// prompt ends inside an open `<think>`, else all answer (a `<think>` the
+/// model writes now is text of the answer).
+pub fn continuing_start(prompt: &str) -> ThinkingStart {
+    let open = prompt.rfind(THINK_OPEN);
+    if open.is_some() && open > prompt.rfind(THINK_CLOSE) {
+        ThinkingStart::Open
+    } else {
+        ThinkingStart::Never
+    }
+}
+
 /// Where an output's thinking stands before its first token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ThinkingStart {
@@ -304,6 +333,27 @@ mod tests {
         } else {
             ThinkingStart::Maybe
         }
+    }
+
+    #[test]
+    fn an_unfinished_answer_is_continued_after_the_prompt_with_its_thinking_once() {
+        let plain = "<|im_start|>assistant\n";
+        assert_eq!(continue_prompt(plain, "The sky"), format!("{plain}The sky"));
+        assert_eq!(
+            continuing_start(&continue_prompt(plain, "The sky")),
+            ThinkingStart::Never
+        );
+        let opened = "<|im_start|>assistant\n<think>\n";
+        let thinking = continue_prompt(opened, "<think>\nhmm");
+        assert_eq!(thinking, format!("{opened}hmm"));
+        assert_eq!(continuing_start(&thinking), ThinkingStart::Open);
+        let answered = continue_prompt(opened, "<think>\nhmm\n</think>\n\nA");
+        assert_eq!(answered, format!("{opened}hmm\n</think>\n\nA"));
+        assert_eq!(continuing_start(&answered), ThinkingStart::Never);
+        // An answer without thinking closes the template's open block.
+        let closed = continue_prompt(opened, "A");
+        assert_eq!(closed, format!("{opened}\n</think>\n\nA"));
+        assert_eq!(continuing_start(&closed), ThinkingStart::Never);
     }
 
     #[test]

@@ -90,6 +90,18 @@ impl ChatMessage {
         Self::new(Role::Assistant, content)
     }
 
+    /// A conversation that ends with an assistant turn to continue (an
+    /// unfinished answer: no tool calls, after at least one other
+    /// message), split into the conversation before it and its text. As
+    /// llama-server (`--prefill-assistant`, its default) and Anthropic's
+    /// Messages API read it, the answer goes on from that text, with no
+    /// end of turn in between; a lane returns only what it adds.
+    pub fn split_prefill(messages: &[ChatMessage]) -> Option<(&[ChatMessage], &str)> {
+        let (last, head) = messages.split_last()?;
+        (last.role == Role::Assistant && last.tool_calls.is_empty() && !head.is_empty())
+            .then_some((head, last.content.as_str()))
+    }
+
     /// The usual one-shot conversation: an optional system message, then
     /// the user's prompt.
     pub fn conversation(system: Option<String>, user: impl Into<String>) -> Vec<Self> {
@@ -386,10 +398,14 @@ pub fn validate_parts(messages: &[ChatMessage], sampling: &Sampling) -> Result<(
     }
     sampling.validate()?;
     if sampling.raw_prompt {
-        if messages.len() != 1 || messages[0].role != Role::User {
+        // The prompt, then (when a lane continues an unfinished answer)
+        // the answer so far.
+        let continues = messages.len() == 2 && messages[1].role == Role::Assistant;
+        if !(messages.len() == 1 || continues) || messages[0].role != Role::User {
             return Err(InvalidRequest::at(
                 RequestField::Messages,
-                "a raw prompt is exactly one user message (no chat template joins several)",
+                "a raw prompt is exactly one user message (no chat template joins several), \
+                 followed by the answer so far when an answer is continued",
             ));
         }
         if !sampling.tools.is_empty() {
@@ -499,6 +515,27 @@ mod tests {
 
     /// Each rule of a field lives in `Sampling::validate` (or
     /// `Request::validate`) and names its field.
+    #[test]
+    fn a_trailing_unfinished_assistant_turn_is_a_prefill() {
+        let head = vec![ChatMessage::user("q")];
+        let mut msgs = head.clone();
+        msgs.push(ChatMessage::assistant("The sky"));
+        assert_eq!(
+            ChatMessage::split_prefill(&msgs),
+            Some((&head[..], "The sky"))
+        );
+        assert_eq!(ChatMessage::split_prefill(&head), None);
+        assert_eq!(
+            ChatMessage::split_prefill(&[ChatMessage::assistant("a")]),
+            None
+        );
+        let called = vec![ChatMessage::user("q"), ChatMessage::tool_calls(Vec::new())];
+        assert!(
+            ChatMessage::split_prefill(&called).is_some(),
+            "no calls: a prefill"
+        );
+    }
+
     #[test]
     fn each_out_of_range_field_is_named() {
         let s = Sampling::default;

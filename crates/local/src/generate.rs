@@ -79,7 +79,12 @@ impl PromptFormat {
     /// tools or tool messages (then the model's own Jinja template renders
     /// it, see `toolcall`); other jobs render as they always have. A raw
     /// prompt (`Sampling::raw_prompt`, validated to be one user message
-    /// without tools) is the prompt as written: no template at all.
+    /// without tools) is the prompt as written: no template at all. A
+    /// conversation ending with an unfinished assistant turn
+    /// ([`ChatMessage::split_prefill`]) is rendered up to the answer's
+    /// start and the turn's text follows, open, as llama-server's
+    /// `--prefill-assistant` does (the harness's switch of lanes mid-answer
+    /// relies on it).
     pub(super) fn render_job(
         &self,
         model: &LlamaModel,
@@ -92,7 +97,14 @@ impl PromptFormat {
         }
         let tools = ToolTemplate::detect(self.jinja_text());
         let Some(job) = ToolJob::of(tools, sampling, messages) else {
-            return Ok((self.render(model, messages)?, None));
+            // An unfinished assistant turn at the end is continued.
+            return Ok(match ChatMessage::split_prefill(messages) {
+                Some((head, prefill)) => {
+                    let prompt = self.render(model, head)?;
+                    (reasoning::continue_prompt(&prompt, prefill), None)
+                }
+                None => (self.render(model, messages)?, None),
+            });
         };
         let eos = eos_text(model);
         let prompt = match toolcall::render(tools, self.jinja_text(), messages, sampling, &eos)? {

@@ -27,8 +27,8 @@ use super::stop::StopMatcher;
 use super::toolcall::{self, ToolJob};
 use super::LocalError;
 use edgecloud_core::lane::LaneJob;
-use edgecloud_core::reasoning::ThinkingStart;
-use edgecloud_core::request::{InvalidRequest, Sampling};
+use edgecloud_core::reasoning::{self, ThinkingStart};
+use edgecloud_core::request::{ChatMessage, InvalidRequest, Sampling};
 use edgecloud_core::structured::ResponseFormat;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
@@ -105,6 +105,8 @@ impl Preparer<'_, '_> {
         Ok(Task {
             thinking: if job.sampling.raw_prompt {
                 ThinkingStart::Never
+            } else if tools.is_none() && ChatMessage::split_prefill(&job.messages).is_some() {
+                reasoning::continuing_start(&prompt)
             } else {
                 ThinkingStart::of_prompt(&prompt)
             },

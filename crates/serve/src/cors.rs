@@ -109,7 +109,7 @@ idempotency-key";
 /// Response headers a page may read.
 const EXPOSED: &str = "x-edgecloud-run-id, x-edgecloud-route, x-edgecloud-policy, \
 x-edgecloud-deadline-ms, x-edgecloud-status, x-edgecloud-lane, x-edgecloud-elapsed-ms, \
-x-edgecloud-late-workers, x-edgecloud-lanes, x-edgecloud-replay, x-request-id, retry-after";
+x-edgecloud-late-workers, x-edgecloud-lanes, x-edgecloud-replay, x-edgecloud-switch, x-request-id, retry-after";
 /// How long a browser may reuse a preflight's answer, in seconds
 /// (Chromium caps it at 2 hours).
 const MAX_AGE: &str = "7200";

@@ -390,6 +390,10 @@ pub(crate) struct Summary {
     /// Set on a recorded answer given again for its idempotency key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) replay: Option<edgecloud_core::harness::Replay>,
+    /// Set when the lane the answer began on failed part-way and the
+    /// other lane continued it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) switch: Option<edgecloud_core::harness::LaneSwitch>,
 }
 
 impl Summary {

@@ -284,6 +284,7 @@ pub(crate) fn summarize(o: &Outcome) -> Summary {
         prompt_stage: o.prompt_stage.clone(),
         cost: Some(o.cost.clone()),
         replay: o.replay.clone(),
+        switch: o.switch.clone(),
     }
 }
 

@@ -101,6 +101,14 @@ struct Spend {
     usage_unknown: u64,
 }
 
+/// Switches of lanes mid-answer with one key.
+#[derive(Debug, Clone, Default)]
+struct SwitchCounts {
+    switches: u64,
+    /// Characters of answer and thinking produced before the switches.
+    sent_chars: u64,
+}
+
 /// A route's budget decisions.
 #[derive(Debug, Clone, Default)]
 struct BudgetCounts {
@@ -121,6 +129,8 @@ struct State {
     runs: BTreeMap<(String, &'static str), u64>,
     /// Two-stage runs by their first stage's decision.
     prompt_stage: BTreeMap<&'static str, u64>,
+    /// Answers continued on the other lane, by (route, from, error kind).
+    switches: BTreeMap<(String, Lane, &'static str), SwitchCounts>,
     busy_rejections: u64,
     request_duration: Histogram,
     request_ttft: Histogram,
@@ -197,6 +207,12 @@ impl Metrics {
             .entry((s.policy.clone(), s.status.as_str()))
             .or_default() += 1;
         st.request_duration.observe(s.elapsed_ms / 1e3);
+        if let Some(sw) = &s.switch {
+            let key = (s.route.clone(), sw.from, sw.error_kind.as_str());
+            let c = st.switches.entry(key).or_default();
+            c.switches += 1;
+            c.sent_chars += sw.sent_chars + sw.sent_reasoning_chars;
+        }
         if let Some(p) = &s.prompt_stage {
             let decision = match (p.score, p.straight_to_cloud) {
                 (None, _) => "unscored",
@@ -435,6 +451,18 @@ const FAMILIES: &[Family] = &[
                 let _ = writeln!(o, "{name}{{decision=\"{decision}\"}} {n}");
             }
         }),
+    ),
+    family(
+        "edgecloud_lane_switches_total",
+        COUNTER,
+        "Answers whose lane failed part-way and that the other lane continued, by route, the lane that failed (from) and how it failed (kind).",
+        Samples::Custom(|name, v, o| switch_family(name, v, o, |c| c.switches)),
+    ),
+    family(
+        "edgecloud_lane_switch_sent_chars_total",
+        COUNTER,
+        "Characters (answer and thinking) the failed lane had produced when another lane continued the answer: where the switches happened.",
+        Samples::Custom(|name, v, o| switch_family(name, v, o, |c| c.sent_chars)),
     ),
     family(
         "edgecloud_runs_in_flight",
@@ -819,6 +847,18 @@ fn instance(i: &InstanceState) -> String {
 }
 
 /// A label value as Prometheus reads it.
+/// One sample per (route, failed lane, error kind) of lane switches.
+fn switch_family(name: &str, v: &View<'_>, o: &mut String, value: fn(&SwitchCounts) -> u64) {
+    for ((route, from, kind), c) in &v.st.switches {
+        let (route, to) = (escape(route), from.other());
+        let _ = writeln!(
+            o,
+            "{name}{{route=\"{route}\",from=\"{from}\",to=\"{to}\",kind=\"{kind}\"}} {}",
+            value(c)
+        );
+    }
+}
+
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -862,6 +902,7 @@ mod tests {
             prompt_stage: None,
             cost: None,
             replay: None,
+            switch: None,
         }
     }
 
@@ -1083,6 +1124,17 @@ mod tests {
             threshold: -2.0,
             score: Some(-2.5),
             straight_to_cloud: true,
+        });
+        staged.switch = Some(edgecloud_core::harness::LaneSwitch {
+            from: Lane::Cloud,
+            to: Lane::Local,
+            error_kind: LaneErrorKind::Transport,
+            reason: "(transport) the stream ended before [DONE]".into(),
+            sent_chars: 40,
+            sent_reasoning_chars: 2,
+            sent_pieces: 9,
+            at_ms: 120.0,
+            first_token_after_ms: Some(30.0),
         });
         let mut cost = edgecloud_core::harness::Cost::default();
         cost.cloud_model = Some("m\"x".into());

@@ -297,6 +297,17 @@ pub(crate) fn outcome_headers(
         format!("{:.1}", s.elapsed_ms),
     );
     header(map, "x-edgecloud-late-workers", s.late_workers);
+    if let Some(sw) = &s.switch {
+        // `cloud->local; at 42 chars, 9 pieces; (transport) stream cut`
+        header(
+            map,
+            "x-edgecloud-switch",
+            format!(
+                "{}->{}; at {} chars, {} pieces; {}",
+                sw.from, sw.to, sw.sent_chars, sw.sent_pieces, sw.reason
+            ),
+        );
+    }
     header(map, "x-edgecloud-lanes", s.lanes_header());
 }
 

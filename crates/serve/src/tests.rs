@@ -204,6 +204,7 @@ impl Fake {
             prompt_stage: None,
             cost: None,
             replay: None,
+            switch: None,
         };
         let words: Vec<String> = prompt.split_inclusive(' ').map(str::to_string).collect();
         summary.lanes[0].tokens = Tokens {

@@ -256,6 +256,7 @@ fn cloud_value(c: &CloudConfig) -> Value {
         "stream": c.stream,
         "stream_usage": c.stream_usage,
         "send_top_k": c.send_top_k,
+        "continue_with": c.continue_with,
         "connect_timeout_ms": ms(c.connect_timeout),
         "stall_timeout_ms": ms(c.stall_timeout),
         "ca_file": c.ca_file.as_ref().map(|p| p.display().to_string()),

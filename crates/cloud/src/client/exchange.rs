@@ -4,6 +4,7 @@
 //! stream reader. It must not decide retries or admission.
 
 use super::body::{BodyReader, Next};
+use super::continuation;
 use super::{Inner, Probe, MAX_ERROR_BODY};
 use crate::error::CloudError;
 use crate::net::{self, ConnectProbe};
@@ -34,15 +35,16 @@ impl Inner {
         }
         let deadline = TokioInstant::from_std(job.deadline);
         let cfg = &self.config;
+        let messages = continuation::messages(&job.messages, cfg.continue_with);
         let body = ChatRequest::new(
             job.model.as_deref().unwrap_or(&cfg.model),
-            &job.messages,
+            &messages,
             &job.sampling,
             cfg.stream,
             cfg.stream_usage,
             cfg.send_top_k,
         );
-        let body = serde_json::to_vec(&body).expect("the request body is plain data");
+        let body = continuation::body(&body, &job.messages, cfg.continue_with);
         let accept = if cfg.stream {
             "text/event-stream"
         } else {

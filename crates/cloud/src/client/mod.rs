@@ -16,6 +16,7 @@
 //! pass-through (`embeddings`).
 
 mod body;
+mod continuation;
 mod embeddings;
 mod exchange;
 mod result;

@@ -124,7 +124,8 @@ pub use ledger::{
 };
 pub use observer::{Event, Observer};
 pub use outcome::{
-    CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, Outcome, PromptStage, RunStatus,
+    CancelResult, DecidedBy, Decision, LaneReport, LaneStatus, LaneSwitch, Outcome, PromptStage,
+    RunStatus,
 };
 pub use policy::{
     CommitMode, Policy, PolicyKind, UnknownPolicy, DEFAULT_CASCADE_THRESHOLD, DEFAULT_PRIMARY_SHARE,

@@ -9,7 +9,7 @@
 //! is what the caller saw: from the run's start to the first piece of
 //! text handed to the caller's stream (streaming runs only).
 
-use super::backend::{BackendError, Candidate, TokenCounts};
+use super::backend::{BackendError, Candidate, LaneErrorKind, TokenCounts};
 use super::callbacks::CallbackReport;
 use super::ledger::{Cost, Replay};
 use super::policy::PolicyKind;
@@ -311,6 +311,39 @@ pub struct Outcome {
     /// repeated idempotency key (no lane ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<Replay>,
+    /// Set when the lane the answer began on failed part-way and the
+    /// other lane continued it (the answer is both lanes' text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch: Option<LaneSwitch>,
+}
+
+/// A switch of lanes mid-answer: the lane an answer began on failed
+/// part-way and the other lane continued the text it had produced (for a
+/// streaming caller, exactly the text it had received).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaneSwitch {
+    /// The lane that failed.
+    pub from: Lane,
+    /// The lane that continued the answer.
+    pub to: Lane,
+    /// How `from` failed.
+    pub error_kind: LaneErrorKind,
+    /// Why `from` failed: its error's kind and message.
+    pub reason: String,
+    /// Characters of answer produced before the switch.
+    pub sent_chars: u64,
+    /// Characters of thinking produced before the switch.
+    #[serde(default)]
+    pub sent_reasoning_chars: u64,
+    /// Pieces of text produced before the switch: tokens when the local
+    /// lane failed, streamed deltas when the cloud lane did (one token
+    /// each from llama-server and vLLM).
+    pub sent_pieces: u64,
+    /// When the failure was seen, from the run's start.
+    pub at_ms: f64,
+    /// From the failure's detection to the continuing lane's first text
+    /// (`None`: it produced none).
+    pub first_token_after_ms: Option<f64>,
 }
 
 impl Outcome {

@@ -35,7 +35,12 @@ impl Core {
             Lane::Cloud => self.prep.cloud_messages.clone(),
             Lane::Local => None,
         };
-        fx.push(Effect::Start { lane, messages });
+        let prefill = self.prefill_for(lane, now);
+        fx.push(Effect::Start {
+            lane,
+            messages,
+            prefill,
+        });
     }
 
     /// The shell's answer to [`Effect::Start`].
@@ -82,6 +87,9 @@ impl Core {
                 self.secondary_did_not_start(lane);
             }
         }
+        if self.lanes[lane].phase != Phase::Running {
+            self.switch_not_admitted(lane);
+        }
     }
 
     /// Cancels a running lane (its worker gets the token) or rules out an
@@ -115,6 +123,16 @@ impl Core {
             at,
             saw_cancel,
         } = f;
+        if self.switch_waits_for(lane) {
+            // The worker cancelled at the commit: its lane now continues
+            // the answer the committed lane left.
+            self.restart_for_switch(lane, now, fx);
+            return;
+        }
+        let mut result = result;
+        if let Ok(c) = &mut result {
+            self.whole_answer(lane, c);
+        }
         let order = 1 + self.lanes.values().filter(|r| r.finish_order > 0).count() as u32;
         let status = status_of(&result);
         // Validity is part of acceptance: a whole answer that is not what

@@ -94,6 +94,9 @@ pub(crate) enum Reason {
     CommittedInvalid(Lane),
     /// A streaming run's committed lane failed.
     CommittedFailed(Lane),
+    /// A streaming run's committed lane failed part-way; the other lane
+    /// continued its answer and completed.
+    Continued { from: Lane, to: Lane },
     /// The caller aborted the run.
     Aborted,
     /// The deadline came just as the committed lane completed.
@@ -130,6 +133,10 @@ impl fmt::Display for Reason {
                 write!(f, "stream committed to {l}, whose answer was invalid")
             }
             Reason::CommittedFailed(l) => write!(f, "stream committed to {l}, which failed"),
+            Reason::Continued { from, to } => write!(
+                f,
+                "stream committed to {from}, which failed part-way; {to} continued the answer"
+            ),
             Reason::Aborted => f.write_str("run aborted"),
             Reason::CommittedAtDeadline(l) => {
                 write!(
@@ -263,6 +270,12 @@ impl Core {
             return Some(end);
         }
         if let Some(c) = self.stream.committed {
+            if self.lanes[c].phase == Phase::Done {
+                // A lane that failed part-way hands its answer on, when
+                // the other lane may continue it (`switch`).
+                self.switch_committed(c, now, fx);
+            }
+            let c = self.stream.committed.unwrap_or(c);
             return (self.lanes[c].phase == Phase::Done).then_some(End::Committed(c));
         }
         if self.plan.pick == Pick::FirstAcceptable {
@@ -395,7 +408,14 @@ impl Core {
                 Some(Ok(c)) if c.finish_reason.is_complete() => verdict(
                     RunStatus::Ok,
                     Some(lane),
-                    Reason::CommittedCompleted(lane),
+                    if self.continues(lane) {
+                        Reason::Continued {
+                            from: lane.other(),
+                            to: lane,
+                        }
+                    } else {
+                        Reason::CommittedCompleted(lane)
+                    },
                     DecidedBy::Policy,
                     None,
                 ),

@@ -40,6 +40,9 @@ pub(super) struct LaneRun {
     pub(super) score: Option<Score>,
     /// Text streamed before the run committed to a lane.
     pub(super) buffer: Vec<Piece>,
+    /// Everything its worker has streamed so far (what another lane
+    /// continues if this one fails: `switch`).
+    pub(super) partial: Partial,
     /// Asked to start while the cloud's prompt was still being prepared.
     pub(super) want_start: bool,
     /// The compressor's estimates (before, after).
@@ -65,6 +68,7 @@ impl LaneRun {
             result: None,
             score: None,
             buffer: Vec::new(),
+            partial: Partial::default(),
             want_start: false,
             compressed: (None, None),
             retry_in: None,
@@ -110,6 +114,32 @@ impl LaneRun {
             self.phase,
             Phase::Idle | Phase::Starting | Phase::Running | Phase::Scoring
         )
+    }
+}
+
+/// The text a lane's worker has streamed in this run.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Partial {
+    pub(super) answer: String,
+    pub(super) reasoning: String,
+    /// Pieces of text streamed: tokens for the local lane, deltas for a
+    /// streaming provider.
+    pub(super) pieces: u64,
+}
+
+impl Partial {
+    pub(super) fn push(&mut self, piece: &Piece) {
+        match piece {
+            Piece::Answer(t) => self.answer.push_str(t),
+            Piece::Reasoning(t) => self.reasoning.push_str(t),
+        }
+        if !piece.text().is_empty() {
+            self.pieces += 1;
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.answer.is_empty() && self.reasoning.is_empty()
     }
 }
 

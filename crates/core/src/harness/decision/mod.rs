@@ -41,10 +41,12 @@ mod plan;
 mod prompt;
 mod report;
 mod stream;
+mod switch;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use calls::{Call, CbOutput};
+pub(crate) use switch::Prefill;
 
 use super::backend::{BackendError, Candidate};
 use super::callbacks::{CallResult, Scored};
@@ -177,11 +179,12 @@ pub(crate) enum Admission {
 #[derive(Debug)]
 pub(crate) enum Effect {
     /// Admit the lane and, when admitted, spawn its worker on these
-    /// messages (`None`: the request's own); answer with
-    /// [`Input::Admission`] at once.
+    /// messages (`None`: the request's own), continuing `prefill` when
+    /// set; answer with [`Input::Admission`] at once.
     Start {
         lane: Lane,
         messages: Option<Vec<ChatMessage>>,
+        prefill: Option<Prefill>,
     },
     /// Set the lane's cancel token.
     Cancel(Lane),
@@ -228,6 +231,7 @@ pub(crate) struct Core {
     deciding: decide::Pending,
     early: early::Early,
     prompt: prompt::Stage,
+    switch: Option<switch::Switch>,
     stage: Stage,
 }
 
@@ -256,6 +260,7 @@ impl Core {
                 Policy::Cascade { .. } => run.prompt_threshold,
                 _ => None,
             }),
+            switch: None,
             stage: Stage::Open,
             run,
         }

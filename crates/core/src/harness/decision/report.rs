@@ -73,6 +73,7 @@ impl Core {
             // Priced by the shell, which holds the price table.
             cost: Default::default(),
             replay: None,
+            switch: self.switch_report(),
         };
         fx.push(Effect::Emit(Event::Decision {
             run_id: run.run_id,

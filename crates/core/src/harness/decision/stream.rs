@@ -40,6 +40,11 @@ impl Core {
         if r.phase != Phase::Running {
             return;
         }
+        r.partial.push(&piece);
+        if !piece.text().is_empty() {
+            self.switch_saw_text(lane, now);
+        }
+        let r = &mut self.lanes[lane];
         if r.first_token.is_none() {
             r.first_token = Some(now);
             fx.push(Effect::Emit(Event::FirstToken {

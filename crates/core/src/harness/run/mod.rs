@@ -28,7 +28,7 @@ pub(crate) use shared::RunShared;
 
 use super::callbacks::{offload, CallResult, ScoreContext};
 use super::decision::{
-    Call, CbOutput, Configured, Core, CoreSetup, Effect, Input, LaneInfo, TimerKind,
+    Call, CbOutput, Configured, Core, CoreSetup, Effect, Input, LaneInfo, Prefill, TimerKind,
 };
 use super::ledger::RunLedger;
 use super::observer::EventSink;
@@ -257,8 +257,12 @@ impl Shell {
 
     fn apply(&mut self, effect: Effect) {
         match effect {
-            Effect::Start { lane, messages } => {
-                let answer = self.admit(lane, messages);
+            Effect::Start {
+                lane,
+                messages,
+                prefill,
+            } => {
+                let answer = self.admit(lane, messages, prefill);
                 self.step(Input::Admission { lane, answer });
             }
             Effect::Cancel(lane) => self.cancel[lane].cancel(),
@@ -278,6 +282,7 @@ impl Shell {
         &mut self,
         lane: Lane,
         messages: Option<Vec<ChatMessage>>,
+        prefill: Option<Prefill>,
     ) -> super::decision::Admission {
         let refused = (lane == Lane::Cloud)
             .then(|| self.ledger.as_ref().and_then(RunLedger::cloud_refused))
@@ -297,10 +302,22 @@ impl Shell {
             .watches_prompt(lane)
             .then(|| self.shared.tx.clone());
         let scores_prompt = self.core.scores_prompt(lane);
+        // A lane started again in this run (to continue the answer of a
+        // lane that failed: the decision's `switch`) gets a fresh token.
+        if self.cancel[lane].is_cancelled() {
+            self.cancel[lane] = CancellationToken::new();
+        }
         let make_job = || {
-            let messages = messages.unwrap_or_else(|| self.request.messages.clone());
+            let mut messages = messages.unwrap_or_else(|| self.request.messages.clone());
             let mut sampling = self.request.sampling.clone();
             sampling.score_prompt |= scores_prompt;
+            if let Some(p) = prefill {
+                // The answer so far, as the assistant's unfinished turn;
+                // what was produced counts against the answer's bound.
+                messages.push(ChatMessage::assistant(p.text));
+                let sent = u32::try_from(p.pieces).unwrap_or(u32::MAX);
+                sampling.max_tokens = sampling.max_tokens.saturating_sub(sent).max(1);
+            }
             let mut job = LaneJob::new(messages, sampling, self.deadline);
             if lane == Lane::Cloud {
                 job.model = self.route.cloud_model.clone();

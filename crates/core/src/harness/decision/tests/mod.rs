@@ -10,6 +10,7 @@ mod policies;
 mod prompt;
 mod reasons;
 mod stages;
+mod switch;
 mod validity;
 
 use super::decide::{Pool, Reason};
@@ -64,6 +65,8 @@ pub(super) struct Sim {
     pub(super) started: Vec<Lane>,
     /// Messages each admitted lane was started on (`None`: the request's).
     pub(super) messages: PerLane<Option<Option<Vec<ChatMessage>>>>,
+    /// The text each lane's last start was asked to continue.
+    pub(super) prefills: PerLane<Option<super::Prefill>>,
     pub(super) cancelled: Vec<Lane>,
     /// Callback calls not answered yet.
     pub(super) calls: Vec<(u64, Call)>,
@@ -88,6 +91,7 @@ impl Sim {
             admission,
             started: Vec::new(),
             messages: PerLane::new(None, None),
+            prefills: PerLane::new(None, None),
             cancelled: Vec::new(),
             calls: Vec::new(),
             forwarded: Vec::new(),
@@ -112,13 +116,18 @@ impl Sim {
 
     fn apply(&mut self, effect: Effect, ms: Ms) {
         match effect {
-            Effect::Start { lane, messages } => {
+            Effect::Start {
+                lane,
+                messages,
+                prefill,
+            } => {
                 let answer = self.admission[lane]
                     .take()
                     .unwrap_or(Admission::Started { at: self.at(ms) });
                 if matches!(answer, Admission::Started { .. }) {
                     self.started.push(lane);
                     self.messages[lane] = Some(messages);
+                    self.prefills[lane] = prefill;
                 }
                 self.feed(Input::Admission { lane, answer }, ms);
             }

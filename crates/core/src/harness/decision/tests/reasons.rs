@@ -300,7 +300,8 @@ fn committed_lane_stopped_early() {
 
 #[test]
 fn committed_lane_failed() {
-    let mut sim = Sim::begin(streaming(Policy::Race));
+    // A single-lane plan has no other lane to continue the answer.
+    let mut sim = Sim::begin(streaming(Policy::LocalOnly));
     sim.token(Lane::Local, "he", 10);
     sim.fail(Lane::Local, 20);
     let out = sim.settle(20);
