@@ -9,6 +9,7 @@ mod cloud;
 mod cloud_down;
 mod cloud_tls;
 mod consensus;
+mod continuation;
 mod crate_graph;
 mod devices;
 mod embed;

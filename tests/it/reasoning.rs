@@ -120,7 +120,7 @@ fn a_cascade_judges_the_answer_and_streams_the_thinking_apart() {
 
 /// The data of each SSE event of a body (`data:` lines, `[DONE]` left
 /// out), with its `event:` name where it has one.
-fn sse(body: &str) -> Vec<(String, Value)> {
+pub(crate) fn sse(body: &str) -> Vec<(String, Value)> {
     body.split("\n\n")
         .filter(|e| !e.trim().is_empty())
         .filter_map(|e| {
@@ -140,7 +140,7 @@ fn sse(body: &str) -> Vec<(String, Value)> {
 }
 
 /// Concatenates the strings at `pointer` over `events`.
-fn joined<'a>(events: impl IntoIterator<Item = &'a Value>, pointer: &str) -> String {
+pub(crate) fn joined<'a>(events: impl IntoIterator<Item = &'a Value>, pointer: &str) -> String {
     events
         .into_iter()
         .filter_map(|v| v.pointer(pointer).and_then(Value::as_str))
