@@ -1,4 +1,4 @@
-//! Continue, don't restart (DESIGN point 17): a lane that fails part-way
+//! Continue, don't restart (DESIGN point 18): a lane that fails part-way
 //! through an answer hands the text it produced to the other lane, which
 //! continues it. On the real local lane (SmolLM2, greedy), the real cloud
 //! lane against hostile loopback servers (a stream cut, stalled, or ended

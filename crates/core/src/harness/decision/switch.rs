@@ -1,5 +1,5 @@
 //! Continuing an answer on the other lane when its lane fails part-way
-//! (DESIGN point 17): the lane whose text a streaming caller is receiving
+//! (DESIGN point 18): the lane whose text a streaming caller is receiving
 //! fails (a cut stream, a stall, an error event, a local error) and the
 //! plan has the other lane: instead of ending the run with an error, the
 //! other lane is started on the same request with the text already
