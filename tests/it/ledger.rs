@@ -11,11 +11,13 @@ use crate::serve::{loopback, metric, metrics_text, post_to, sse_data, ServeProce
 use crate::support::cli::bin;
 use crate::support::http::{Flavor, TestServer};
 use crate::support::models::{fresh_path, tiny_model, write_temp};
+use crate::support::scripted::{Recorder, Scripted};
 use edgecloud::harness::{
-    BudgetState, Harness, HarnessConfig, LaneStatus, LedgerStore, PolicyKind, RunOptions,
+    BudgetState, Candidate, Event, Harness, HarnessConfig, LaneStatus, LedgerStore, Policy,
+    PolicyKind, Price, PriceTable, Route, RunOptions,
 };
 use edgecloud::serve::Server;
-use edgecloud::{Lane, Request};
+use edgecloud::{FinishReason, Lane, Request};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -544,4 +546,49 @@ async fn sigkill_during_a_load_never_corrupts_the_store() {
     );
     let (ok, stderr) = server.stop("-TERM");
     assert!(ok, "{stderr}");
+}
+
+#[test]
+fn a_late_cloud_workers_reported_usage_is_added_to_the_spending_when_it_returns() {
+    // The cloud is a scripted stand-in that ignores cancellation (a real
+    // provider's stream is dropped at the deadline, so its usage is never
+    // known); it returns after the run settled, with provider counts.
+    let cloud = Scripted::ignoring_cancel("cloud");
+    let rec = Recorder::new();
+    let store = LedgerStore::open(store_dir(), Duration::from_secs(60)).unwrap();
+    let h = Harness::builder()
+        .cloud(cloud.clone())
+        .route(
+            "default",
+            Route::new(Policy::CloudOnly)
+                .cloud_model("m")
+                .deadline(Duration::from_millis(50)),
+        )
+        .prices(PriceTable::new().with(
+            "m",
+            Price {
+                input: 2.0,
+                output: 8.0,
+                cached_input: None,
+            },
+        ))
+        .ledger(store.clone())
+        .observer(rec.clone())
+        .build()
+        .unwrap();
+    let out = h.run_blocking(Request::user("hello")).unwrap();
+    assert_eq!(out.lane(Lane::Cloud).status, LaneStatus::Late, "{out:?}");
+    assert!(out.cost.cloud_usage_unknown, "{:?}", out.cost);
+    let (today, _) = store.spent_now("default");
+    assert_eq!((today.runs, today.tokens), (1, 0), "settled: usage unknown");
+    let mut late = Candidate::new("late answer", FinishReason::Stop);
+    late.tokens.provider_prompt = Some(1_000);
+    late.tokens.provider_completion = Some(500);
+    cloud.next_task().complete_with(late);
+    rec.wait_for(|e| matches!(e, Event::LateWorkerFinished { .. }));
+    let (today, month) = store.spent_now("default");
+    assert_eq!((today.runs, today.tokens), (1, 1_500));
+    // 1,000 x $2 + 500 x $8 per million.
+    assert!((today.usd - 0.006).abs() < 1e-12, "{today:?}");
+    assert_eq!(month, today);
 }

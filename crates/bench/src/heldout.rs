@@ -421,6 +421,7 @@ mod tests {
             cloud_ms: None,
             prompt_ms: None,
             embed_ms: None,
+            cloud_usd: None,
         }
     }
 

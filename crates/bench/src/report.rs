@@ -210,7 +210,8 @@ pub fn render_markdown(s: &Summary) -> String {
         let _ = writeln!(
             md,
             "\n*Cloud $*: the provider's token counts times `[prices]`; *$ per correct answer*: cloud $ / answers graded right, \
-             to compare each policy with cloud-only. The cloud-only figures estimate the local lane's answers from its own token counts (docs/cost.md).\n"
+             to compare each policy with cloud-only. The cloud-only figures estimate the local lane's answers from its own token counts (docs/cost.md). \
+             *Latency saved*: the cloud-only runs' latency p50 minus this policy's, at the same deadline (measured, both in this bench).\n"
         );
     }
     let _ = writeln!(md, "## Results per policy and deadline\n");
@@ -366,6 +367,7 @@ const COST: &[Column<GroupSummary>] = &[
     number("saved $ (estimate)", |g| {
         usd(g.cost.as_ref().map(|c| c.saved_usd_estimate))
     }),
+    number("latency saved p50 ms", |g| num(g.latency_saved_ms)),
 ];
 
 /// Dollars, to the precision small per-answer costs need.

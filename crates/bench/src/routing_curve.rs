@@ -65,6 +65,10 @@ pub struct PairedItem {
     /// recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embed_ms: Option<f64>,
+    /// What the cloud-only answer cost in dollars (the run's `cost`), when
+    /// its cloud model was priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_usd: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -83,6 +87,12 @@ pub struct CurvePoint {
     pub accuracy: f64,
     /// Share of the local-to-cloud gap recovered (absent without a gap).
     pub pgr: Option<f64>,
+    /// Cloud dollars per request of the cascade: what its escalated
+    /// items' cloud-only runs cost, over all items (absent when no
+    /// cloud-only run was priced; an unpriced item counts at the mean of
+    /// the priced ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd_per_request: Option<f64>,
 }
 
 /// The simulated cascade of one signal.
@@ -112,6 +122,9 @@ pub enum Target {
     Quality(f64),
     /// The fewest cloud calls recovering 80% of the gap (the default).
     Cpt80,
+    /// The most accurate point whose cloud dollars per request are at
+    /// most this (needs priced cloud-only runs).
+    Cost(f64),
 }
 
 /// The threshold chosen for a target.
@@ -182,6 +195,7 @@ impl Baselines {
             cloud_share,
             accuracy,
             pgr: self.pgr(accuracy),
+            usd_per_request: None,
         }
     }
 }
@@ -231,15 +245,24 @@ pub fn curve(items: &[PairedItem], signal: Signal) -> SignalCurve {
     let value = |i: &PairedItem| i.signals.get(&signal).copied().unwrap_or(f64::NEG_INFINITY);
     let mut sorted: Vec<&PairedItem> = items.iter().collect();
     sorted.sort_by(|a, b| value(a).total_cmp(&value(b)));
-    let mut points = vec![base.point(None, 0.0, base.weak)];
+    let priced: Vec<f64> = items.iter().filter_map(|i| i.cloud_usd).collect();
+    let mean_usd = (!priced.is_empty()).then(|| priced.iter().sum::<f64>() / priced.len() as f64);
+    let usd_of = |i: &PairedItem| i.cloud_usd.or(mean_usd).unwrap_or(0.0);
+    let priced_point = |p: CurvePoint, spent: f64| CurvePoint {
+        usd_per_request: mean_usd.map(|_| spent / n as f64),
+        ..p
+    };
+    let mut points = vec![priced_point(base.point(None, 0.0, base.weak), 0.0)];
     // Right answers when everything is local; each escalated item swaps
-    // its local grade for the cloud's.
+    // its local grade for the cloud's (and costs its cloud run).
     let mut right = items.iter().filter(|i| i.local_correct).count() as i64;
+    let mut spent = 0.0;
     let mut k = 0;
     while k < n {
         let v = value(sorted[k]);
         while k < n && value(sorted[k]) == v {
             right += i64::from(sorted[k].cloud_correct) - i64::from(sorted[k].local_correct);
+            spent += usd_of(sorted[k]);
             k += 1;
         }
         let threshold = match sorted.get(k).map(|i| value(i)) {
@@ -249,7 +272,10 @@ pub fn curve(items: &[PairedItem], signal: Signal) -> SignalCurve {
             None => v + 1.0,
         };
         let accuracy = right as f64 / n as f64;
-        points.push(base.point(Some(threshold), k as f64 / n as f64, accuracy));
+        points.push(priced_point(
+            base.point(Some(threshold), k as f64 / n as f64, accuracy),
+            spent,
+        ));
     }
     let f = figures(&points, base);
     SignalCurve {
@@ -269,14 +295,18 @@ pub fn curve(items: &[PairedItem], signal: Signal) -> SignalCurve {
 pub fn choose(curve: &SignalCurve, target: Target) -> Option<Choice> {
     let eps = 1e-9;
     let realisable = curve.points.iter().filter(|p| p.threshold.is_some());
+    // Most accurate; among equals, fewest cloud calls.
+    let most_accurate = |best: Option<CurvePoint>, p: &CurvePoint| match best {
+        Some(b) if b.accuracy >= p.accuracy - eps => Some(b),
+        _ => Some(*p),
+    };
     let point = match target {
         Target::CloudShare(x) => realisable
             .filter(|p| p.cloud_share <= x + eps)
-            // Most accurate; among equals, fewest cloud calls.
-            .fold(None::<CurvePoint>, |best, p| match best {
-                Some(b) if b.accuracy >= p.accuracy - eps => Some(b),
-                _ => Some(*p),
-            }),
+            .fold(None, most_accurate),
+        Target::Cost(usd) => realisable
+            .filter(|p| p.usd_per_request.is_some_and(|u| u <= usd + eps))
+            .fold(None, most_accurate),
         Target::Quality(y) => realisable.copied().find(|p| p.accuracy >= y - eps),
         Target::Cpt80 => {
             let hit = realisable
@@ -284,12 +314,7 @@ pub fn choose(curve: &SignalCurve, target: Target) -> Option<Choice> {
                 .copied()
                 .find(|p| p.pgr.is_some_and(|g| g >= 0.8 - eps));
             // Without a gap to recover: the most accurate, fewest calls.
-            hit.or_else(|| {
-                realisable.fold(None::<CurvePoint>, |best, p| match best {
-                    Some(b) if b.accuracy >= p.accuracy - eps => Some(b),
-                    _ => Some(*p),
-                })
-            })
+            hit.or_else(|| realisable.fold(None, most_accurate))
         }
     }?;
     Some(Choice {
@@ -322,6 +347,7 @@ pub(crate) mod tests {
             cloud_ms: None,
             prompt_ms: None,
             embed_ms: None,
+            cloud_usd: None,
         }
     }
 
@@ -404,5 +430,36 @@ pub(crate) mod tests {
         assert_eq!(at(Target::Cpt80), Some((0.25, 0.75)));
         // The origin (never escalate) has no threshold: not choosable.
         assert_eq!(at(Target::CloudShare(0.1)), None);
+        // Unpriced runs have no cost to meet.
+        assert_eq!(at(Target::Cost(100.0)), None);
+    }
+
+    #[test]
+    fn a_cost_target_takes_the_most_accurate_cascade_within_the_budget() {
+        // Escalation order D, C, B, A; D's cloud run costs $0.04, C's is
+        // unpriced (counted at the mean of the priced: $0.02), B's $0.01,
+        // A's $0.01.
+        let mut items = four();
+        for (i, usd) in items
+            .iter_mut()
+            .zip([Some(0.01), Some(0.01), None, Some(0.04)])
+        {
+            i.cloud_usd = usd;
+        }
+        let c = curve(&items, Signal::P10Logprob);
+        let usd: Vec<f64> = c
+            .points
+            .iter()
+            .map(|p| p.usd_per_request.unwrap())
+            .collect();
+        let want = [0.0, 0.04 / 4.0, 0.06 / 4.0, 0.07 / 4.0, 0.08 / 4.0];
+        for (got, want) in usd.iter().zip(want) {
+            assert!((got - want).abs() < 1e-12, "{usd:?}");
+        }
+        let at = |t| choose(&c, t).map(|ch| (ch.point.cloud_share, ch.point.accuracy));
+        // $0.0125 a request buys D's escalation only; $0.015 buys C too.
+        assert_eq!(at(Target::Cost(0.0125)), Some((0.25, 0.75)));
+        assert_eq!(at(Target::Cost(0.015)), Some((0.5, 1.0)));
+        assert_eq!(at(Target::Cost(0.005)), None);
     }
 }

@@ -242,6 +242,12 @@ pub struct GroupSummary {
     /// both baselines or when they are equally accurate.
     #[serde(default)]
     pub gap_recovered: Option<f64>,
+    /// The cloud-only runs' latency p50 at the same deadline minus this
+    /// policy's: what answering locally saved the typical request (absent
+    /// without cloud-only runs to measure it against; negative when this
+    /// policy was slower).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_saved_ms: Option<f64>,
     /// What the runs cost, when their cloud model is priced (`[prices]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<GroupCost>,
@@ -406,6 +412,7 @@ impl GroupSummary {
                 r.lane(Lane::Cloud).is_some_and(|l| l.state.ran())
             })),
             gap_recovered: None,
+            latency_saved_ms: None,
             cost,
             throughput: Throughput::of(runs),
         }
@@ -492,6 +499,14 @@ pub fn summarize(
             if (strong - weak).abs() > 1e-12 {
                 groups[i].gap_recovered = Some((acc - weak) / (strong - weak));
             }
+        }
+        let cloud_p50 = groups
+            .iter()
+            .find(|g| g.policy == "cloud-only" && g.deadline_ms == d)
+            .and_then(|g| g.latency_ms)
+            .map(|l| l.p50);
+        if let (Some(cloud), Some(own)) = (cloud_p50, groups[i].latency_ms) {
+            groups[i].latency_saved_ms = Some(cloud - own.p50);
         }
     }
     groups
@@ -767,5 +782,20 @@ mod tests {
         // Without both baselines there is no gap to speak of.
         let alone = summarize(&runs[8..], &[], &[]);
         assert_eq!(alone[0].gap_recovered, None);
+        assert_eq!(alone[0].latency_saved_ms, None, "no cloud-only runs");
+    }
+
+    #[test]
+    fn latency_saved_is_measured_against_the_cloud_only_runs() {
+        let mut runs: Vec<RunRecord> = [10.0, 12.0, 14.0]
+            .map(|ms| run("cascade", Some(Lane::Local), ms, false))
+            .into();
+        runs.extend(
+            [200.0, 250.0, 300.0].map(|ms| run("cloud-only", Some(Lane::Cloud), ms, false)),
+        );
+        let groups = summarize(&runs, &[], &[]);
+        let g = |p: &str| groups.iter().find(|g| g.policy == p).unwrap();
+        assert_eq!(g("cascade").latency_saved_ms, Some(250.0 - 12.0));
+        assert_eq!(g("cloud-only").latency_saved_ms, Some(0.0));
     }
 }

@@ -282,6 +282,7 @@ mod tests {
             cloud_ms: Some(100.0),
             prompt_ms: Some(10.0),
             embed_ms: None,
+            cloud_usd: None,
         }
     }
 

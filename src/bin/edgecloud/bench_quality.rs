@@ -36,8 +36,13 @@ pub(crate) struct CalibrateArgs {
     target_cloud_share: Option<f64>,
     /// Choose the threshold with the fewest cloud calls reaching this
     /// accuracy (0..1).
-    #[arg(long, value_name = "Y")]
+    #[arg(long, value_name = "Y", conflicts_with = "target_cost")]
     target_quality: Option<f64>,
+    /// Choose the most accurate threshold whose cloud spend is at most
+    /// this many dollars per request (the cloud-only runs' priced cost:
+    /// `[prices]`).
+    #[arg(long, value_name = "USD", conflicts_with = "target_cloud_share")]
+    target_cost: Option<f64>,
     /// The deadline of the baseline runs to use (default: the largest one
     /// both baselines ran at).
     #[arg(long, value_name = "MS")]
@@ -89,16 +94,26 @@ fn read_prompt_signals(paths: &[PathBuf]) -> anyhow::Result<Option<(PromptSignal
 }
 
 pub(crate) fn calibrate_cmd(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
-    let target = match (args.target_cloud_share, args.target_quality) {
-        (Some(x), _) if !(0.0..=1.0).contains(&x) => {
+    let target = match (
+        args.target_cloud_share,
+        args.target_quality,
+        args.target_cost,
+    ) {
+        (Some(x), _, _) if !(0.0..=1.0).contains(&x) => {
             return Err(usage("--target-cloud-share must be between 0 and 1"))
         }
-        (_, Some(y)) if !(0.0..=1.0).contains(&y) => {
+        (_, Some(y), _) if !(0.0..=1.0).contains(&y) => {
             return Err(usage("--target-quality must be between 0 and 1"))
         }
-        (Some(x), _) => Target::CloudShare(x),
-        (None, Some(y)) => Target::Quality(y),
-        (None, None) => Target::Cpt80,
+        (_, _, Some(usd)) if !(usd.is_finite() && usd >= 0.0) => {
+            return Err(usage(
+                "--target-cost must be a number of dollars, 0 or more",
+            ))
+        }
+        (Some(x), _, _) => Target::CloudShare(x),
+        (None, Some(y), _) => Target::Quality(y),
+        (None, None, Some(usd)) => Target::Cost(usd),
+        (None, None, None) => Target::Cpt80,
     };
     if args.folds < 2 {
         return Err(usage("--folds must be at least 2"));

@@ -206,12 +206,13 @@ fn neighbour_index_of<'a>(
 }
 
 /// The accuracy a target asks for on items of these baselines; `None`
-/// for a cloud-share target (the two-stage fit aims at an accuracy).
+/// for a cloud-share or cost target (the two-stage fit aims at an
+/// accuracy).
 fn target_accuracy(target: Target, weak: f64, strong: f64) -> Option<f64> {
     match target {
         Target::Quality(y) => Some(y),
         Target::Cpt80 => Some(weak + 0.8 * (strong - weak)),
-        Target::CloudShare(_) => None,
+        Target::CloudShare(_) | Target::Cost(_) => None,
     }
 }
 
@@ -337,6 +338,7 @@ pub fn pair_items(
             cloud_ms: Some(c.elapsed_ms),
             prompt_ms: None,
             embed_ms: None,
+            cloud_usd: c.cost.as_ref().and_then(|x| x.cloud_usd),
         });
     }
     if items.len() < 2 {

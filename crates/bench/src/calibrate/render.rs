@@ -251,6 +251,7 @@ pub fn render_markdown(c: &Calibration, source: &str) -> String {
                     Target::CloudShare(x) => format!("cloud share at most {}", pct(x)),
                     Target::Quality(y) => format!("accuracy at least {}", pct(y)),
                     Target::Cpt80 => "fewest cloud calls recovering 80% of the gap".into(),
+                    Target::Cost(usd) => format!("cloud cost at most ${usd} per request"),
                 },
                 ch.signal,
                 fmt_threshold(ch.point.threshold.unwrap_or(f64::NAN)),

@@ -83,6 +83,20 @@ impl RunLedger {
         ))
     }
 
+    /// What a late cloud worker of this run adds to `route`'s spending
+    /// when it returns after settlement (`None` without a store).
+    pub(crate) fn late_spend(&self, route: &str) -> Option<LateSpend> {
+        Some(LateSpend {
+            store: self.ledger.store.clone()?,
+            route: route.to_string(),
+            price: self
+                .cloud_model
+                .as_deref()
+                .and_then(|m| self.ledger.prices.get(m))
+                .cloned(),
+        })
+    }
+
     /// Prices the settled `outcome`, adds its cloud spending to the store
     /// (when the cloud lane ran) and records its answer for its key.
     pub(crate) fn settle(self, route: &str, outcome: &mut super::Outcome) {
@@ -116,6 +130,40 @@ impl RunLedger {
         if let Some(t) = self.ticket {
             t.settle(outcome);
         }
+    }
+}
+
+/// A late cloud worker's spending: its run settled before the provider
+/// reported usage (the outcome counts it in `cloud_usage_unknown`); when
+/// the worker returns with the provider's counts, they are priced and
+/// added to the route's spending, so the budget sees what the provider
+/// bills. The settled outcome and `/metrics` do not change.
+pub(crate) struct LateSpend {
+    store: LedgerStore,
+    route: String,
+    price: Option<Price>,
+}
+
+impl LateSpend {
+    /// Adds what `late` (the cloud worker's candidate) says it used.
+    pub(crate) fn record(&self, late: &crate::harness::backend::Candidate) {
+        let t = &late.tokens;
+        let (Some(prompt), Some(completion)) = (t.provider_prompt, t.provider_completion) else {
+            return;
+        };
+        let cached = t.provider_cached_prompt.unwrap_or(0);
+        self.store.record_spend(
+            &self.route,
+            calendar::now_unix_ms().div_euclid(1000),
+            Spent {
+                usd: self
+                    .price
+                    .as_ref()
+                    .map_or(0.0, |p| p.usd(prompt, cached, completion)),
+                tokens: prompt + completion,
+                runs: 0,
+            },
+        );
     }
 }
 

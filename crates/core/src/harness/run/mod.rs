@@ -408,6 +408,10 @@ impl Shell {
         let st_guard = {
             let mut st = shared.lock();
             st.settled_at = Some(Instant::now());
+            st.late_spend = self
+                .ledger
+                .as_ref()
+                .and_then(|l| l.late_spend(&self.route.name));
             st
         };
         let now = st_guard.settled_at.expect("just set");

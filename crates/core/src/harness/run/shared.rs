@@ -1,11 +1,13 @@
 //! The part of a run that outlives its task: the state that workers
 //! and abort handles share with it (settled or not, abort requested or
 //! not), the channel workers report on, and what happens to a late
-//! worker's result (counted and discarded). It must not decide anything
+//! worker's result (counted and discarded; a late cloud worker's
+//! reported usage added to the ledger's spending). It must not decide anything
 //! about the run; it only knows whether the run has settled.
 
 use crate::harness::backend::{BackendError, Candidate};
 use crate::harness::decision::{Finished, Input};
+use crate::harness::ledger::LateSpend;
 use crate::harness::observer::{Event, EventSink};
 use crate::harness::registry::Registry;
 use crate::lane::{CancellationToken, Lane, PromptScore};
@@ -60,6 +62,9 @@ impl From<WorkerMsg> for Input {
 pub(super) struct SharedState {
     pub(super) settled_at: Option<Instant>,
     pub(super) abort_requested: bool,
+    /// Where a late cloud worker's spending goes (set at settlement
+    /// when the harness keeps a ledger store).
+    pub(super) late_spend: Option<LateSpend>,
 }
 
 /// The part of a run that workers and abort handles share with the
@@ -85,6 +90,7 @@ impl RunShared {
             state: Mutex::new(SharedState {
                 settled_at: None,
                 abort_requested: false,
+                late_spend: None,
             }),
             tx,
             events,
@@ -147,6 +153,9 @@ impl RunShared {
                 })));
             }
             Some(settled) => {
+                if let (Lane::Cloud, Some(spend), Ok(c)) = (lane, &st.late_spend, &result) {
+                    spend.record(c);
+                }
                 let overrun = at.saturating_duration_since(settled);
                 self.registry.late_finished(overrun);
                 tracing::debug!(
