@@ -3,7 +3,10 @@
 //! `cargo bench --bench harness` runs criterion: the cost of one run
 //! (admission, deadline, scoring, arbitration, outcome) with backends that
 //! answer at once, per policy, through the blocking and the async API, and
-//! the cost of a run refused because its lane is busy.
+//! the cost of a run refused because its lane is busy; `race/blocking+ledger`
+//! is `race/blocking` with the ledger on (a priced cloud model, a cloud
+//! budget and the durable store): the difference is what the ledger costs
+//! a run.
 //!
 //! `cargo bench --bench harness -- --figures [--local [--only-local]]` prints
 //! distributions instead (`scripts/overshoot` wraps it): per-run overhead
@@ -23,8 +26,8 @@
 
 use criterion::{criterion_group, Criterion};
 use edgecloud::harness::{
-    Backend, BackendFuture, BackendInfo, Candidate, Event, Harness, InstantBackend, LaneStatus,
-    LocalBackend, Policy, RunOptions,
+    Backend, BackendFuture, BackendInfo, Candidate, CloudBudget, Event, Harness, InstantBackend,
+    LaneStatus, LedgerStore, LocalBackend, Policy, Price, PriceTable, Route, RunOptions,
 };
 use edgecloud::{FinishReason, Lane, LaneJob, Request};
 use std::sync::mpsc;
@@ -71,6 +74,36 @@ fn bench_runs(c: &mut Criterion) {
             b.iter(|| h.run_blocking(req()).expect("runs"))
         });
     }
+    // The ledger's share of a run: the same race with its cloud model
+    // priced, a cloud budget and the durable store (docs/cost.md).
+    let dir = std::env::temp_dir().join(format!("edgecloud-bench-ledger-{}", std::process::id()));
+    let store = LedgerStore::open(&dir, Duration::from_secs(3600)).expect("the store opens");
+    let budget: CloudBudget = "1000000usd/month".parse().expect("a budget");
+    let priced = Harness::builder()
+        .local(InstantBackend::default())
+        .cloud(InstantBackend::default())
+        .route(
+            "default",
+            Route::new(Policy::Race)
+                .cloud_model("m")
+                .cloud_budget(budget),
+        )
+        .prices(PriceTable::new().with(
+            "m",
+            Price {
+                input: 2.0,
+                output: 8.0,
+                cached_input: None,
+            },
+        ))
+        .ledger(store)
+        .build()
+        .expect("harness builds");
+    g.bench_function("race/blocking+ledger", |b| {
+        b.iter(|| priced.run_blocking(req()).expect("runs"))
+    });
+    drop(priced);
+    let _ = std::fs::remove_dir_all(&dir);
     let h = instant_harness(Policy::Race);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
