@@ -10,7 +10,7 @@
 //! unloading many times leaks neither file descriptors nor memory.
 
 use crate::serve::{metric, metrics_text, post_to, sse_data, ServeProcess};
-use crate::support::models::{tiny_model, write_temp};
+use crate::support::models::{fresh_path, tiny_model, write_temp};
 use crate::support::real_model::smollm2;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -92,7 +92,11 @@ async fn health_of(url: &str, name: &str) -> Value {
 async fn models_are_picked_by_name_loaded_on_first_use_and_listed() {
     let smol = arg("smol", smollm2());
     let tiny = arg("tiny", tiny_model());
-    let server = server(&[smol, tiny], &["--keep-alive", "-1"]);
+    let ledger = fresh_path("models-ledger");
+    let server = server(
+        &[smol, tiny],
+        &["--keep-alive", "-1", "--ledger", ledger.to_str().unwrap()],
+    );
     let url = server.url.clone();
     let s = |id: &str, loaded| (id.to_string(), Some(loaded));
     assert_eq!(
@@ -109,6 +113,14 @@ async fn models_are_picked_by_name_loaded_on_first_use_and_listed() {
     );
     let tiny = health_of(&url, "tiny").await;
     assert_eq!(tiny["loaded"], true);
+    // The ledger's routes and spending, as each model's harness keeps it.
+    let health = get(&url, "/health").await;
+    assert_eq!(
+        health["ledger"]["store"].as_str(),
+        ledger.to_str(),
+        "{health}"
+    );
+    assert_eq!(health["ledger"]["routes"]["default"]["today"]["runs"], 0);
     // Its weights and its context's KV cache (2 layers x 2048 cells of
     // K and V, 0.5 MB): more than the file.
     let file = std::fs::metadata(tiny_model()).unwrap().len();

@@ -739,6 +739,17 @@ impl Engine for ModelSet {
         h
     }
 
+    /// The ledger as a loaded model's harness reports it: every model's
+    /// harness is built from the one configuration, so they share the
+    /// store and its routes (`None` while no model is loaded).
+    fn ledger(&self) -> Option<edgecloud_core::harness::LedgerReport> {
+        let loaded: Vec<Arc<Loaded>> = {
+            let st = self.inner.lock();
+            st.slots.values().filter_map(|s| s.loaded.clone()).collect()
+        };
+        loaded.iter().find_map(|l| l.engine.ledger())
+    }
+
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, Drained> {
         let inner = self.inner.clone();
         Box::pin(async move {
