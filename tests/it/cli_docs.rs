@@ -284,6 +284,7 @@ fn every_flag_the_docs_name_is_one_the_binary_has_or_another_tools() {
         "--n-gpu-layers",
         "--jinja",
         "--reasoning-format",
+        "--prefill-assistant",
         "--repack",
         "--no-repack",
         "--parallel",
