@@ -39,6 +39,9 @@ pub(crate) struct RunArgs {
     output: JsonArgs,
 }
 
+/// The longest `run` waits at exit for workers still running.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
 pub(crate) fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     // `edgecloud run MODEL "prompt"`: the model argument wins over
     // --model and EDGECLOUD_MODEL.
@@ -120,6 +123,12 @@ pub(crate) fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         eprint!("{}", summary(&outcome));
     }
+    // A late worker may still be inside llama.cpp: the process's exit
+    // handlers (llama.cpp's among them) must not run beside it (under
+    // qemu 3 exits in 30 died with SIGSEGV so). Its run settled and
+    // cancelled it, so it returns within one compute step; the wait is
+    // bounded, and an exit never turns into a hang.
+    let _ = harness.shutdown_blocking(EXIT_GRACE);
     Ok(exit::code(match outcome.status {
         RunStatus::Ok => exit::OK,
         RunStatus::DeadlineExceeded => exit::DEADLINE,

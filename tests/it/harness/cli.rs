@@ -293,3 +293,41 @@ fn help_shows_an_example_config_and_mistakes_are_named() {
         text(&out.stderr)
     );
 }
+
+/// A run whose local worker is still inside llama.cpp when the deadline
+/// settles it: the process waits for the worker before its exit handlers
+/// run (without that wait, exits under qemu died with SIGSEGV 3 times in
+/// 30), so every exit is the deadline's status, never a signal.
+#[test]
+fn run_exits_with_the_deadlines_status_after_its_late_worker_returns() {
+    let prompt = "Tell me everything about the sea. ".repeat(40);
+    let mut late = 0;
+    for i in 0..6 {
+        let out = run(&[
+            "--model",
+            model(),
+            "--threads",
+            "2",
+            "--policy",
+            "local-only",
+            "--prompt",
+            &prompt,
+            "--max-tokens",
+            "64",
+            "--deadline-ms",
+            "5",
+            "--json",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(124),
+            "exit {i}: {:?}: {}",
+            out.status,
+            text(&out.stderr)
+        );
+        let v = json_of(&out);
+        assert_eq!(v["status"], "deadline_exceeded", "exit {i}");
+        late += v["late_workers"].as_u64().unwrap_or(0);
+    }
+    assert!(late > 0, "the runs left a late worker to wait for");
+}
