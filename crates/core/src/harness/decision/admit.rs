@@ -124,8 +124,15 @@ impl Core {
             saw_cancel,
         } = f;
         if self.switch_waits_for(lane) {
-            // The worker cancelled at the commit: its lane now continues
-            // the answer the committed lane left.
+            // The worker cancelled at the commit returned (its result is
+            // not the run's): its lane now continues the answer the
+            // committed lane left.
+            fx.push(Effect::Emit(Event::LaneFinished {
+                run_id: self.run.run_id,
+                lane,
+                status: status_of(&result),
+                at_ms: self.at_ms(at),
+            }));
             self.restart_for_switch(lane, now, fx);
             return;
         }

@@ -31,6 +31,14 @@ fn a_streamed_answer_whose_committed_lane_fails_is_continued_by_the_other_lane()
     assert_eq!(sim.started, [Lane::Local, Lane::Cloud]);
     sim.finish(Lane::Cloud, "", FinishReason::Cancelled, 25);
     assert_eq!(sim.started, [Lane::Local, Lane::Cloud, Lane::Cloud]);
+    // Every admitted worker's return is an event, the cancelled one's too.
+    let finished = |sim: &Sim| {
+        sim.events
+            .iter()
+            .filter(|e| matches!(e, Event::LaneFinished { .. }))
+            .count()
+    };
+    assert_eq!(finished(&sim), 2);
     assert_eq!(prefill(&sim, Lane::Cloud), Some(("The sky is", 2)));
     sim.token(Lane::Cloud, " blue", 40);
     sim.answer(Lane::Cloud, " blue.", 50);
