@@ -239,7 +239,8 @@ fn run_worker(
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
     let embedding = EmbeddingInfo::resolve(&model, config.pooling, config.embed_batch);
-    let mut embedder = Embedder::new(&model, embedding.clone(), threads, config.thread_policy);
+    let mut embedder = Embedder::new(&model, embedding.clone(), threads, config.thread_policy)
+        .with_flash_attention(super::attention::policy(&model, config.gpu_layers));
     if startup
         .send(Ok((info, Arc::clone(&model), format, embedding)))
         .is_err()
@@ -450,7 +451,8 @@ fn draft_context<'m>(
         .with_n_batch(batch)
         .with_n_ubatch(batch)
         .with_n_threads(threads_i32)
-        .with_n_threads_batch(threads_i32);
+        .with_n_threads_batch(threads_i32)
+        .with_flash_attention_policy(super::attention::policy(draft, config.gpu_layers));
     let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     draft
         .new_context(backend(), params)
@@ -569,7 +571,8 @@ fn load(
         .with_n_batch(batch)
         .with_n_ubatch(batch)
         .with_n_threads(threads_i32)
-        .with_n_threads_batch(threads_i32);
+        .with_n_threads_batch(threads_i32)
+        .with_flash_attention_policy(super::attention::policy(&model, config.gpu_layers));
     let params = ffi::with_abort_signal(params, signal);
     Ok((
         Arc::new(model),
