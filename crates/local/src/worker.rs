@@ -171,6 +171,13 @@ fn run_worker(
         .as_ref()
         .map_or(0.0, |d| d.size() as f64 / model.size().max(1) as f64);
     let offload = offload_of(&placed, &model);
+    // llama.cpp's own device buffers (weights and KV cache) are a floor
+    // for the estimate: they hold alignment padding the estimate has not
+    // (the tiny model fully offloaded: 954,204 device bytes against an
+    // estimate of 951,552).
+    let on_device_bytes = offload
+        .device_weight_bytes
+        .saturating_add(offload.device_kv_bytes);
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -229,6 +236,7 @@ fn run_worker(
         offload,
         parameters: model.n_params(),
         memory_bytes: memory_bytes(&model, context_size, sequences * samples_of(&config))
+            .max(on_device_bytes)
             + draft_model
                 .as_ref()
                 .map_or(0, |m| memory_bytes(m, context_size, 1)),
