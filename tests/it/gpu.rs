@@ -268,6 +268,42 @@ fn offload_that_cannot_happen_is_a_typed_error() {
     }
 }
 
+/// The tiny model (attention heads of 16) with every layer on the device,
+/// served: a one-token prompt, then a longer one. ggml-vulkan's flash
+/// attention for heads that small crashed the process (SIGSEGV in the
+/// Vulkan driver) on the second prompt's step (a 16-token step after the
+/// first, one-token, one); the lane now turns flash attention off for
+/// heads smaller than ggml tests (`attention`), and both prompts answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_heads_on_the_device_answer_a_one_token_prompt_then_a_longer_one() {
+    let Some(gpu) = gpu() else { return };
+    let model = tiny_model().to_str().unwrap();
+    let mut served = Served::start(
+        gpu_cmd(gpu),
+        &["--model", model, "--gpu-layers", "99", "--probe", "off"],
+    );
+    let url = served.url.clone();
+    for prompt in [
+        "a",
+        "Hello there, this is a longer prompt for the tiny model",
+    ] {
+        let v = post(
+            &url,
+            "/completions",
+            json!({"model": "edgecloud", "prompt": prompt, "max_tokens": 2,
+                   "temperature": 0, "edgecloud": {"deadline_ms": 600000}}),
+        )
+        .await;
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{prompt}: {v}");
+        assert!(
+            served.child.try_wait().unwrap().is_none(),
+            "the server died after {prompt:?}"
+        );
+    }
+    let health = get(&url, "/health").await;
+    assert!(health["lanes"].is_array(), "{health}");
+}
+
 /// A served `edgecloud` of the GPU build (or the CPU one), ended on drop.
 struct Served {
     child: Child,
@@ -346,7 +382,9 @@ const PROMPTS: [&str; 4] = [
 
 /// A pool of 4 lanes with every layer on the device answers 4 concurrent
 /// clients with the lone lane's greedy answers; `/health` names the
-/// device.
+/// device. Both with whole-batch prompt steps (`EDGECLOUD_DEVICE_STEP_MS=0`):
+/// sized steps follow measured times, and on Vulkan a step's size changes
+/// its rounding (a near-tie may then go either way; docs/gpu.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pool_on_the_device_answers_like_the_lone_lane() {
     let Some(gpu) = gpu() else { return };
@@ -356,13 +394,17 @@ async fn a_pool_on_the_device_answers_like_the_lone_lane() {
         .map(|p| {
             let mut args = local_args(model, p, "6");
             args.extend(["--gpu-layers", "99"]);
-            let v = json_of(&run(gpu_cmd(gpu), &args));
+            let mut cmd = gpu_cmd(gpu);
+            cmd.env("EDGECLOUD_DEVICE_STEP_MS", "0");
+            let v = json_of(&run(cmd, &args));
             assert_eq!(v["offload"]["layers"], v["offload"]["of"], "{v}");
             v["text"].as_str().unwrap().to_string()
         })
         .collect();
+    let mut cmd = gpu_cmd(gpu);
+    cmd.env("EDGECLOUD_DEVICE_STEP_MS", "0");
     let served = Served::start(
-        gpu_cmd(gpu),
+        cmd,
         &["--model", model, "--parallel", "4", "--gpu-layers", "99"],
     );
     let url = served.url.clone();
@@ -385,7 +427,7 @@ async fn a_pool_on_the_device_answers_like_the_lone_lane() {
         }
     }))
     .await;
-    assert_eq!(answers, alone);
+    assert_eq!(answers, alone, "pool (left) vs lone lane (right)");
     let health = get(&url, "/health").await;
     let local = health["lanes"]
         .as_array()
@@ -403,28 +445,163 @@ async fn a_pool_on_the_device_answers_like_the_lone_lane() {
     );
 }
 
-/// `/v1/embeddings` with every layer on the device: the CPU build's
-/// vectors, within cosine 0.9999.
+/// `/v1/embeddings` with every layer on the device.
+///
+/// - Against llama.cpp's own Vulkan build on the same device and modules
+///   (`llama-server --embeddings -ngl 99`, `EDGECLOUD_GPU_LLAMA_SERVER`,
+///   which `scripts/test-gpu` builds; skipped with a printed reason
+///   without it): each input alone, the same vector (cosine >= 0.99999;
+///   measured 1.0000000 on four texts).
+/// - Against the CPU backend, SmolLM2 (Q4_1): cosine >= 0.999 (measured
+///   0.99956 to 0.99982, and llama-server's Vulkan and CPU builds give the
+///   same figures). Not the issue's 0.9999, and not the device's fault:
+///   the CPU multiplies Q4_1 weights by activations it first rounds to
+///   8 bits (ggml's Q8_1 blocks), the Vulkan shaders by float activations;
+///   with the same weights stored as F32 both give the same vectors
+///   (>= 0.9999997), and the Vulkan vectors of the Q4_1 file are the
+///   nearer to them (docs/gpu.md).
+/// - Against the CPU backend, the generated tiny model (F32 weights: no
+///   rounding of activations on either side): cosine >= 0.99999 (measured
+///   0.9999996 and up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embeddings_on_the_device_match_the_cpu() {
+async fn embeddings_on_the_device_match_llama_cpp_vulkan_and_the_cpu() {
     let Some(gpu) = gpu() else { return };
+    let texts = [
+        "The lighthouse keeper climbed the stairs at dusk.",
+        "Two plus two is four.",
+    ];
     let model = smollm2().to_str().unwrap();
     let on_gpu = Served::start(gpu_cmd(gpu), &["--model", model, "--gpu-layers", "99"]);
     let on_cpu = Served::start(Command::new(bin()), &["--model", model]);
-    let input = json!([
-        "The lighthouse keeper climbed the stairs at dusk.",
-        "Two plus two is four."
-    ]);
-    let body = json!({"model": "edgecloud", "input": input});
-    let a = post(&on_gpu.url, "/embeddings", body.clone()).await;
-    let b = post(&on_cpu.url, "/embeddings", body).await;
-    for i in 0..2 {
-        let va = vector(&a["data"][i]["embedding"]);
-        let vb = vector(&b["data"][i]["embedding"]);
-        assert_eq!(va.len(), vb.len());
-        let c = cosine(&va, &vb);
-        eprintln!("embedding {i}: cosine device vs CPU {c:.7}");
-        assert!(c >= 0.9999, "cosine {c}");
+    let device = embed_each(&on_gpu.url, &texts).await;
+    let cpu = embed_each(&on_cpu.url, &texts).await;
+    for (i, (a, b)) in device.iter().zip(&cpu).enumerate() {
+        let c = cosine(a, b);
+        eprintln!("SmolLM2 embedding {i}: cosine device vs CPU {c:.7}");
+        assert!(c >= 0.999, "text {i}: cosine {c}");
+    }
+    // Several inputs in one request answer as well.
+    let v = post(
+        &on_gpu.url,
+        "/embeddings",
+        json!({"model": "edgecloud", "input": texts}),
+    )
+    .await;
+    for (i, b) in cpu.iter().enumerate() {
+        let c = cosine(&vector(&v["data"][i]["embedding"]), b);
+        assert!(c >= 0.999, "batched text {i}: cosine {c}");
+    }
+    match std::env::var_os("EDGECLOUD_GPU_LLAMA_SERVER") {
+        None => eprintln!(
+            "skipped the llama-server comparison: EDGECLOUD_GPU_LLAMA_SERVER is not set \
+             (scripts/test-gpu sets it)"
+        ),
+        Some(server) => {
+            let llama = LlamaServer::start(
+                gpu_cmd(Path::new(&server)),
+                &[
+                    "-m",
+                    model,
+                    "--embeddings",
+                    "--pooling",
+                    "mean",
+                    "-ngl",
+                    "99",
+                    "-t",
+                    "2",
+                    "-tb",
+                    "2",
+                    "-c",
+                    "2048",
+                    "-b",
+                    "512",
+                    "-ub",
+                    "512",
+                ],
+            );
+            let theirs = embed_each(&llama.url, &texts).await;
+            for (i, (a, b)) in device.iter().zip(&theirs).enumerate() {
+                let c = cosine(a, b);
+                eprintln!("SmolLM2 embedding {i}: cosine device vs llama-server Vulkan {c:.7}");
+                assert!(c >= 0.99999, "text {i}: cosine {c}");
+            }
+        }
+    }
+
+    let tiny = tiny_model().to_str().unwrap();
+    let on_gpu = Served::start(gpu_cmd(gpu), &["--model", tiny, "--gpu-layers", "99"]);
+    let on_cpu = Served::start(Command::new(bin()), &["--model", tiny]);
+    let device = embed_each(&on_gpu.url, &texts).await;
+    let cpu = embed_each(&on_cpu.url, &texts).await;
+    for (i, (a, b)) in device.iter().zip(&cpu).enumerate() {
+        let c = cosine(a, b);
+        eprintln!("tiny (F32) embedding {i}: cosine device vs CPU {c:.7}");
+        assert!(c >= 0.99999, "tiny text {i}: cosine {c}");
+    }
+}
+
+/// Each text's vector, one request each.
+async fn embed_each(url: &str, texts: &[&str]) -> Vec<Vec<f64>> {
+    let mut out = Vec::new();
+    for t in texts {
+        let v = post(
+            url,
+            "/embeddings",
+            json!({"model": "edgecloud", "input": [t]}),
+        )
+        .await;
+        out.push(vector(&v["data"][0]["embedding"]));
+    }
+    out
+}
+
+/// llama.cpp's own `llama-server` on 127.0.0.1, ended on drop; started
+/// when its log says it listens (after the model is loaded).
+struct LlamaServer {
+    child: Child,
+    url: String,
+}
+
+impl LlamaServer {
+    fn start(mut cmd: Command, args: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string();
+        cmd.args(args)
+            .args(["--host", "127.0.0.1", "--port", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start llama-server");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(at) = line.find("listening on http://") {
+                        let base = line[at + "listening on ".len()..].trim().to_string();
+                        break format!("{base}/v1");
+                    }
+                    seen.push(line);
+                }
+                _ => {
+                    let _ = child.kill();
+                    panic!("llama-server ended before listening: {}", seen.join("\n"));
+                }
+            }
+        };
+        // Keep its log flowing so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        LlamaServer { child, url }
+    }
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

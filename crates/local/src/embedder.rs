@@ -61,6 +61,8 @@ pub(super) struct Embedder<'m> {
     hinted: bool,
     state: State<'m>,
     queue: VecDeque<Pending>,
+    /// The context's flash-attention policy (`attention`).
+    flash_attention: llama_cpp_sys_2::llama_flash_attn_type,
 }
 
 enum State<'m> {
@@ -109,7 +111,18 @@ impl<'m> Embedder<'m> {
             hinted: false,
             state: State::NotYet,
             queue: VecDeque::new(),
+            flash_attention: llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
         }
+    }
+
+    /// The embeddings context's flash-attention policy (`attention`;
+    /// llama.cpp's `auto` unless set).
+    pub(super) fn with_flash_attention(
+        mut self,
+        policy: llama_cpp_sys_2::llama_flash_attn_type,
+    ) -> Self {
+        self.flash_attention = policy;
+        self
     }
 
     /// Whether no request is waiting.
@@ -231,7 +244,8 @@ impl<'m> Embedder<'m> {
             .with_n_seq_max(MAX_SEQS as u32)
             .with_kv_unified(true)
             .with_n_threads(threads)
-            .with_n_threads_batch(threads);
+            .with_n_threads_batch(threads)
+            .with_flash_attention_policy(self.flash_attention);
         let made = {
             let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
             super::ffi::clear_recent_log();

@@ -65,6 +65,7 @@
 //! This module must not orchestrate lanes or know about HTTP.
 
 mod accept;
+mod attention;
 mod backend;
 mod backend_init;
 mod batch;

@@ -171,6 +171,13 @@ fn run_worker(
         .as_ref()
         .map_or(0.0, |d| d.size() as f64 / model.size().max(1) as f64);
     let offload = offload_of(&placed, &model);
+    // llama.cpp's own device buffers (weights and KV cache) are a floor
+    // for the estimate: they hold alignment padding the estimate has not
+    // (the tiny model fully offloaded: 954,204 device bytes against an
+    // estimate of 951,552).
+    let on_device_bytes = offload
+        .device_weight_bytes
+        .saturating_add(offload.device_kv_bytes);
     let mut engine = Engine::new(
         &model,
         ctx,
@@ -229,6 +236,7 @@ fn run_worker(
         offload,
         parameters: model.n_params(),
         memory_bytes: memory_bytes(&model, context_size, sequences * samples_of(&config))
+            .max(on_device_bytes)
             + draft_model
                 .as_ref()
                 .map_or(0, |m| memory_bytes(m, context_size, 1)),
@@ -239,7 +247,8 @@ fn run_worker(
     };
     tracing::info!(model = %config.model.display(), load_ms = info.load_time.as_millis() as u64, threads, context_size, "local lane ready");
     let embedding = EmbeddingInfo::resolve(&model, config.pooling, config.embed_batch);
-    let mut embedder = Embedder::new(&model, embedding.clone(), threads, config.thread_policy);
+    let mut embedder = Embedder::new(&model, embedding.clone(), threads, config.thread_policy)
+        .with_flash_attention(super::attention::policy(&model, config.gpu_layers));
     if startup
         .send(Ok((info, Arc::clone(&model), format, embedding)))
         .is_err()
@@ -450,7 +459,8 @@ fn draft_context<'m>(
         .with_n_batch(batch)
         .with_n_ubatch(batch)
         .with_n_threads(threads_i32)
-        .with_n_threads_batch(threads_i32);
+        .with_n_threads_batch(threads_i32)
+        .with_flash_attention_policy(super::attention::policy(draft, config.gpu_layers));
     let _guard = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     draft
         .new_context(backend(), params)
@@ -569,7 +579,8 @@ fn load(
         .with_n_batch(batch)
         .with_n_ubatch(batch)
         .with_n_threads(threads_i32)
-        .with_n_threads_batch(threads_i32);
+        .with_n_threads_batch(threads_i32)
+        .with_flash_attention_policy(super::attention::policy(&model, config.gpu_layers));
     let params = ffi::with_abort_signal(params, signal);
     Ok((
         Arc::new(model),
