@@ -517,6 +517,18 @@ async fn sigkill_during_a_load_never_corrupts_the_store() {
     tokio::time::timeout(Duration::from_secs(60), under_way.notified())
         .await
         .expect("the server answers");
+    // ... and once a first write is on disk (the writer fsyncs; on a
+    // loaded machine that can take longer than 40 answers: CI once
+    // killed the server before any write and found nothing spent).
+    // `ledger.json` appears by an atomic rename, so whole.
+    let written = std::path::Path::new(&dir).join("ledger.json");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !written.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the store is written while the load runs");
     let (_, _) = server.stop("-KILL");
     for c in clients {
         c.await.unwrap();
