@@ -285,6 +285,7 @@ fn every_flag_the_docs_name_is_one_the_binary_has_or_another_tools() {
         "--jinja",
         "--reasoning-format",
         "--prefill-assistant",
+        "--allow-requantize",
         "--repack",
         "--no-repack",
         "--parallel",
