@@ -178,11 +178,11 @@ impl Core {
             pieces: s.pieces,
         };
         if self.run.streaming && self.stream.committed != Some(lane) {
-            let r = &self.lanes[lane.other()];
-            let (reasoning, answer) = (r.partial.reasoning.clone(), r.partial.answer.clone());
-            let buffer = &mut self.lanes[lane].buffer;
-            buffer.insert(0, Piece::Answer(answer));
-            buffer.insert(0, Piece::Reasoning(reasoning));
+            let seed = [
+                Piece::Reasoning(s.reasoning.clone()),
+                Piece::Answer(s.answer.clone()),
+            ];
+            self.lanes[lane].buffer.splice(0..0, seed);
         }
         Some(prefill)
     }
@@ -252,7 +252,8 @@ impl Core {
         })
     }
 
-    /// Whether `lane` continues another lane's answer (its lane report).
+    /// Whether `lane` continues another lane's answer (the decision's
+    /// reason says so).
     pub(super) fn continues(&self, lane: Lane) -> bool {
         self.switch
             .as_ref()

@@ -55,6 +55,13 @@ pub(super) fn setup(policy: Policy) -> CoreSetup {
     }
 }
 
+/// [`setup`] for a caller that reads a stream.
+pub(super) fn streaming(policy: Policy) -> CoreSetup {
+    let mut s = setup(policy);
+    s.streaming = true;
+    s
+}
+
 /// The shell, played by the test.
 pub(super) struct Sim {
     pub(super) core: Core,

@@ -10,12 +10,6 @@ fn scored(policy: Policy, min_score: Option<f64>) -> CoreSetup {
     s
 }
 
-fn streaming(policy: Policy) -> CoreSetup {
-    let mut s = setup(policy);
-    s.streaming = true;
-    s
-}
-
 fn arbitrated() -> Sim {
     let mut s = setup(Policy::BestOf);
     s.callbacks.arbiter = true;
