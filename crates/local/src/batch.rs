@@ -354,6 +354,14 @@ impl<'m> Engine<'m> {
             self.threads.may_go_down(&step),
         );
         let decoded = self.ctx.decode(&mut self.batch);
+        // llama_decode only queues the step on a GPU device (ggml's
+        // compute is asynchronous there; the CPU backend's is not): wait
+        // for it, so that a step's measured time is its compute (the
+        // step sizer, the governor and `prompt_eval` read it) and the loop
+        // looks at cancels and deadlines when the step is really over.
+        if decoded.is_ok() {
+            self.ctx.synchronize();
+        }
         let took = started.elapsed().as_secs_f64();
         let waited = signal
             .waited_ns()
