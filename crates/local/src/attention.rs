@@ -16,20 +16,46 @@
 //! only exist in toy models, where the cost does not matter; a real model's
 //! heads (64 to 256) keep llama.cpp's choice. On the CPU alone (no layers
 //! offloaded) nothing changes: the CPU's flash attention has no such
-//! limit. Found and measured: docs/gpu.md.
+//! limit.
+//!
+//! On Mesa's lavapipe (a Vulkan device computed on the CPU, `llvmpipe` in
+//! its name) flash attention is off for every model with layers offloaded:
+//! with several sequences in a step (a pool, `--parallel`), ggml-vulkan's
+//! flash-attention shaders kill the process there with SIGSEGV in the
+//! driver's thread, SmolLM2 (heads of 64) included, and llama.cpp's own
+//! `llama-server -np 4 -ngl 99` dies the same way (3 runs of 3), but not
+//! with `-fa off`. lavapipe is where this project proves offload without a
+//! GPU; real GPUs keep llama.cpp's choice. Found and measured: docs/gpu.md.
+//!
+//! [`CHOICE_ENV`] (`EDGECLOUD_FLASH_ATTN=on|off|auto`) overrides all of
+//! this, as llama.cpp's `-fa` does.
 
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_sys_2::{
     llama_flash_attn_type, LLAMA_FLASH_ATTN_TYPE_AUTO, LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    LLAMA_FLASH_ATTN_TYPE_ENABLED,
 };
 
 /// The smallest attention head size ggml's flash-attention operator tests
 /// cover (`tests/test-backend-ops.cpp` of the llama.cpp release we link).
 pub(crate) const SMALLEST_TESTED_HEAD: u64 = 40;
 
+/// The environment variable that overrides the policy: `on`, `off`
+/// (llama.cpp's `-fa on|off`) or `auto` (the policy below).
+pub(crate) const CHOICE_ENV: &str = "EDGECLOUD_FLASH_ATTN";
+
 /// The flash-attention policy for a context of `model` with `gpu_layers`
 /// asked for (`--gpu-layers`).
 pub(crate) fn policy(model: &LlamaModel, gpu_layers: u32) -> llama_flash_attn_type {
+    match std::env::var(CHOICE_ENV).ok().as_deref().map(str::trim) {
+        Some("on") => return LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        Some("off") => return LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        _ => {}
+    }
+    if gpu_layers > 0 && lavapipe_visible() {
+        tracing::info!("flash attention off: layers on Mesa's lavapipe (docs/gpu.md)");
+        return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     let (k, v) = head_sizes(model);
     if off_for(k, v, gpu_layers) {
         tracing::info!(
@@ -42,6 +68,20 @@ pub(crate) fn policy(model: &LlamaModel, gpu_layers: u32) -> llama_flash_attn_ty
     } else {
         LLAMA_FLASH_ATTN_TYPE_AUTO
     }
+}
+
+/// Whether one of the devices llama.cpp offloads to is Mesa's lavapipe
+/// (its description names `llvmpipe`).
+fn lavapipe_visible() -> bool {
+    llama_cpp_2::list_llama_ggml_backend_devices()
+        .iter()
+        .any(|d| is_lavapipe(&d.description))
+}
+
+/// Whether a device description is lavapipe's (`llvmpipe (LLVM 15.0.6, 256
+/// bits)`).
+fn is_lavapipe(description: &str) -> bool {
+    description.contains("llvmpipe")
 }
 
 /// Whether flash attention is turned off for heads of `k` and `v` values
@@ -85,5 +125,12 @@ mod tests {
         assert!(!off_for(16, 16, 0));
         // A size the model does not say is not a reason.
         assert!(!off_for(0, 0, 99));
+    }
+
+    #[test]
+    fn lavapipe_is_told_by_its_description() {
+        assert!(is_lavapipe("llvmpipe (LLVM 15.0.6, 256 bits)"));
+        assert!(!is_lavapipe("NVIDIA GeForce RTX 4090"));
+        assert!(!is_lavapipe("AMD Radeon Graphics (RADV GFX1103_R1)"));
     }
 }
