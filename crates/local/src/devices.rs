@@ -184,6 +184,22 @@ pub fn holds_cpu_backend(dir: &Path) -> bool {
 /// What ggml offers this process now (loads the portable build's backends
 /// first). Never fails: an empty list is an answer.
 pub fn inventory() -> Inventory {
+    let loading = if cfg!(feature = "portable") {
+        Loading::Dynamic
+    } else {
+        Loading::Static
+    };
+    if check_cpu_level().is_err() {
+        // ggml's start-up code is compiled for the cross build's level
+        // too (an armv8.6_1 build's uses SVE): on a CPU below it, asking
+        // ggml anything stops the process with an illegal instruction.
+        return Inventory {
+            loading,
+            backends_dir: None,
+            backends: Vec::new(),
+            devices: Vec::new(),
+        };
+    }
     let backends_dir = ensure_loaded().map(Path::to_path_buf);
     let modules = loaded_modules();
     let devices: Vec<DeviceInfo> = llama_cpp_2::list_llama_ggml_backend_devices()
@@ -224,11 +240,7 @@ pub fn inventory() -> Inventory {
         })
         .collect();
     Inventory {
-        loading: if cfg!(feature = "portable") {
-            Loading::Dynamic
-        } else {
-            Loading::Static
-        },
+        loading,
         backends_dir,
         backends,
         devices,

@@ -524,6 +524,10 @@ fn load(
     if validate {
         edgecloud_gguf::validate(&config.model)?;
     }
+    // Before ggml runs any code: a cross build's kernels (and ggml's own
+    // start-up code, compiled for the same level) would stop the process
+    // with an illegal instruction on a CPU below its level.
+    super::devices::check_cpu_level()?;
     let backend = backend();
     super::devices::check_gpu_layers(config.gpu_layers)?;
     let (model, exact_rows, placed) = {
