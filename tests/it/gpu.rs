@@ -712,6 +712,38 @@ fn cosine(a: &[f64], b: &[f64]) -> f64 {
     dot / (na * nb)
 }
 
+/// A context whose KV cache does not fit the device's free memory is
+/// refused before it is made, with the figures and what would fit
+/// (`does_not_fit`); the size it names then loads and answers. lavapipe
+/// says it has 2 GiB: SmolLM2's KV cache at 131072 cells is 2880 MiB.
+#[test]
+fn a_context_too_large_for_the_device_is_refused_with_what_fits() {
+    let Some(gpu) = gpu() else { return };
+    let model = smollm2().to_str().unwrap();
+    let answer = |context: &str| {
+        let mut args = local_args(model, "Hi", "2");
+        args.extend(["--gpu-layers", "99", "--context-size", context]);
+        run(gpu_cmd(gpu), &args)
+    };
+    let out = answer("131072");
+    assert!(!out.status.success(), "{out:?}");
+    let err = json_of(&out)["error"].clone();
+    assert_eq!(err["kind"], "does_not_fit", "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("Vulkan0") && msg.contains("2880.0 MiB"),
+        "{msg}"
+    );
+    let fits = msg
+        .split("--context-size ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no size in {msg}"));
+    let v = json_of(&answer(fits));
+    assert_eq!(v["error"], Value::Null, "{v}");
+    assert_eq!(v["offload"]["layers"], v["offload"]["of"], "{v}");
+}
+
 /// Speculative decoding with every layer on the device (the main model's
 /// and the draft model's): n-gram drafts (prompt lookup) and a draft model
 /// (SmolLM2 drafting for itself: same vocabulary, every draft its own

@@ -91,6 +91,33 @@ pub enum DeviceError {
         /// A level this CPU runs.
         fallback: String,
     },
+    /// The KV cache of the layers on the GPU device does not fit the
+    /// memory it has left after the weights (`device_fit`).
+    #[error(
+        "the KV cache of {layers} layers on {devices} needs {} ({context_size} cells x \
+         {streams} stream(s)), but the device has {} free after the weights; use \
+         --context-size {fits_context} or less, fewer --parallel lanes, or --gpu-layers \
+         {fits_layers} (the other layers on the CPU)",
+        mib(*need), mib(*free)
+    )]
+    DoesNotFit {
+        /// The GPU device(s) holding the layers.
+        devices: String,
+        /// Layers whose KV cache would be on the device.
+        layers: u32,
+        /// Bytes the KV cache needs there.
+        need: u64,
+        /// Bytes free on the device.
+        free: u64,
+        /// The context size asked for, per stream.
+        context_size: u32,
+        /// KV streams (lanes and samples).
+        streams: u32,
+        /// The largest context size that fits.
+        fits_context: u32,
+        /// The most layers whose KV cache fits at this context size.
+        fits_layers: u32,
+    },
     /// The portable build found no backend library at all.
     #[error(
         "ggml has no device to run on: no libggml-cpu library in {searched}; the portable \
@@ -110,8 +137,14 @@ impl DeviceError {
             DeviceError::GpuLibrary { .. } => "gpu_library",
             DeviceError::NoBackends { .. } => "no_backends",
             DeviceError::CpuLevel { .. } => "cpu_level",
+            DeviceError::DoesNotFit { .. } => "does_not_fit",
         }
     }
+}
+
+/// Bytes as MiB, for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 /// Loads the portable build's backend libraries, once per process; returns

@@ -69,6 +69,7 @@ mod attention;
 mod backend;
 mod backend_init;
 mod batch;
+mod device_fit;
 pub mod devices;
 mod draft;
 mod draftmodel;

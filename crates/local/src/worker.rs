@@ -479,10 +479,58 @@ fn memory_bytes(model: &LlamaModel, context_size: u32, streams: usize) -> u64 {
     if super::embedding::embedding_only(model).is_some() {
         return weights;
     }
+    weights + u64::from(model.n_layer()) * kv_bytes_per_layer(model, context_size, streams)
+}
+
+/// One layer's KV cache: a K and a V of f16 per cell and KV head, cells
+/// rounded up to 256 per stream.
+fn kv_bytes_per_layer(model: &LlamaModel, context_size: u32, streams: usize) -> u64 {
     let head_dim = u64::try_from(model.n_embd()).unwrap_or(0) / u64::from(model.n_head().max(1));
     let per_cell_and_layer = 2 * u64::from(model.n_head_kv()) * head_dim * 2;
-    let cells = u64::from(context_size).div_ceil(256) * 256 * streams as u64;
-    weights + u64::from(model.n_layer()) * cells * per_cell_and_layer
+    let cells = u64::from(super::device_fit::round_cells(context_size)) * streams as u64;
+    cells * per_cell_and_layer
+}
+
+/// Refuses a context whose KV cache, for the layers the load put on GPU
+/// devices, does not fit what those devices have free (`device_fit`).
+fn check_device_room(
+    model: &LlamaModel,
+    placed: &super::placement::Record,
+    context_size: u32,
+    streams: u32,
+) -> Result<(), super::devices::DeviceError> {
+    let Some((offloaded, _)) = placed.offloaded else {
+        return Ok(());
+    };
+    let inventory = super::devices::inventory();
+    let holding: Vec<_> = inventory
+        .gpus()
+        .filter(|d| {
+            placed
+                .buffers
+                .iter()
+                .any(|(name, weights, _)| *weights && *name == d.name)
+        })
+        .collect();
+    if holding.is_empty() || super::embedding::embedding_only(model).is_some() {
+        return Ok(());
+    }
+    let demand = super::device_fit::Demand {
+        kv_bytes_per_layer: kv_bytes_per_layer(model, context_size, streams as usize),
+        // llama.cpp counts the output layer among those it offloads.
+        layers: offloaded.min(model.n_layer()),
+        context_size,
+        streams,
+    };
+    let room = super::device_fit::Room {
+        devices: holding
+            .iter()
+            .map(|d| format!("{} ({})", d.name, d.description))
+            .collect::<Vec<_>>()
+            .join(", "),
+        free: holding.iter().map(|d| d.memory_free).sum(),
+    };
+    super::device_fit::check(&demand, &room)
 }
 
 /// Sequence ids per lane: [`LocalConfig::max_samples`] within its bounds.
@@ -586,6 +634,7 @@ fn load(
         .with_n_threads_batch(threads_i32)
         .with_flash_attention_policy(super::attention::policy(&model, config.gpu_layers));
     let params = ffi::with_abort_signal(params, signal);
+    check_device_room(&model, &placed, context_size, ids)?;
     Ok((
         Arc::new(model),
         params,
