@@ -65,6 +65,27 @@ fn gpu() -> Option<&'static Path> {
     }
 }
 
+/// llama-server's `-fa` for the attention the lane uses on this device:
+/// `off` on lavapipe (`crates/local/src/attention.rs`), else llama.cpp's
+/// own `auto`.
+fn flash_attention_like_the_lane(gpu: &Path) -> &'static str {
+    let out = gpu_cmd(gpu).args(["doctor", "--json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let lavapipe = v["ggml"]["devices"].as_array().is_some_and(|d| {
+        d.iter().any(|d| {
+            d["backend"] == "Vulkan"
+                && d["description"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("llvmpipe"))
+        })
+    });
+    if lavapipe {
+        "off"
+    } else {
+        "auto"
+    }
+}
+
 /// A command running the GPU build, lavapipe made visible.
 fn gpu_cmd(path: &Path) -> Command {
     let mut cmd = Command::new(path);
@@ -609,6 +630,8 @@ async fn embeddings_on_the_device_match_llama_cpp_vulkan_and_the_cpu() {
                     "512",
                     "-ub",
                     "512",
+                    "-fa",
+                    flash_attention_like_the_lane(gpu),
                 ],
             );
             let theirs = embed_each(&llama.url, &texts).await;
