@@ -343,7 +343,7 @@ fn the_docs_name_every_variable_the_cli_reads_and_no_other() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut code = String::new();
     let mut stack: Vec<PathBuf> = [
-        "src", "scripts", "tests", "benches", "examples", "python", "build.rs",
+        "src", "crates", "scripts", "tests", "benches", "examples", "python", "build.rs",
     ]
     .iter()
     .map(|d| root.join(d))
