@@ -588,11 +588,7 @@ async fn embeddings_on_the_device_match_llama_cpp_vulkan_and_the_cpu() {
     let on_cpu = Served::start(Command::new(bin()), &["--model", model]);
     let device = embed_each(&on_gpu.url, &texts).await;
     let cpu = embed_each(&on_cpu.url, &texts).await;
-    for (i, (a, b)) in device.iter().zip(&cpu).enumerate() {
-        let c = cosine(a, b);
-        eprintln!("SmolLM2 embedding {i}: cosine device vs CPU {c:.7}");
-        assert!(c >= 0.999, "text {i}: cosine {c}");
-    }
+    assert_cosines("SmolLM2 embedding, device vs CPU", &device, &cpu, 0.999);
     // Several inputs in one request answer as well.
     let v = post(
         &on_gpu.url,
@@ -635,11 +631,12 @@ async fn embeddings_on_the_device_match_llama_cpp_vulkan_and_the_cpu() {
                 ],
             );
             let theirs = embed_each(&llama.url, &texts).await;
-            for (i, (a, b)) in device.iter().zip(&theirs).enumerate() {
-                let c = cosine(a, b);
-                eprintln!("SmolLM2 embedding {i}: cosine device vs llama-server Vulkan {c:.7}");
-                assert!(c >= 0.99999, "text {i}: cosine {c}");
-            }
+            assert_cosines(
+                "SmolLM2 embedding, device vs llama-server Vulkan",
+                &device,
+                &theirs,
+                0.99999,
+            );
         }
     }
 
@@ -648,10 +645,20 @@ async fn embeddings_on_the_device_match_llama_cpp_vulkan_and_the_cpu() {
     let on_cpu = Served::start(Command::new(bin()), &["--model", tiny]);
     let device = embed_each(&on_gpu.url, &texts).await;
     let cpu = embed_each(&on_cpu.url, &texts).await;
-    for (i, (a, b)) in device.iter().zip(&cpu).enumerate() {
+    assert_cosines(
+        "tiny (F32) embedding, device vs CPU",
+        &device,
+        &cpu,
+        0.99999,
+    );
+}
+
+/// Each pair of vectors has a cosine of at least `bound` (printed).
+fn assert_cosines(what: &str, ours: &[Vec<f64>], theirs: &[Vec<f64>], bound: f64) {
+    for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
         let c = cosine(a, b);
-        eprintln!("tiny (F32) embedding {i}: cosine device vs CPU {c:.7}");
-        assert!(c >= 0.99999, "tiny text {i}: cosine {c}");
+        eprintln!("{what} {i}: cosine {c:.7}");
+        assert!(c >= bound, "{what} {i}: cosine {c}");
     }
 }
 

@@ -50,7 +50,10 @@ pub(crate) fn policy(model: &LlamaModel, gpu_layers: u32) -> llama_flash_attn_ty
     match std::env::var(CHOICE_ENV).ok().as_deref().map(str::trim) {
         Some("on") => return LLAMA_FLASH_ATTN_TYPE_ENABLED,
         Some("off") => return LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        _ => {}
+        None | Some("auto") => {}
+        Some(other) => {
+            tracing::warn!("{CHOICE_ENV}={other:?} is not on, off or auto: ignored")
+        }
     }
     if gpu_layers > 0 && lavapipe_visible() {
         tracing::info!("flash attention off: layers on Mesa's lavapipe (docs/gpu.md)");

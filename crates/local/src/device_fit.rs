@@ -18,13 +18,26 @@ use super::devices::DeviceError;
 /// What the check needs to know.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Demand {
-    /// Bytes of one layer's KV cache (every stream).
-    pub(crate) kv_bytes_per_layer: u64,
+    /// Bytes of one cell of one layer's KV cache (a K and a V).
+    pub(crate) cell_bytes: u64,
     /// Layers whose KV cache is on the device.
     pub(crate) layers: u32,
     /// Cells per stream (the context size), and streams.
     pub(crate) context_size: u32,
     pub(crate) streams: u32,
+}
+
+impl Demand {
+    /// Bytes of one layer's KV cache, every stream.
+    pub(crate) fn kv_bytes_per_layer(&self) -> u64 {
+        kv_bytes_per_layer(self.cell_bytes, self.context_size, self.streams)
+    }
+}
+
+/// Bytes of one layer's KV cache: `cell_bytes` per cell, cells rounded up
+/// to 256 per stream (as llama.cpp gives them).
+pub(crate) fn kv_bytes_per_layer(cell_bytes: u64, context_size: u32, streams: u32) -> u64 {
+    u64::from(context_size.div_ceil(256).saturating_mul(256)) * u64::from(streams) * cell_bytes
 }
 
 /// The device side: its name(s) and free bytes.
@@ -36,13 +49,14 @@ pub(crate) struct Room {
 
 /// `Ok` when the KV cache fits (or nothing is known about the room).
 pub(crate) fn check(demand: &Demand, room: &Room) -> Result<(), DeviceError> {
-    let need = demand.kv_bytes_per_layer * u64::from(demand.layers);
+    let per_layer = demand.kv_bytes_per_layer();
+    let need = per_layer * u64::from(demand.layers);
     if room.free == 0 || need <= room.free {
         return Ok(());
     }
-    let per_cell = demand.kv_bytes_per_layer / u64::from(round_cells(demand.context_size).max(1));
-    let fits_context = (room.free / (per_cell * u64::from(demand.layers)).max(1)) / 256 * 256;
-    let fits_layers = room.free / demand.kv_bytes_per_layer.max(1);
+    let per_cell = demand.cell_bytes * u64::from(demand.streams) * u64::from(demand.layers);
+    let fits_context = room.free / per_cell.max(1) / 256 * 256;
+    let fits_layers = room.free / per_layer.max(1);
     Err(DeviceError::DoesNotFit {
         devices: room.devices.clone(),
         layers: demand.layers,
@@ -55,12 +69,6 @@ pub(crate) fn check(demand: &Demand, room: &Room) -> Result<(), DeviceError> {
     })
 }
 
-/// Cells llama.cpp gives a stream of `context_size` (multiples of 256),
-/// times nothing: per stream.
-pub(crate) fn round_cells(context_size: u32) -> u32 {
-    context_size.div_ceil(256).saturating_mul(256)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,7 +79,7 @@ mod tests {
     // layer; 4096 cells, one stream: 3 MiB a layer.
     fn smollm2(context_size: u32, streams: u32) -> Demand {
         Demand {
-            kv_bytes_per_layer: 768 * u64::from(round_cells(context_size)) * u64::from(streams),
+            cell_bytes: 768,
             layers: 30,
             context_size,
             streams,

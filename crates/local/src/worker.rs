@@ -479,16 +479,15 @@ fn memory_bytes(model: &LlamaModel, context_size: u32, streams: usize) -> u64 {
     if super::embedding::embedding_only(model).is_some() {
         return weights;
     }
-    weights + u64::from(model.n_layer()) * kv_bytes_per_layer(model, context_size, streams)
+    let streams = u32::try_from(streams).unwrap_or(u32::MAX);
+    let per_layer = super::device_fit::kv_bytes_per_layer(cell_bytes(model), context_size, streams);
+    weights + u64::from(model.n_layer()) * per_layer
 }
 
-/// One layer's KV cache: a K and a V of f16 per cell and KV head, cells
-/// rounded up to 256 per stream.
-fn kv_bytes_per_layer(model: &LlamaModel, context_size: u32, streams: usize) -> u64 {
+/// One cell of one layer's KV cache: a K and a V of f16 per KV head.
+fn cell_bytes(model: &LlamaModel) -> u64 {
     let head_dim = u64::try_from(model.n_embd()).unwrap_or(0) / u64::from(model.n_head().max(1));
-    let per_cell_and_layer = 2 * u64::from(model.n_head_kv()) * head_dim * 2;
-    let cells = u64::from(super::device_fit::round_cells(context_size)) * streams as u64;
-    cells * per_cell_and_layer
+    2 * u64::from(model.n_head_kv()) * head_dim * 2
 }
 
 /// Refuses a context whose KV cache, for the layers the load put on GPU
@@ -502,6 +501,9 @@ fn check_device_room(
     let Some((offloaded, _)) = placed.offloaded else {
         return Ok(());
     };
+    if super::embedding::embedding_only(model).is_some() {
+        return Ok(());
+    }
     let inventory = super::devices::inventory();
     let holding: Vec<_> = inventory
         .gpus()
@@ -512,11 +514,11 @@ fn check_device_room(
                 .any(|(name, weights, _)| *weights && *name == d.name)
         })
         .collect();
-    if holding.is_empty() || super::embedding::embedding_only(model).is_some() {
+    if holding.is_empty() {
         return Ok(());
     }
     let demand = super::device_fit::Demand {
-        kv_bytes_per_layer: kv_bytes_per_layer(model, context_size, streams as usize),
+        cell_bytes: cell_bytes(model),
         // llama.cpp counts the output layer among those it offloads.
         layers: offloaded.min(model.n_layer()),
         context_size,
