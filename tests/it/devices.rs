@@ -162,8 +162,9 @@ fn lane_speed_script_reads_the_cli() {
         String::from_utf8_lossy(&out.stderr)
     );
     let fields: Vec<&str> = stdout.split_whitespace().collect();
-    assert_eq!(fields.len(), 8, "{stdout}");
+    assert_eq!(fields.len(), 10, "{stdout}");
     assert_eq!(fields[0], "pp100");
+    assert_eq!(fields[8], "words");
     assert_eq!(fields[2], "tg8");
     assert_eq!(fields[4], "prompt_tokens");
     for i in [1, 3] {
@@ -174,4 +175,117 @@ fn lane_speed_script_reads_the_cli() {
     // takes a few tokens a filler word.
     let prompt_tokens: i64 = fields[5].parse().expect("a count");
     assert!((92..=108).contains(&prompt_tokens), "{stdout}");
+    let words: usize = fields[9].parse().expect("a count");
+    assert!(words > 0, "{stdout}");
+}
+
+/// `scripts/paired-speed` runs the lane and llama-bench in pairs, taking
+/// turns at going first, and prints the medians of each side and of the
+/// pairs' ratios. The lane is the real CLI on the tiny model; llama-bench
+/// is a **stand-in** script (the real one is built from llama.cpp's
+/// source, minutes of CI): it answers with fixed figures and records how
+/// it was called, so the pairing and the arithmetic are what is tested.
+#[test]
+fn paired_speed_takes_turns_and_divides_pair_by_pair() {
+    let calls = crate::support::models::fresh_path("llama-bench-calls");
+    let fake = crate::support::models::write_temp(
+        "llama-bench",
+        format!(
+            "#!/usr/bin/env bash\n\
+             # Stand-in for llama-bench (test only): fixed figures.\n\
+             echo \"$*\" >> {calls:?}\n\
+             echo '{{\"n_prompt\": 100, \"n_gen\": 0, \"avg_ts\": 1000.0}}'\n\
+             echo '{{\"n_prompt\": 0, \"n_gen\": 8, \"avg_ts\": 500.0}}'\n"
+        )
+        .as_bytes(),
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("the stand-in is executable");
+    let out = std::process::Command::new("scripts/paired-speed")
+        .args([
+            crate::support::cli::bin().to_str().expect("UTF-8 path"),
+            fake.to_str().expect("UTF-8 path"),
+            model(),
+            "0",
+            "2",
+        ])
+        .env("REPS", "2")
+        .env("PP", "100")
+        .env("TG", "8")
+        .env("FA", "off")
+        .env("CONTEXT", "256")
+        .output()
+        .expect("bash runs the script");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // Each round ran llama-bench once, one run after its warm-up, with the
+    // lane's batch and the attention asked for.
+    let called = std::fs::read_to_string(&calls).expect("the stand-in ran");
+    assert_eq!(called.lines().count(), 2, "{called}");
+    for line in called.lines() {
+        for arg in [
+            "-r 1", "-fa off", "-p 100", "-n 8", "-b 164", "-ub 164", "-ngl 0", "-t 2",
+        ] {
+            assert!(line.contains(arg), "{arg:?} missing in {line:?}");
+        }
+    }
+    assert!(stderr.contains("round 1 (lane first)"), "{stderr}");
+    assert!(stderr.contains("round 2 (llama-bench first)"), "{stderr}");
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 12, "{stdout}");
+    assert_eq!(
+        (fields[0], fields[4], fields[8]),
+        ("pp100", "tg8", "prompt_tokens")
+    );
+    let num = |i: usize| -> f64 { fields[i].parse().unwrap_or_else(|_| panic!("{stdout}")) };
+    assert_eq!((num(2), num(6)), (1000.0, 500.0), "{stdout}");
+    // With a constant peer the median of the ratios is the lane's median
+    // over the peer's figure.
+    for (lane, bench, ratio) in [(1, 2, 3), (5, 6, 7)] {
+        assert!(num(lane) > 0.0, "{stdout}");
+        let want = num(lane) / num(bench);
+        assert!(
+            (num(ratio) - want).abs() < 0.0015,
+            "{stdout}: ratio {want:.4}"
+        );
+    }
+}
+
+/// A llama-bench that fails stops `scripts/paired-speed` with its error,
+/// not with a table of zeros. The llama-bench is a **stand-in** script, as
+/// above.
+#[test]
+fn paired_speed_stops_when_llama_bench_fails() {
+    let fake = crate::support::models::write_temp(
+        "llama-bench",
+        b"#!/usr/bin/env bash\n# Stand-in for llama-bench (test only): fails.\necho 'no device' >&2\nexit 1\n",
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("the stand-in is executable");
+    let out = std::process::Command::new("scripts/paired-speed")
+        .args([
+            crate::support::cli::bin().to_str().expect("UTF-8 path"),
+            fake.to_str().expect("UTF-8 path"),
+            model(),
+            "0",
+            "2",
+        ])
+        .env("REPS", "1")
+        .env("PP", "100")
+        .env("TG", "8")
+        .env("CONTEXT", "256")
+        .output()
+        .expect("bash runs the script");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains("llama-bench failed") && stderr.contains("no device"),
+        "{stderr}"
+    );
 }
