@@ -6,32 +6,35 @@
 //! step's size. A GPU backend (Vulkan, CUDA, Metal) runs its part of the
 //! graph without looking at the callback: a step, once started, runs to
 //! its end, and a cancel lands only when it is over. So with offload the
-//! size of a step is the cancel latency: this module keeps each step near
-//! a time target by choosing its prompt tokens from the steps measured so
-//! far: a one-token step's time (the step's fixed cost and one token) and
-//! the latest
-//! larger step's give the cost of each further token, and the step gets as
-//! many as fit the target. Where a larger step took no longer than a
-//! one-token step (lavapipe: its matrix-vector kernels for a few rows are
-//! slower than its matrix-matrix ones for 50), the whole batch fits. Before
-//! a one-token step was measured, the latest step's time over its tokens
-//! stands in.
+//! size of a step is the cancel latency, and the lane sizes each prompt
+//! step from the steps measured so far: a one-token step's time (the
+//! step's fixed cost and one token) and the latest larger step's give the
+//! cost of each further token, `fixed + each * n` for a step of `n`.
 //!
-//! The target is the larger of [`TARGET`] (50 ms: a cancel within 50 ms on
-//! a real GPU, where a 512-token step of a small model takes a few
-//! milliseconds and steps of 50 ms lose little prompt throughput) and
-//! twice the device's measured one-token step (a generation step): on a
-//! device where one token's step already takes longer (Mesa's lavapipe,
-//! a Vulkan device on the CPU: about 425 ms for SmolLM2), a prompt step of
-//! one token would make prompts as slow as generation, and a cancel during
-//! generation waits for one such step anyway; a prompt step then holds a
-//! cancel at most about two generation steps. Measured figures:
+//! A step gets as many prompt tokens as fit the time target ([`TARGET`],
+//! 50 ms: a cancel within 50 ms on a real GPU, where a 512-token step of a
+//! small model takes a few milliseconds), but never fewer than keep
+//! [`KEEP`] (95%) of the device's prompt speed: `n` tokens go at
+//! `n / (fixed + each * n)` against `1 / each` for endless steps, so the
+//! floor is `KEEP / (1 - KEEP) * fixed / each` tokens. On a device whose
+//! fixed cost is small against the target the target rules; where one
+//! token's step costs about as much as the target or more (Mesa's
+//! lavapipe: ~0.45 s fixed, ~0.11 s a token for SmolLM2; a phone's or
+//! laptop's GPU with a larger model), steps of the target's length would
+//! make the prompt several times slower (measured on lavapipe, steps of
+//! two generation steps: a quarter of llama.cpp's prompt speed), so the
+//! floor rules, and a cancel waits for one such step: still a fraction of
+//! what a whole `--batch-size` step holds it. Where a larger step took no
+//! longer than a one-token step, the whole batch fits. Before a one-token
+//! step was measured, the latest step's time over its tokens stands in
+//! (a fresh lane's first step holds [`FIRST`] tokens). Measured figures:
 //! docs/gpu.md.
 //!
 //! Without offload the sizer stays out of the way: every step takes up to
 //! `batch_size` prompt tokens, as before. `EDGECLOUD_DEVICE_STEP_MS`
-//! ([`TARGET_ENV`]) sets another target; `0` turns sizing off (every step
-//! up to `batch_size` prompt tokens, llama.cpp's way: best prompt
+//! ([`TARGET_ENV`]) sets another target, honoured as it is (no speed
+//! floor: the user chose the cancel latency); `0` turns sizing off (every
+//! step up to `batch_size` prompt tokens, llama.cpp's way: best prompt
 //! throughput, a cancel waits for the whole step).
 
 use std::time::Duration;
@@ -50,12 +53,18 @@ const FIRST: usize = 16;
 /// Weight of the newest step in the moving per-token figure.
 const ALPHA: f64 = 0.5;
 
+/// The share of the device's prompt speed a sized step keeps at least
+/// (unless the user set the target).
+const KEEP: f64 = 0.95;
+
 #[derive(Debug, Clone)]
 pub(super) struct StepSizer {
     /// Steps are sized (the lane offloads layers).
     on: bool,
     /// The step time aimed at on a fast device.
     target: Duration,
+    /// The user set the target ([`TARGET_ENV`]): no speed floor.
+    chosen: bool,
     /// Seconds per token of a step, moving (steps of more than one token).
     per_token: Option<f64>,
     /// Seconds of a one-token step, moving.
@@ -71,9 +80,20 @@ impl StepSizer {
         Self {
             on,
             target: TARGET,
+            chosen: false,
             per_token: None,
             one_token: None,
             last_big: None,
+        }
+    }
+
+    /// As [`StepSizer::new`], aiming at the `target` the user chose (no
+    /// speed floor).
+    fn with_target(on: bool, target: Duration) -> Self {
+        Self {
+            target,
+            chosen: true,
+            ..Self::new(on)
         }
     }
 
@@ -84,7 +104,7 @@ impl StepSizer {
         if let Ok(v) = std::env::var(TARGET_ENV) {
             match v.trim().parse::<u64>() {
                 Ok(0) => s.on = false,
-                Ok(ms) => s.target = Duration::from_millis(ms),
+                Ok(ms) => s = Self::with_target(on, Duration::from_millis(ms)),
                 Err(_) => {
                     tracing::warn!("{TARGET_ENV}={v:?} is not a number of milliseconds: ignored")
                 }
@@ -93,26 +113,19 @@ impl StepSizer {
         s
     }
 
-    /// The step time aimed at now.
-    pub(super) fn target(&self) -> Duration {
-        let two_steps = self
-            .one_token
-            .map_or(Duration::ZERO, |s| Duration::from_secs_f64(2.0 * s));
-        self.target.max(two_steps)
-    }
-
     /// Prompt tokens for the next step, which already holds `rows` tokens
     /// of generating sequences, at most `batch_size`.
     pub(super) fn prompt_tokens(&self, batch_size: usize, rows: usize) -> usize {
         if !self.on {
             return batch_size;
         }
-        let target = self.target().as_secs_f64();
+        let target = self.target.as_secs_f64();
         let fits = match (self.one_token, self.last_big) {
             // The fixed cost and the cost of each further token.
             (Some(t1), Some((n, tn))) if tn > t1 => {
                 let each = (tn - t1) / (n - 1) as f64;
-                1 + ((target - t1).max(0.0) / each).floor() as usize
+                let in_time = 1 + ((target - t1).max(0.0) / each).floor() as usize;
+                in_time.max(self.speed_floor((t1 - each).max(0.0), each))
             }
             // Further tokens cost nothing measurable: the whole batch.
             (Some(_), Some(_)) => batch_size,
@@ -122,6 +135,22 @@ impl StepSizer {
             },
         };
         fits.saturating_sub(rows).clamp(1, batch_size.max(1))
+    }
+
+    /// The fewest tokens a step of `fixed + each * n` seconds needs to go
+    /// at [`KEEP`] of `1 / each` (1 when the user chose the target).
+    fn speed_floor(&self, fixed: f64, each: f64) -> usize {
+        if self.chosen {
+            return 1;
+        }
+        let floor = (KEEP / (1.0 - KEEP) * fixed / each).ceil();
+        // A huge or non-finite floor is the whole batch, which the caller
+        // clamps to.
+        if floor.is_finite() && floor < usize::MAX as f64 {
+            floor as usize
+        } else {
+            usize::MAX
+        }
     }
 
     /// A step of `tokens` tokens took `took` seconds (prompt and
@@ -177,31 +206,61 @@ mod tests {
         assert_eq!(n, 512);
     }
 
-    #[test]
-    fn a_slow_device_gets_about_two_generation_steps() {
-        // lavapipe-like: a one-token step 425 ms, 92 ms a prompt token in
-        // a large step.
-        let (n, took) = converge(0.333, 0.092, 128);
-        assert!(took <= 2.0 * 0.425 + 1e-9, "{n} tokens, {took} s");
-        assert!(n >= 5, "{n} tokens, {took} s");
+    /// The prompt's speed with steps of `n` tokens on a device whose step
+    /// takes `fixed + per * n`, as a share of `1 / per`.
+    fn speed_kept(fixed: f64, per: f64, n: usize) -> f64 {
+        per * n as f64 / (fixed + per * n as f64)
     }
 
     #[test]
-    fn a_fresh_lane_on_a_slow_device_does_not_stay_at_one_token() {
+    fn a_slow_device_keeps_its_prompt_speed() {
+        // lavapipe-like: 333 ms fixed, 92 ms a token (a one-token step
+        // 425 ms): the 50 ms target would be one token a step; the floor
+        // is 0.95 / 0.05 * 0.333 / 0.092 = 68.8 tokens.
+        let (n, took) = converge(0.333, 0.092, 512);
+        assert_eq!(n, 69, "{took} s");
+        assert!(speed_kept(0.333, 0.092, n) >= KEEP, "{n}");
+        // A fraction of what a whole batch holds a cancel.
+        assert!(took < 0.2 * (0.333 + 0.092 * 512.0), "{n} tokens, {took} s");
+        // The batch size still bounds it.
+        assert_eq!(converge(0.333, 0.092, 32).0, 32);
+    }
+
+    #[test]
+    fn a_large_model_on_a_gpu_trades_the_target_for_speed() {
+        // 7 ms fixed (the weights read once a step), 0.25 ms a token: 50 ms
+        // steps would hold 172 tokens and keep 86% of the speed; the floor
+        // is 0.95 / 0.05 * 7 / 0.25 = 532 tokens, 140 ms.
+        let (n, took) = converge(0.007, 0.000_25, 4096);
+        assert_eq!(n, 532, "{took} s");
+        assert!(speed_kept(0.007, 0.000_25, 172) < 0.9);
+        assert!(speed_kept(0.007, 0.000_25, n) >= KEEP);
+    }
+
+    #[test]
+    fn a_target_the_user_chose_is_kept_without_the_floor() {
+        let mut s = StepSizer::with_target(true, Duration::from_secs(1));
+        // lavapipe-like, as above: 1 + (1 - 0.425) / 0.092 = 7.25 tokens.
+        s.record(1, 0.425);
+        s.record(16, 0.333 + 0.092 * 16.0);
+        assert_eq!(s.prompt_tokens(512, 0), 7);
+    }
+
+    #[test]
+    fn a_fresh_lane_on_a_slow_device_probes_then_takes_the_floor() {
         // The first prompt step, before any one-token step: lavapipe-like.
+        // Its time per token says one token fits 50 ms: that step gives
+        // the fixed cost, and the floor follows.
         let mut s = StepSizer::new(true);
         let step = |n: usize| 0.333 + 0.092 * n as f64;
         let mut sizes = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..5 {
             let n = s.prompt_tokens(128, 0);
             sizes.push(n);
             s.record(n, step(n));
         }
-        assert_eq!(sizes[0], FIRST);
-        assert!(
-            sizes[2..].iter().all(|&n| (4..=6).contains(&n)),
-            "{sizes:?}"
-        );
+        assert_eq!(sizes[..3], [FIRST, 1, 69], "{sizes:?}");
+        assert!(sizes[3..].iter().all(|&n| n == 69), "{sizes:?}");
     }
 
     #[test]
