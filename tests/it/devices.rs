@@ -179,6 +179,38 @@ fn lane_speed_script_reads_the_cli() {
     assert!(words > 0, "{stdout}");
 }
 
+/// A **stand-in** for llama-bench (test only): a bash script with `body`,
+/// executable.
+fn stand_in_llama_bench(body: &str) -> std::path::PathBuf {
+    let fake = crate::support::models::write_temp(
+        "llama-bench",
+        format!("#!/usr/bin/env bash\n# Stand-in for llama-bench (test only).\n{body}").as_bytes(),
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("the stand-in is executable");
+    fake
+}
+
+/// `scripts/paired-speed` with the real CLI on the tiny model (no GPU
+/// layers, 2 threads) against `bench`, PP 100 and TG 8, `reps` rounds.
+fn paired_speed(bench: &std::path::Path, reps: &str) -> std::process::Output {
+    std::process::Command::new("scripts/paired-speed")
+        .args([
+            crate::support::cli::bin().to_str().expect("UTF-8 path"),
+            bench.to_str().expect("UTF-8 path"),
+            model(),
+            "0",
+            "2",
+        ])
+        .env("REPS", reps)
+        .env("PP", "100")
+        .env("TG", "8")
+        .env("FA", "off")
+        .env("CONTEXT", "256")
+        .output()
+        .expect("bash runs the script")
+}
+
 /// `scripts/paired-speed` runs the lane and llama-bench in pairs, taking
 /// turns at going first, and prints the medians of each side and of the
 /// pairs' ratios. The lane is the real CLI on the tiny model; llama-bench
@@ -188,34 +220,12 @@ fn lane_speed_script_reads_the_cli() {
 #[test]
 fn paired_speed_takes_turns_and_divides_pair_by_pair() {
     let calls = crate::support::models::fresh_path("llama-bench-calls");
-    let fake = crate::support::models::write_temp(
-        "llama-bench",
-        format!(
-            "#!/usr/bin/env bash\n\
-             # Stand-in for llama-bench (test only): fixed figures.\n\
-             echo \"$*\" >> {calls:?}\n\
-             echo '{{\"n_prompt\": 100, \"n_gen\": 0, \"avg_ts\": 1000.0}}'\n\
-             echo '{{\"n_prompt\": 0, \"n_gen\": 8, \"avg_ts\": 500.0}}'\n"
-        )
-        .as_bytes(),
-    );
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("the stand-in is executable");
-    let out = std::process::Command::new("scripts/paired-speed")
-        .args([
-            crate::support::cli::bin().to_str().expect("UTF-8 path"),
-            fake.to_str().expect("UTF-8 path"),
-            model(),
-            "0",
-            "2",
-        ])
-        .env("REPS", "2")
-        .env("PP", "100")
-        .env("TG", "8")
-        .env("FA", "off")
-        .env("CONTEXT", "256")
-        .output()
-        .expect("bash runs the script");
+    let fake = stand_in_llama_bench(&format!(
+        "echo \"$*\" >> {calls:?}\n\
+         echo '{{\"n_prompt\": 100, \"n_gen\": 0, \"avg_ts\": 1000.0}}'\n\
+         echo '{{\"n_prompt\": 0, \"n_gen\": 8, \"avg_ts\": 500.0}}'\n"
+    ));
+    let out = paired_speed(&fake, "2");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -257,26 +267,8 @@ fn paired_speed_takes_turns_and_divides_pair_by_pair() {
 /// above.
 #[test]
 fn paired_speed_stops_when_llama_bench_fails() {
-    let fake = crate::support::models::write_temp(
-        "llama-bench",
-        b"#!/usr/bin/env bash\n# Stand-in for llama-bench (test only): fails.\necho 'no device' >&2\nexit 1\n",
-    );
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("the stand-in is executable");
-    let out = std::process::Command::new("scripts/paired-speed")
-        .args([
-            crate::support::cli::bin().to_str().expect("UTF-8 path"),
-            fake.to_str().expect("UTF-8 path"),
-            model(),
-            "0",
-            "2",
-        ])
-        .env("REPS", "1")
-        .env("PP", "100")
-        .env("TG", "8")
-        .env("CONTEXT", "256")
-        .output()
-        .expect("bash runs the script");
+    let fake = stand_in_llama_bench("echo 'no device' >&2\nexit 1\n");
+    let out = paired_speed(&fake, "1");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
