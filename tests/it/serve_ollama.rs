@@ -532,6 +532,23 @@ async fn the_real_binary_describes_its_model_and_answers_ollamas_calls() {
         v["total_duration"].as_u64().unwrap() >= v["prompt_eval_duration"].as_u64().unwrap(),
         "{v}"
     );
+    // The same chat again: the prompt's cells are reused (the instance
+    // that answered it takes it), and Ollama's `prompt_eval_cached_count`
+    // says how many; `prompt_eval_count` stays the whole prompt's.
+    let chat = json!({"model": "edgecloud", "stream": false, "options": {"num_predict": 6, "seed": 3},
+        "messages": [{"role": "user", "content": "Say hello."}]});
+    let (status, _, text) = api(&url, "/api/chat", chat).await;
+    assert_eq!(status, 200, "{text}");
+    let again: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        again["prompt_eval_count"], v["prompt_eval_count"],
+        "{again}"
+    );
+    let cached = again["prompt_eval_cached_count"].as_u64().unwrap();
+    assert!(
+        cached > 0 && cached < again["prompt_eval_count"].as_u64().unwrap(),
+        "{again}"
+    );
 
     let (status, kind, text) = api(
         &url,

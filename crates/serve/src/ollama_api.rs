@@ -185,6 +185,9 @@ fn timings(summary: &Summary) -> Timings {
         total_duration: ollama::nanos(summary.elapsed_ms),
         load_duration: 0,
         prompt_eval_count: u.prompt_tokens.unwrap_or(0),
+        // The local lane's reused prompt cells (the cloud's cache is not
+        // reported to us).
+        prompt_eval_cached_count: lane.and_then(|l| l.tokens.local_reused_prompt),
         prompt_eval_duration: ollama::nanos(prompt),
         eval_count: u.completion_tokens.unwrap_or(0),
         eval_duration: ollama::nanos(eval),

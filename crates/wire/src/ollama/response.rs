@@ -17,7 +17,13 @@ use std::time::{Duration, SystemTime};
 pub struct Timings {
     pub total_duration: u64,
     pub load_duration: u64,
+    /// The whole prompt's tokens, cached ones included (Ollama's meaning
+    /// since it counts llama-server's `cache_n` in).
     pub prompt_eval_count: u64,
+    /// Of them, the tokens taken from cached cells instead of decoded
+    /// (Ollama's `prompt_eval_cached_count`; sent only when known, as
+    /// Ollama omits it): `prompt_eval_duration` covers the others only.
+    pub prompt_eval_cached_count: Option<u64>,
     pub prompt_eval_duration: u64,
     pub eval_count: u64,
     pub eval_duration: u64,
@@ -34,6 +40,9 @@ impl Timings {
             ("eval_duration", self.eval_duration),
         ] {
             o.insert(k.into(), Value::from(v));
+        }
+        if let Some(cached) = self.prompt_eval_cached_count {
+            o.insert("prompt_eval_cached_count".into(), Value::from(cached));
         }
     }
 }
@@ -297,6 +306,8 @@ mod tests {
             timings: Timings {
                 total_duration: 9,
                 eval_count: 2,
+                prompt_eval_count: 5,
+                prompt_eval_cached_count: Some(3),
                 ..Timings::default()
             },
         };
@@ -305,6 +316,15 @@ mod tests {
         assert_eq!(last["done_reason"], "stop");
         assert_eq!(last["total_duration"], 9);
         assert_eq!(last["eval_count"], 2);
+        assert_eq!(last["prompt_eval_count"], 5);
+        assert_eq!(last["prompt_eval_cached_count"], 3);
+        // Unknown (a cloud answer): left out, as Ollama does.
+        let unknown = Done {
+            reason: "stop",
+            timings: Timings::default(),
+        };
+        let cloud = chat("m", "t", "", &[], Some(&unknown));
+        assert!(cloud.get("prompt_eval_cached_count").is_none(), "{cloud}");
         assert_eq!(
             last["message"]["tool_calls"][0]["function"]["arguments"],
             json!({"city": "Oslo"})
