@@ -63,8 +63,10 @@ pub(super) struct StepSizer {
     on: bool,
     /// The step time aimed at on a fast device.
     target: Duration,
-    /// The user set the target ([`TARGET_ENV`]): no speed floor.
-    chosen: bool,
+    /// The share of the device's prompt speed a step keeps at least:
+    /// [`KEEP`], or 0 (no floor) when the user set the target
+    /// ([`TARGET_ENV`]).
+    keep: f64,
     /// Seconds per token of a step, moving (steps of more than one token).
     per_token: Option<f64>,
     /// Seconds of a one-token step, moving.
@@ -80,7 +82,7 @@ impl StepSizer {
         Self {
             on,
             target: TARGET,
-            chosen: false,
+            keep: KEEP,
             per_token: None,
             one_token: None,
             last_big: None,
@@ -92,7 +94,7 @@ impl StepSizer {
     fn with_target(on: bool, target: Duration) -> Self {
         Self {
             target,
-            chosen: true,
+            keep: 0.0,
             ..Self::new(on)
         }
     }
@@ -125,7 +127,12 @@ impl StepSizer {
             (Some(t1), Some((n, tn))) if tn > t1 => {
                 let each = (tn - t1) / (n - 1) as f64;
                 let in_time = 1 + ((target - t1).max(0.0) / each).floor() as usize;
-                in_time.max(self.speed_floor((t1 - each).max(0.0), each))
+                // The fewest tokens whose step of `fixed + each * n` goes
+                // at `keep` of `1 / each` (the cast saturates: a huge
+                // floor is the whole batch).
+                let fixed = (t1 - each).max(0.0);
+                let floor = (self.keep / (1.0 - self.keep) * fixed / each).ceil() as usize;
+                in_time.max(floor)
             }
             // Further tokens cost nothing measurable: the whole batch.
             (Some(_), Some(_)) => batch_size,
@@ -135,22 +142,6 @@ impl StepSizer {
             },
         };
         fits.saturating_sub(rows).clamp(1, batch_size.max(1))
-    }
-
-    /// The fewest tokens a step of `fixed + each * n` seconds needs to go
-    /// at [`KEEP`] of `1 / each` (1 when the user chose the target).
-    fn speed_floor(&self, fixed: f64, each: f64) -> usize {
-        if self.chosen {
-            return 1;
-        }
-        let floor = (KEEP / (1.0 - KEEP) * fixed / each).ceil();
-        // A huge or non-finite floor is the whole batch, which the caller
-        // clamps to.
-        if floor.is_finite() && floor < usize::MAX as f64 {
-            floor as usize
-        } else {
-            usize::MAX
-        }
     }
 
     /// A step of `tokens` tokens took `took` seconds (prompt and
